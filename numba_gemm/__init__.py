@@ -1,0 +1,34 @@
+"""numba-gemm: readable, stride-aware GEMM kernels in pure Numba CUDA.
+
+    >>> import numba_gemm
+    >>> c = numba_gemm.matmul(a, b, algorithm="mnk")      # NumPy or CUDA arrays
+
+Public names load lazily, so ``python -m numba_gemm`` can choose the CUDA
+simulator (``NUMBA_ENABLE_CUDASIM``) before Numba is imported, and
+``numba_gemm.model`` (pure Python) never imports Numba at all.
+"""
+
+from importlib import import_module
+
+__all__ = ["ALGORITHMS", "MatrixDesc", "cdiv", "choose_algorithm", "describe", "matmul", "model"]
+
+_HOME = {
+    "ALGORITHMS": "api",
+    "choose_algorithm": "api",
+    "matmul": "api",
+    "MatrixDesc": "descriptor",
+    "describe": "descriptor",
+    "cdiv": "launch",
+}
+
+
+def __getattr__(name):
+    if name == "model":
+        return import_module(".model", __name__)
+    if name in _HOME:
+        return getattr(import_module(f".{_HOME[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

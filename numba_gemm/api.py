@@ -1,0 +1,99 @@
+"""``matmul``: validate, choose an algorithm, launch, return in the caller's memory space."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .descriptor import MatrixDesc, describe
+from .kernels.loop_orders import LOOP_ORDERS, launch_loop_order
+from .launch import allocate_output, device_operand, simulated
+
+__all__ = ["ALGORITHMS", "matmul", "choose_algorithm"]
+
+ALGORITHMS = ("auto",) + tuple(LOOP_ORDERS)
+
+
+def choose_algorithm(a: MatrixDesc, b: MatrixDesc) -> str:
+    """The loop order whose warp-wide loads coalesce for these layouts.
+
+    Register-accumulating orders only (``mnk``/``nmk``): the k-outer orders
+    move C through memory at every step and never win. ``mnk`` runs threads
+    along n and wants B row-major; ``nmk`` runs them along m and wants A
+    column-major (see ``kernels/loop_orders.py``).
+    """
+    if b.layout != "row" and a.layout == "col":
+        return "nmk"
+    return "mnk"
+
+
+def _check_operands(a: MatrixDesc, b: MatrixDesc) -> None:
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(
+            f"inner dimensions differ: a is {a.shape[0]}x{a.shape[1]} and b is "
+            f"{b.shape[0]}x{b.shape[1]}; a's columns must equal b's rows"
+        )
+    if a.dtype != b.dtype:
+        raise TypeError(f"a is {a.dtype} but b is {b.dtype}; cast one so both dtypes match")
+    if a.on_device != b.on_device:
+        where = {True: "on the GPU", False: "a host (NumPy) array"}
+        raise TypeError(
+            f"a is {where[a.on_device]} but b is {where[b.on_device]}; pass both on the same side"
+        )
+
+
+def _check_output(out: MatrixDesc, shape: tuple[int, int], dtype: np.dtype, on_device: bool,
+                  inputs: tuple[MatrixDesc, ...]) -> None:
+    if out.shape != shape:
+        raise ValueError(f"out has shape {out.shape}; the product needs {shape}")
+    if out.dtype != dtype:
+        raise TypeError(f"out is {out.dtype}; the product is {dtype}")
+    if out.on_device != on_device:
+        side = "the GPU" if on_device else "the host"
+        raise TypeError(f"out must live where the inputs do ({side})")
+    if not out.on_device and isinstance(out.source, np.ndarray) and not out.source.flags.writeable:
+        raise ValueError("out is a read-only array")
+    if out.has_internal_overlap():
+        raise ValueError(f"out has strides {out.strides} under which distinct elements share memory")
+    for x in inputs:
+        if out.overlaps(x):
+            raise ValueError(f"out overlaps {x.name} in memory; the kernels read {x.name} while "
+                             "writing out, so pass a separate output")
+
+
+def matmul(a: Any, b: Any, out: Any = None, *, algorithm: str = "auto", stream: Any = 0) -> Any:
+    """C = A @ B for A (M x K) and B (K x N), float32 or float64, any positive strides.
+
+    ``a``, ``b`` (and ``out``) are NumPy arrays or CUDA arrays (Numba, CuPy,
+    PyTorch, JAX, ...); all on the host or all on the GPU. The result comes
+    back in the inputs' memory space: in ``out`` when given, otherwise in a
+    new row-major array (a Numba device array for device inputs).
+
+    ``algorithm``: ``"mnk"``, ``"nmk"``, ``"kmn"``, ``"knm"`` (seed 001's loop
+    orders, see ``numba_gemm.kernels.loop_orders``) or ``"auto"``, which picks
+    the loop order that coalesces for the operands' layouts. All checks run
+    before any launch and raise ``ValueError``/``TypeError`` naming the argument.
+    """
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {', '.join(map(repr, ALGORITHMS))}; got {algorithm!r}")
+    a_desc, b_desc = describe(a, "a"), describe(b, "b")
+    _check_operands(a_desc, b_desc)
+    shape, dtype, on_device = (a_desc.shape[0], b_desc.shape[1]), a_desc.dtype, a_desc.on_device
+    if out is None:
+        out_desc = allocate_output(shape, dtype, on_device, stream=stream)
+    else:
+        out_desc = describe(out, "out")
+        _check_output(out_desc, shape, dtype, on_device, (a_desc, b_desc))
+    if algorithm == "auto":
+        algorithm = choose_algorithm(a_desc, b_desc)
+
+    if on_device or simulated():
+        launch_loop_order(algorithm, a_desc, b_desc, out_desc, stream)
+        return out_desc.source
+    # NumPy operands on a GPU: run on device copies of their spans, copy the result back.
+    result = allocate_output(shape, dtype, True, stream=stream)
+    launch_loop_order(algorithm, device_operand(a_desc, stream), device_operand(b_desc, stream),
+                      result, stream)
+    np.copyto(out_desc.source, result.source.copy_to_host(stream=stream))
+    return out_desc.source

@@ -1,0 +1,202 @@
+"""Stride-aware matrix descriptors: the seed's ``Tensor(Shape, Stride)``.
+
+``describe(x, name)`` is the one place that validates a user's matrix. It
+accepts NumPy arrays, Numba device arrays, anything with
+``__cuda_array_interface__`` (CuPy, PyTorch, Numba) and anything with
+``__dlpack__`` (JAX, PyTorch, CuPy; on the GPU or the CPU), and returns a
+:class:`MatrixDesc`: logical shape, strides in elements, dtype, and a 1-D
+buffer whose element 0 is the matrix's element (0, 0). Kernels address element
+(i, j) as ``data[i * strides[0] + j * strides[1]]``, exactly as in the seed, so
+row-major, column-major, transposed and sliced views all run with no copy.
+
+Nothing here launches a kernel or copies matrix data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numba import cuda
+
+__all__ = ["MatrixDesc", "describe", "SUPPORTED_DTYPES"]
+
+SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+_DLPACK_CPU, _DLPACK_CUDA = 1, 2  # DLDeviceType codes
+
+
+@dataclass(frozen=True)
+class MatrixDesc:
+    """A validated 2-D matrix: ``shape`` (rows, cols), ``strides`` in elements.
+
+    ``data`` is a 1-D array (NumPy on the host, Numba on the device) of
+    ``span`` elements starting at element (0, 0); ``address`` is that
+    element's address, used for overlap checks; ``source`` is the caller's
+    object, kept alive for as long as the descriptor is.
+    """
+
+    name: str
+    shape: tuple[int, int]
+    strides: tuple[int, int]
+    dtype: np.dtype
+    data: Any
+    on_device: bool
+    address: int
+    source: Any
+
+    @property
+    def span(self) -> int:
+        """Elements from (0, 0) to (rows-1, cols-1) inclusive."""
+        return 1 + sum((n - 1) * s for n, s in zip(self.shape, self.strides))
+
+    @property
+    def layout(self) -> str:
+        """'row' (unit column stride), 'col' (unit row stride) or 'strided'."""
+        rows, cols = self.shape
+        if cols == 1 or self.strides[1] == 1:
+            return "row"
+        if rows == 1 or self.strides[0] == 1:
+            return "col"
+        return "strided"
+
+    def byte_range(self) -> tuple[int, int]:
+        return self.address, self.address + self.span * self.dtype.itemsize
+
+    def overlaps(self, other: "MatrixDesc") -> bool:
+        """True if the two matrices' memory ranges intersect (same memory space)."""
+        if self.on_device != other.on_device:
+            return False
+        lo1, hi1 = self.byte_range()
+        lo2, hi2 = other.byte_range()
+        return lo1 < hi2 and lo2 < hi1
+
+    def has_internal_overlap(self) -> bool:
+        """True if two distinct (i, j) map to one element (unsafe for outputs)."""
+        (n0, s0), (n1, s1) = _dims(self)
+        return n0 > 1 and n1 > 1 and s1 < n0 * s0
+
+
+def _dims(desc: MatrixDesc):
+    """The (extent, stride) pairs of extent > 1, smallest stride first, padded to 2."""
+    dims = sorted(((n, s) for n, s in zip(desc.shape, desc.strides) if n > 1), key=lambda d: d[1])
+    return (dims + [(1, 0), (1, 0)])[:2]
+
+
+def _element_strides(name: str, byte_strides, itemsize: int) -> tuple[int, int]:
+    if any(s % itemsize for s in byte_strides):
+        raise ValueError(
+            f"{name} has byte strides {tuple(byte_strides)} that are not multiples of its "
+            f"item size ({itemsize} bytes); misaligned views are not supported"
+        )
+    return tuple(s // itemsize for s in byte_strides)
+
+
+def _check_matrix(name: str, shape, strides, dtype) -> None:
+    if len(shape) != 2:
+        raise ValueError(f"{name} must be 2-D (a matrix), got a {len(shape)}-D array of shape {tuple(shape)}")
+    if dtype not in SUPPORTED_DTYPES:
+        raise TypeError(
+            f"{name} has dtype {dtype}; supported dtypes are "
+            + ", ".join(str(d) for d in SUPPORTED_DTYPES)
+        )
+    if any(n == 0 for n in shape):
+        raise ValueError(f"{name} is empty (shape {tuple(shape)}); every dimension must be at least 1")
+    for axis, (n, s) in enumerate(zip(shape, strides)):
+        if n > 1 and s <= 0:
+            raise ValueError(
+                f"{name} has stride {s} on axis {axis} (extent {n}); zero and negative strides "
+                "are not supported: make the view positive-strided or copy it"
+            )
+
+
+def _c_strides(shape, itemsize: int) -> tuple[int, int]:
+    return (shape[1] * itemsize, itemsize)
+
+
+def _host_desc(name: str, x: np.ndarray, source: Any) -> MatrixDesc:
+    _check_matrix(name, x.shape, x.strides, x.dtype)
+    strides = _element_strides(name, x.strides, x.itemsize)
+    desc = MatrixDesc(name, tuple(x.shape), strides, x.dtype, None, False,
+                      x.__array_interface__["data"][0], source)
+    flat = np.lib.stride_tricks.as_strided(x, shape=(desc.span,), strides=(x.itemsize,),
+                                           writeable=x.flags.writeable)
+    return _with_data(desc, flat)
+
+
+def _with_data(desc: MatrixDesc, data) -> MatrixDesc:
+    return MatrixDesc(desc.name, desc.shape, desc.strides, desc.dtype, data,
+                      desc.on_device, desc.address, desc.source)
+
+
+def cai_metadata(name: str, cai: dict) -> tuple[tuple[int, ...], tuple[int, ...], np.dtype, int]:
+    """(shape, byte strides, dtype, data pointer) of a CUDA array interface dict."""
+    if cai.get("mask") is not None:
+        raise TypeError(f"{name} is a masked array; masks are not supported")
+    shape = tuple(cai["shape"])
+    dtype = np.dtype(cai["typestr"])
+    strides = cai.get("strides")
+    if strides is None:  # C-contiguous by the interface's definition
+        strides = tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) * dtype.itemsize
+                        for i in range(len(shape)))
+    return shape, tuple(strides), dtype, int(cai["data"][0])
+
+
+def _device_desc(name: str, cai: dict, source: Any) -> MatrixDesc:
+    shape, byte_strides, dtype, ptr = cai_metadata(name, cai)
+    _check_matrix(name, shape, byte_strides, dtype)
+    strides = _element_strides(name, byte_strides, dtype.itemsize)
+    desc = MatrixDesc(name, shape, strides, dtype, None, True, ptr, source)
+    flat_cai = {"shape": (desc.span,), "strides": None, "typestr": dtype.str,
+                "data": (ptr, False), "version": 3, "stream": cai.get("stream")}
+    return _with_data(desc, cuda.from_cuda_array_interface(flat_cai, owner=source))
+
+
+def _dlpack_desc(name: str, x: Any) -> MatrixDesc:
+    device_type, _ = x.__dlpack_device__()
+    if device_type == _DLPACK_CPU:
+        return _host_desc(name, np.from_dlpack(x), x)
+    if device_type != _DLPACK_CUDA:
+        raise TypeError(f"{name} lives on DLPack device type {device_type}; only CUDA and CPU are supported")
+    from cuda.core.utils import StridedMemoryView
+
+    view = StridedMemoryView.from_dlpack(x, stream_ptr=-1)  # -1: caller orders its own streams
+    itemsize = np.dtype(view.dtype).itemsize
+    strides = view.strides if view.strides is not None else None
+    cai = {"shape": tuple(view.shape), "typestr": np.dtype(view.dtype).str, "data": (view.ptr, False),
+           "strides": None if strides is None else tuple(s * itemsize for s in strides), "version": 3}
+    return _device_desc(name, cai, x)
+
+
+def _simulator_array_type():
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    return FakeCUDAArray
+
+
+def describe(x: Any, name: str = "x") -> MatrixDesc:
+    """Validate ``x`` as a matrix and describe it; ``name`` is used in errors.
+
+    Raises ``TypeError`` for unsupported objects or dtypes and ``ValueError``
+    for a rank other than 2, empty matrices, and zero, negative or misaligned
+    strides on a dimension of extent > 1.
+    """
+    if isinstance(x, MatrixDesc):
+        return x
+    if isinstance(x, np.ndarray):
+        return _host_desc(name, x, x)
+    if cuda.config.ENABLE_CUDASIM and isinstance(x, _simulator_array_type()):
+        # The simulator's device arrays wrap a NumPy array.
+        desc = _host_desc(name, x._ary, x)
+        return MatrixDesc(desc.name, desc.shape, desc.strides, desc.dtype, desc.data,
+                          True, desc.address, x)
+    cai = getattr(x, "__cuda_array_interface__", None)
+    if cai is not None:
+        return _device_desc(name, cai, x)
+    if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
+        return _dlpack_desc(name, x)
+    raise TypeError(
+        f"{name} must be a NumPy array or a CUDA array (Numba, CuPy, PyTorch, JAX: anything with "
+        f"__cuda_array_interface__ or __dlpack__), got {type(x).__module__}.{type(x).__qualname__}"
+    )
