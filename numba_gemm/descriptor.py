@@ -93,7 +93,7 @@ def _element_strides(name: str, byte_strides, itemsize: int) -> tuple[int, int]:
     return tuple(s // itemsize for s in byte_strides)
 
 
-def _check_matrix(name: str, shape, strides, dtype) -> None:
+def _check_matrix(name: str, shape, dtype) -> None:
     if len(shape) != 2:
         raise ValueError(f"{name} must be 2-D (a matrix), got a {len(shape)}-D array of shape {tuple(shape)}")
     if dtype not in SUPPORTED_DTYPES:
@@ -103,6 +103,9 @@ def _check_matrix(name: str, shape, strides, dtype) -> None:
         )
     if any(n == 0 for n in shape):
         raise ValueError(f"{name} is empty (shape {tuple(shape)}); every dimension must be at least 1")
+
+
+def _check_strides(name: str, shape, strides) -> None:
     for axis, (n, s) in enumerate(zip(shape, strides)):
         if n > 1 and s <= 0:
             raise ValueError(
@@ -116,8 +119,9 @@ def _c_strides(shape, itemsize: int) -> tuple[int, int]:
 
 
 def _host_desc(name: str, x: np.ndarray, source: Any) -> MatrixDesc:
-    _check_matrix(name, x.shape, x.strides, x.dtype)
+    _check_matrix(name, x.shape, x.dtype)
     strides = _element_strides(name, x.strides, x.itemsize)
+    _check_strides(name, x.shape, strides)
     desc = MatrixDesc(name, tuple(x.shape), strides, x.dtype, None, False,
                       x.__array_interface__["data"][0], source)
     flat = np.lib.stride_tricks.as_strided(x, shape=(desc.span,), strides=(x.itemsize,),
@@ -145,8 +149,9 @@ def cai_metadata(name: str, cai: dict) -> tuple[tuple[int, ...], tuple[int, ...]
 
 def _device_desc(name: str, cai: dict, source: Any) -> MatrixDesc:
     shape, byte_strides, dtype, ptr = cai_metadata(name, cai)
-    _check_matrix(name, shape, byte_strides, dtype)
+    _check_matrix(name, shape, dtype)
     strides = _element_strides(name, byte_strides, dtype.itemsize)
+    _check_strides(name, shape, strides)
     desc = MatrixDesc(name, shape, strides, dtype, None, True, ptr, source)
     flat_cai = {"shape": (desc.span,), "strides": None, "typestr": dtype.str,
                 "data": (ptr, False), "version": 3, "stream": cai.get("stream")}

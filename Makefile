@@ -1,0 +1,38 @@
+# `make demo` and `make test` each create (or refresh, when pyproject.toml changes) the
+# virtual environment .venv, install the project into it, and run.
+PYTHON ?= python3
+VENV ?= .venv
+PY ?= $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: venv demo test test-gpu bench gpu-suite model clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+venv: $(STAMP)
+
+# The main job: every algorithm checked and timed (simulator at small sizes without a GPU).
+demo: $(STAMP)
+	$(PY) -m numba_gemm demo
+
+# The CPU suite: kernels on the Numba CUDA simulator, JAX on the CPU; `gpu` tests skip.
+test: $(STAMP)
+	NUMBA_ENABLE_CUDASIM=1 JAX_PLATFORMS=cpu $(PY) -m pytest -q
+
+# On a GPU machine: the whole test suite against the real GPU (the `gpu` tests included).
+test-gpu: $(STAMP)
+	$(PY) -m pytest -q
+
+# On a GPU machine: the benchmark suite; writes benchmarks/results/<date>-<device>.json.
+bench: $(STAMP)
+	$(PY) -m pytest -q benchmarks
+
+model: $(STAMP)
+	$(PY) -m numba_gemm model
+
+clean:
+	rm -rf $(VENV) .pytest_cache .benchmarks

@@ -1,0 +1,113 @@
+"""``python -m numba_gemm demo | model``.
+
+- ``demo``: run every algorithm on random inputs in several layouts, check it
+  against NumPy float64 and print error, time and TFLOP/s. Without a GPU it
+  says so and runs on the Numba CUDA simulator at a small size.
+- ``model``: print seed 001's traffic table (4 loop orders x 3 cache scenarios).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import sys
+
+
+def gpu_present() -> bool:
+    """Whether the CUDA driver sees a GPU, asked without importing Numba."""
+    try:
+        libcuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    count = ctypes.c_int(0)
+    return libcuda.cuInit(0) == 0 and libcuda.cuDeviceGetCount(ctypes.byref(count)) == 0 and count.value > 0
+
+
+def _use_simulator_without_gpu() -> bool:
+    """Select the simulator (before Numba loads) when there is no GPU; True if simulated."""
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        return True
+    if gpu_present():
+        return False
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+    return True
+
+
+def demo(args) -> int:
+    simulated = _use_simulator_without_gpu()
+    import numpy as np
+
+    from . import ALGORITHMS, choose_algorithm, describe, matmul
+    from .testing import make_operands, poisoned, reference, relative_error, tolerance
+    from .timing import median_seconds
+
+    if simulated:
+        print("No CUDA GPU found: running on the Numba CUDA simulator (slow, small sizes, "
+              "times are the simulator's).")
+        size, reps = args.size or 24, 1
+    else:
+        from numba import cuda
+
+        print(f"GPU: {cuda.get_current_device().name.decode()}")
+        size, reps = args.size or 1024, 5
+    M, N, K = size, size + 3, size - 5 if size > 8 else size  # non-square, odd: edges are exercised
+    rng = np.random.default_rng(args.seed)
+    layouts = ("row", "col", "a_col", "b_col")
+    header = f"{'algorithm':9} {'M x N x K':>16} {'layout':7} {'rel. error':>10} {'time':>10} {'TFLOP/s':>8}"
+    print(header)
+    print("-" * len(header))
+    failures = 0
+    for algorithm in ALGORITHMS:
+        for layout in layouts:
+            a, b = make_operands(M, N, K, np.float32, layout, rng, to_device=not simulated)
+            out = poisoned((M, N), np.float32, to_device=not simulated)
+            seconds = median_seconds(lambda: matmul(a, b, out, algorithm=algorithm),
+                                     warmup=1, reps=reps)
+            error = relative_error(out, reference(a, b))
+            name = (f"auto:{choose_algorithm(describe(a), describe(b))}" if algorithm == "auto"
+                    else algorithm)
+            ok = error <= tolerance(np.float32, K)
+            failures += not ok
+            print(f"{name:9} {f'{M} x {N} x {K}':>16} {layout:7} {error:10.2e} "
+                  f"{seconds * 1e3:8.3f}ms {2 * M * N * K / seconds / 1e12:8.3g}{'' if ok else '  FAILED'}")
+    print("layouts: row = A, B row-major; col = both column-major; a_col / b_col = only A / B column-major")
+    return 1 if failures else 0
+
+
+def model(args) -> int:
+    from .model import format_table, simulate, traffic
+    from .model.traffic import CACHES, ORDERS
+
+    print(format_table(args.M, args.N, args.K))
+    if args.simulate:
+        for order in ORDERS:
+            for cache in CACHES:
+                if traffic(order, args.M, args.N, args.K, cache) != simulate(order, args.M, args.N, args.K, cache):
+                    print(f"MISMATCH: {order} {cache}")
+                    return 1
+        print("simulate() executed every nest and agrees with every row")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m numba_gemm", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_demo = sub.add_parser("demo", help="run and check every algorithm, print a table")
+    p_demo.add_argument("--size", type=int, default=None, help="M (default 1024 on a GPU, 24 simulated)")
+    p_demo.add_argument("--seed", type=int, default=0)
+    p_demo.set_defaults(func=demo)
+    p_model = sub.add_parser("model", help="print seed 001's traffic table")
+    p_model.add_argument("--M", type=int, default=2048)
+    p_model.add_argument("--N", type=int, default=2048)
+    p_model.add_argument("--K", type=int, default=2048)
+    p_model.add_argument("--simulate", action="store_true",
+                         help="also execute each loop nest and check the closed forms (small sizes only)")
+    p_model.set_defaults(func=model)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

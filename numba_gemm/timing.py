@@ -1,0 +1,56 @@
+"""GPU timing on the CUDA event clock.
+
+:func:`device_clock` is a clock for back-to-back calls blocked once: it waits
+for all queued GPU work (every stream of the context, so XLA's streams too),
+then records a CUDA event and returns its time in seconds. Two readings
+bracket whatever ran between them on the GPU's own clock. pytest-benchmark
+uses it as its timer (``pytest.mark.benchmark(timer=device_clock)``).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from numba import cuda
+
+__all__ = ["device_clock", "median_seconds"]
+
+_REBASE_AFTER_S = 1.0  # event times are float32 milliseconds: keep the origin recent
+
+
+class _EventClock:
+    def __init__(self):
+        self._origin = None
+        self._origin_s = 0.0
+
+    def __call__(self) -> float:
+        if cuda.config.ENABLE_CUDASIM:  # the simulator runs synchronously on the host
+            return time.perf_counter()
+        cuda.synchronize()
+        event = cuda.event()
+        event.record()
+        event.synchronize()
+        if self._origin is None:
+            self._origin = event
+            return 0.0
+        now = self._origin_s + cuda.event_elapsed_time(self._origin, event) / 1e3
+        if now - self._origin_s > _REBASE_AFTER_S:
+            self._origin, self._origin_s = event, now
+        return now
+
+
+device_clock = _EventClock()
+
+
+def median_seconds(fn, *, warmup: int = 2, reps: int = 10, calls_per_rep: int = 1) -> float:
+    """Median over ``reps`` of the per-call time of ``calls_per_rep`` back-to-back calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        start = device_clock()
+        for _ in range(calls_per_rep):
+            fn()
+        times.append((device_clock() - start) / calls_per_rep)
+    return statistics.median(times)

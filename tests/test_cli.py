@@ -1,0 +1,25 @@
+"""`python -m numba_gemm model` and `demo`, run as a user would."""
+
+import os
+import subprocess
+import sys
+
+
+def run(*args, **env):
+    return subprocess.run([sys.executable, "-m", "numba_gemm", *args], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=600)
+
+
+def test_model_prints_the_twelve_cases_and_checks_them():
+    result = run("model", "--M", "3", "--N", "4", "--K", "5", "--simulate")
+    assert result.returncode == 0, result.stderr
+    rows = [line for line in result.stdout.splitlines() if line.split()[:1] in (["mnk"], ["nmk"], ["kmn"], ["knm"])]
+    assert len(rows) == 12
+    assert "agrees with every row" in result.stdout
+
+
+def test_demo_on_the_simulator():
+    result = run("demo", "--size", "9", NUMBA_ENABLE_CUDASIM="1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "simulator" in result.stdout and "FAILED" not in result.stdout
+    assert sum(line.startswith(("auto", "mnk", "nmk", "kmn", "knm")) for line in result.stdout.splitlines()) == 20
