@@ -1,0 +1,131 @@
+"""Benchmark session: device facts, a measured copy bandwidth, and the results file.
+
+Every benchmark records its median (CUDA-event clock, see numba_gemm.timing)
+through the ``record`` fixture. At the end of the session the rows, each with
+its ratio against the peer measured in the same run, go to
+``$NUMBA_GEMM_RESULTS_DIR`` (default ``benchmarks/results/``) as
+``<date>-<device>.json``, and a short table is printed last.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import re
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+_ROWS: list[dict] = []
+_SESSION: dict = {}
+
+
+def _versions() -> dict:
+    names = ["numba", "numba-cuda", "numpy", "jax", "jaxlib", "pytest-benchmark"]
+    found = {}
+    for name in names:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    found["python"] = platform.python_version()
+    return found
+
+
+@pytest.fixture(scope="session")
+def device_info():
+    from numba import cuda
+
+    device = cuda.get_current_device()
+    info = {
+        "name": device.name.decode() if isinstance(device.name, bytes) else device.name,
+        "compute_capability": list(device.compute_capability),
+        "multiprocessors": device.MULTIPROCESSOR_COUNT,
+        "driver": ".".join(map(str, cuda.cudadrv.driver.driver.get_version())),
+    }
+    _SESSION["device"] = info
+    return info
+
+
+@pytest.fixture(scope="session")
+def copy_bandwidth(device_info):
+    """Device-to-device copy bandwidth in bytes/s (bytes read + bytes written)."""
+    import numpy as np
+    from numba import cuda
+
+    from numba_gemm.timing import median_seconds
+
+    n = 256 * 2**20  # 1 GiB of float32
+    src, dst = cuda.device_array(n, np.float32), cuda.device_array(n, np.float32)
+    seconds = median_seconds(lambda: dst.copy_to_device(src), warmup=2, reps=10)
+    bandwidth = 2 * n * 4 / seconds
+    _SESSION["copy_bandwidth_bytes_per_s"] = bandwidth
+    return bandwidth
+
+
+@pytest.fixture
+def record(device_info):
+    """record(benchmark, **fields): keep the benchmark's median with its description."""
+
+    def _record(benchmark, **fields):
+        stats = benchmark.stats.stats
+        _ROWS.append({**fields, "median_s": stats.median, "min_s": stats.min,
+                      "rounds": stats.rounds, "iterations": benchmark.stats.iterations
+                      if hasattr(benchmark.stats, "iterations") else None})
+
+    return _record
+
+
+def _with_ratios(rows: list[dict]) -> list[dict]:
+    """Add TFLOP/s and speed relative to the same-size peer (cuBLAS via jnp.matmul)."""
+    peers = {(r["size"], r["dtype"]): r["median_s"] for r in rows if r["kind"] == "peer"}
+    for r in rows:
+        flops = 2 * r["size"] ** 3
+        r["tflops"] = flops / r["median_s"] / 1e12
+        peer = peers.get((r["size"], r["dtype"]))
+        r["vs_peer"] = peer / r["median_s"] if peer else None
+    return rows
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if not _ROWS:
+        return
+    rows = _with_ratios(_ROWS)
+    device = _SESSION.get("device", {}).get("name", "unknown")
+    now = datetime.datetime.now(datetime.timezone.utc)
+    slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
+    out_dir = Path(os.environ.get("NUMBA_GEMM_RESULTS_DIR", Path(__file__).parent / "results"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{now:%Y-%m-%d}-{slug}.json"
+    payload = {"date": now.isoformat(timespec="seconds"), "device": _SESSION.get("device"),
+               "versions": _versions(), "copy_bandwidth_bytes_per_s": _SESSION.get("copy_bandwidth_bytes_per_s"),
+               "timing": "pytest-benchmark medians; timer numba_gemm.timing.device_clock (CUDA events "
+                         "after a context-wide synchronize); back-to-back calls per round",
+               "rows": rows}
+    path.write_text(json.dumps(payload, indent=1))
+    _SESSION["path"] = str(path)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter):
+    if not _ROWS:
+        return
+    write = terminalreporter.write_line
+    write("")
+    write(f"numba-gemm benchmarks on {_SESSION.get('device', {}).get('name')} "
+          f"(copy bandwidth {(_SESSION.get('copy_bandwidth_bytes_per_s') or 0) / 1e12:.2f} TB/s)")
+    header = (f"{'algorithm':12} {'layout':7} {'size':>5} {'ms':>9} {'TFLOP/s':>8} {'x cuBLAS':>8} "
+              f"{'model ms: none':>14} {'vector':>8} {'full':>8}")
+    write(header)
+    for r in sorted(_ROWS, key=lambda r: (r["size"], r["kind"], r["algorithm"], r["layout"])):
+        model = r.get("model_s") or {}
+        ratio = f"{r['vs_peer']:8.3f}" if r.get("vs_peer") else f"{'':8}"
+        cells = "".join(f"{model[c] * 1e3:{w}.2f}" for c, w in (("none", 15), ("vector", 9), ("full", 9))
+                        if c in model)
+        write(f"{r['algorithm']:12} {r['layout']:7} {r['size']:5d} {r['median_s'] * 1e3:9.3f} "
+              f"{r['tflops']:8.3f} {ratio}{cells}")
+    if "path" in _SESSION:
+        write(f"results: {_SESSION['path']}")

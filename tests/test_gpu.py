@@ -1,0 +1,116 @@
+"""Real-GPU checks (marker `gpu`): the loop orders up to 1024, every layout, and interop."""
+
+import numpy as np
+import pytest
+
+import numba_gemm
+from numba_gemm.testing import LAYOUTS, make_operands, poisoned, reference, relative_error, tolerance
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = [(1024, 1024, 1024), (1000, 1023, 517), (1, 1024, 997), (997, 1, 1024), (257, 129, 3)]
+
+
+def check(out, a, b, dtype):
+    error = relative_error(out, reference(a, b))
+    assert error <= tolerance(dtype, a.shape[1]), f"relative error {error:.3e}"
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("algorithm", numba_gemm.ALGORITHMS)
+def test_loop_orders_on_gpu(algorithm, shape, layout, rng):
+    M, N, K = shape
+    a, b = make_operands(M, N, K, np.float32, layout, rng, to_device=True)
+    out = poisoned((M, N), np.float32, to_device=True)
+    numba_gemm.matmul(a, b, out, algorithm=algorithm)
+    check(out, a, b, np.float32)
+
+
+@pytest.mark.parametrize("algorithm", numba_gemm.ALGORITHMS)
+def test_float64_on_gpu(algorithm, rng):
+    a, b = make_operands(300, 211, 401, np.float64, "sliced", rng, to_device=True)
+    check(numba_gemm.matmul(a, b, algorithm=algorithm), a, b, np.float64)
+
+
+@pytest.mark.parametrize("algorithm", ["mnk", "kmn"])
+def test_numpy_in_numpy_out_on_gpu(algorithm, rng):
+    a, b = make_operands(129, 65, 33, np.float32, "sliced", rng)
+    base = poisoned((70, 300), np.float32)
+    out = base[:65, ::2][:, :129].T  # a strided, column-major host output
+    assert numba_gemm.matmul(a, b, out, algorithm=algorithm) is out
+    check(out, a, b, np.float32)
+    c = numba_gemm.matmul(a, b, algorithm=algorithm)
+    assert isinstance(c, np.ndarray)
+    check(c, a, b, np.float32)
+
+
+def test_torch_tensors_through_cuda_array_interface(rng):
+    torch = pytest.importorskip("torch")
+    a = torch.randn(200, 300, device="cuda").T  # transposed view, no copy
+    b = torch.randn(200, 100, device="cuda")
+    c = numba_gemm.matmul(a, b, algorithm="nmk")
+    ref = a.double().cpu().numpy() @ b.double().cpu().numpy()
+    assert relative_error(c, ref) <= tolerance(np.float32, 200)
+    out = torch.full((300, 100), float("nan"), device="cuda")
+    numba_gemm.matmul(a, b, out, algorithm="mnk")
+    assert relative_error(out.cpu().numpy(), ref) <= tolerance(np.float32, 200)
+
+
+class DLPackOnly:
+    """Exposes only the DLPack protocol of the wrapped tensor."""
+
+    def __init__(self, x):
+        self._x = x
+
+    def __dlpack__(self, **kwargs):
+        return self._x.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._x.__dlpack_device__()
+
+
+def test_dlpack_objects(rng):
+    torch = pytest.importorskip("torch")
+    a = torch.randn(64, 48, device="cuda")[::2]  # strided
+    b = torch.randn(48, 17, device="cuda")
+    c = numba_gemm.matmul(DLPackOnly(a), DLPackOnly(b))
+    ref = a.double().cpu().numpy() @ b.double().cpu().numpy()
+    assert relative_error(c, ref) <= tolerance(np.float32, 48)
+
+
+def test_jax_gpu_arrays(rng):
+    jax = pytest.importorskip("jax")
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("JAX has no GPU backend here")
+    a = jax.device_put(rng.standard_normal((40, 30)).astype(np.float32))
+    b = jax.device_put(rng.standard_normal((30, 20)).astype(np.float32))
+    c = numba_gemm.matmul(a, b)
+    check(c, np.asarray(a), np.asarray(b), np.float32)
+
+
+def test_device_out_overlapping_input_is_refused(rng):
+    a, b = make_operands(32, 32, 32, np.float32, "row", rng, to_device=True)
+    with pytest.raises(ValueError, match="out overlaps a"):
+        numba_gemm.matmul(a, b, a)
+
+
+def test_device_clock_waits_for_jax_streams():
+    """The benchmark clock must bracket XLA's work, which runs on XLA's own streams."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    from numba_gemm.timing import device_clock
+
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("JAX has no GPU backend here")
+    x = jnp.ones((4096, 4096), jnp.float32)
+    f = jax.jit(lambda x: jnp.matmul(x, x, precision="highest"))
+    f(x).block_until_ready()
+    start = device_clock()
+    f(x).block_until_ready()
+    blocked = device_clock() - start
+    start = device_clock()
+    f(x)  # not blocked: the clock itself must wait for it
+    unblocked = device_clock() - start
+    assert unblocked >= 0.8 * blocked, (unblocked, blocked)
