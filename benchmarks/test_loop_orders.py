@@ -11,7 +11,7 @@ import pytest
 
 import numba_gemm
 from numba_gemm.model import CACHES, traffic
-from numba_gemm.testing import make_operands
+from numba_gemm.testing import make_operands, poisoned
 from numba_gemm.timing import device_clock
 
 pytestmark = [pytest.mark.gpu, pytest.mark.benchmark(timer=device_clock, disable_gc=True)]
@@ -39,10 +39,8 @@ def test_peer_jnp_matmul(benchmark, record, size):
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("algorithm", ORDERS)
 def test_loop_order(benchmark, record, copy_bandwidth, algorithm, layout, size):
-    from numba import cuda
-
     a, b = make_operands(size, size, size, np.float32, layout, np.random.default_rng(size), to_device=True)
-    out = cuda.device_array((size, size), np.float32)
+    out = poisoned((size, size), np.float32, to_device=True, layout=layout)
     benchmark.pedantic(numba_gemm.matmul, args=(a, b, out), kwargs={"algorithm": algorithm},
                        rounds=ROUNDS, iterations=ITERATIONS, warmup_rounds=1)
     model_s = {cache: traffic(algorithm, size, size, size, cache).total * 4 / copy_bandwidth

@@ -10,7 +10,8 @@ simulator (``NUMBA_ENABLE_CUDASIM``) before Numba is imported, and
 
 from importlib import import_module
 
-__all__ = ["ALGORITHMS", "MatrixDesc", "cdiv", "choose_algorithm", "describe", "matmul", "model"]
+__all__ = ["ALGORITHMS", "MatrixDesc", "cdiv", "choose_algorithm", "describe", "matmul", "model",
+           "transpose_view"]
 
 _HOME = {
     "ALGORITHMS": "api",
@@ -18,6 +19,7 @@ _HOME = {
     "matmul": "api",
     "MatrixDesc": "descriptor",
     "describe": "descriptor",
+    "transpose_view": "descriptor",
     "cdiv": "launch",
 }
 

@@ -61,7 +61,7 @@ def demo(args) -> int:
     for algorithm in ALGORITHMS:
         for layout in layouts:
             a, b = make_operands(M, N, K, np.float32, layout, rng, to_device=not simulated)
-            out = poisoned((M, N), np.float32, to_device=not simulated)
+            out = poisoned((M, N), np.float32, to_device=not simulated, layout=layout)
             seconds = median_seconds(lambda: matmul(a, b, out, algorithm=algorithm),
                                      warmup=1, reps=reps)
             error = relative_error(out, reference(a, b))
@@ -71,7 +71,8 @@ def demo(args) -> int:
             failures += not ok
             print(f"{name:9} {f'{M} x {N} x {K}':>16} {layout:7} {error:10.2e} "
                   f"{seconds * 1e3:8.3f}ms {2 * M * N * K / seconds / 1e12:8.3g}{'' if ok else '  FAILED'}")
-    print("layouts: row = A, B row-major; col = both column-major; a_col / b_col = only A / B column-major")
+    print("layouts: row = A, B, C row-major; col = all column-major (transposed views); "
+          "a_col / b_col = only A / only B column-major")
     return 1 if failures else 0
 
 

@@ -77,13 +77,13 @@ def matmul(a: Any, b: Any, out: Any = None, *, algorithm: str = "auto", stream: 
     """
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {', '.join(map(repr, ALGORITHMS))}; got {algorithm!r}")
-    a_desc, b_desc = describe(a, "a"), describe(b, "b")
+    a_desc, b_desc = describe(a, "a", stream), describe(b, "b", stream)
     _check_operands(a_desc, b_desc)
     shape, dtype, on_device = (a_desc.shape[0], b_desc.shape[1]), a_desc.dtype, a_desc.on_device
     if out is None:
         out_desc = allocate_output(shape, dtype, on_device, stream=stream)
     else:
-        out_desc = describe(out, "out")
+        out_desc = describe(out, "out", stream)
         _check_output(out_desc, shape, dtype, on_device, (a_desc, b_desc))
     if algorithm == "auto":
         algorithm = choose_algorithm(a_desc, b_desc)

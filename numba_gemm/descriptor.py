@@ -20,7 +20,12 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-__all__ = ["MatrixDesc", "describe", "SUPPORTED_DTYPES"]
+if cuda.config.ENABLE_CUDASIM:
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray as DeviceNDArray
+else:
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+__all__ = ["MatrixDesc", "describe", "transpose_view", "SUPPORTED_DTYPES"]
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -158,7 +163,14 @@ def _device_desc(name: str, cai: dict, source: Any) -> MatrixDesc:
     return _with_data(desc, cuda.from_cuda_array_interface(flat_cai, owner=source))
 
 
-def _dlpack_desc(name: str, x: Any) -> MatrixDesc:
+def _dlpack_stream(stream) -> int:
+    """The DLPack ``stream`` value for a Numba stream (1: the legacy default stream)."""
+    handle = getattr(stream, "handle", stream)
+    handle = getattr(handle, "value", handle)
+    return int(handle) if handle else 1
+
+
+def _dlpack_desc(name: str, x: Any, stream) -> MatrixDesc:
     device_type, _ = x.__dlpack_device__()
     if device_type == _DLPACK_CPU:
         return _host_desc(name, np.from_dlpack(x), x)
@@ -166,22 +178,22 @@ def _dlpack_desc(name: str, x: Any) -> MatrixDesc:
         raise TypeError(f"{name} lives on DLPack device type {device_type}; only CUDA and CPU are supported")
     from cuda.core.utils import StridedMemoryView
 
-    view = StridedMemoryView.from_dlpack(x, stream_ptr=-1)  # -1: caller orders its own streams
+    # The producer orders its pending writes before our stream (DLPack's stream protocol).
+    view = StridedMemoryView.from_dlpack(x, stream_ptr=_dlpack_stream(stream))
     itemsize = np.dtype(view.dtype).itemsize
-    strides = view.strides if view.strides is not None else None
     cai = {"shape": tuple(view.shape), "typestr": np.dtype(view.dtype).str, "data": (view.ptr, False),
-           "strides": None if strides is None else tuple(s * itemsize for s in strides), "version": 3}
+           "strides": None if view.strides is None else tuple(s * itemsize for s in view.strides),
+           "version": 3}
     return _device_desc(name, cai, x)
 
 
-def _simulator_array_type():
-    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-
-    return FakeCUDAArray
-
-
-def describe(x: Any, name: str = "x") -> MatrixDesc:
+def describe(x: Any, name: str = "x", stream: Any = 0) -> MatrixDesc:
     """Validate ``x`` as a matrix and describe it; ``name`` is used in errors.
+
+    Foreign CUDA arrays are taken through DLPack where they offer it, asking
+    the producer to order its pending work before ``stream`` (the stream the
+    kernels will run on); otherwise through ``__cuda_array_interface__``,
+    whose own ``stream`` entry, if any, is synchronised.
 
     Raises ``TypeError`` for unsupported objects or dtypes and ``ValueError``
     for a rank other than 2, empty matrices, and zero, negative or misaligned
@@ -191,17 +203,38 @@ def describe(x: Any, name: str = "x") -> MatrixDesc:
         return x
     if isinstance(x, np.ndarray):
         return _host_desc(name, x, x)
-    if cuda.config.ENABLE_CUDASIM and isinstance(x, _simulator_array_type()):
+    if cuda.config.ENABLE_CUDASIM and isinstance(x, DeviceNDArray):
         # The simulator's device arrays wrap a NumPy array.
         desc = _host_desc(name, x._ary, x)
         return MatrixDesc(desc.name, desc.shape, desc.strides, desc.dtype, desc.data,
                           True, desc.address, x)
+    if isinstance(x, DeviceNDArray):  # Numba's own: same stream semantics as the kernels
+        return _device_desc(name, x.__cuda_array_interface__, x)
+    if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
+        return _dlpack_desc(name, x, stream)
     cai = getattr(x, "__cuda_array_interface__", None)
     if cai is not None:
         return _device_desc(name, cai, x)
-    if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
-        return _dlpack_desc(name, x)
     raise TypeError(
         f"{name} must be a NumPy array or a CUDA array (Numba, CuPy, PyTorch, JAX: anything with "
         f"__cuda_array_interface__ or __dlpack__), got {type(x).__module__}.{type(x).__qualname__}"
     )
+
+
+def transpose_view(x: Any) -> Any:
+    """A transposed view of the 2-D matrix ``x``, sharing its memory.
+
+    Numba's ``DeviceNDArray.T`` launches a transpose kernel and returns a
+    copy (the simulator's returns a view); this builds the view a BLAS "T"
+    flag means: shape and strides swapped. Other arrays use their own ``.T``.
+    """
+    if isinstance(x, DeviceNDArray) and not cuda.config.ENABLE_CUDASIM:
+        shape, strides, dtype, ptr = cai_metadata("x", x.__cuda_array_interface__)
+        if len(shape) != 2:
+            raise ValueError(f"x must be 2-D (a matrix), got a {len(shape)}-D array of shape {shape}")
+        return cuda.from_cuda_array_interface(
+            {"shape": shape[::-1], "strides": strides[::-1], "typestr": dtype.str,
+             "data": (ptr, False), "version": 3}, owner=x)
+    if getattr(x, "ndim", 2) != 2:
+        raise ValueError(f"x must be 2-D (a matrix), got shape {tuple(x.shape)}")
+    return x.T

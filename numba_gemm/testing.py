@@ -9,30 +9,32 @@ import math
 
 import numpy as np
 
-__all__ = ["LAYOUTS", "make_operands", "poisoned", "reference", "relative_error", "tolerance"]
+from .descriptor import transpose_view
 
-# Operand layouts: name -> (layout of A, layout of B). "col" operands are transposed
-# views of row-major arrays (BLAS's "T"); "sliced" ones are strided views with an offset.
+__all__ = ["LAYOUTS", "check_layouts", "make_operands", "poisoned", "reference", "relative_error", "tolerance"]
+
+# Layouts: name -> (layout of A, of B, of C). "col" matrices are transposed views of
+# row-major arrays (BLAS's "T"); "sliced" ones are strided views with an offset.
 LAYOUTS = {
-    "row": ("row", "row"),
-    "col": ("col", "col"),
-    "a_col": ("col", "row"),
-    "b_col": ("row", "col"),
-    "sliced": ("sliced", "sliced"),
+    "row": ("row", "row", "row"),
+    "col": ("col", "col", "col"),
+    "a_col": ("col", "row", "row"),
+    "b_col": ("row", "col", "row"),
+    "sliced": ("sliced", "sliced", "sliced"),
 }
 
 
-def _view(rows: int, cols: int, layout: str, dtype, rng: np.random.Generator, to_device: bool):
-    """A rows x cols matrix of N(0, 1) values in ``layout``, built as a view of a base array."""
+def _view(rows: int, cols: int, layout: str, base_values, dtype, to_device: bool):
+    """A rows x cols view in ``layout`` of a base array filled by ``base_values(shape)``."""
     if layout == "row":
         base_shape, view = (rows, cols), lambda x: x
     elif layout == "col":
-        base_shape, view = (cols, rows), lambda x: x.T
+        base_shape, view = (cols, rows), transpose_view
     elif layout == "sliced":  # strides (2 * (3*cols + 2), 3) elements, starting at (1, 2)
         base_shape, view = (2 * rows + 1, 3 * cols + 2), lambda x: x[1::2, 2::3][:rows, :cols]
     else:
         raise ValueError(f"unknown layout {layout!r}")
-    base = rng.standard_normal(base_shape).astype(dtype)
+    base = base_values(base_shape).astype(dtype)
     if to_device:
         from numba import cuda
 
@@ -44,19 +46,30 @@ def make_operands(M: int, N: int, K: int, dtype=np.float32, layout: str = "row",
                   rng: np.random.Generator | None = None, to_device: bool = False):
     """Fresh random A (M x K) and B (K x N) in one of :data:`LAYOUTS`."""
     rng = np.random.default_rng() if rng is None else rng
-    a_layout, b_layout = LAYOUTS[layout]
-    return (_view(M, K, a_layout, dtype, rng, to_device),
-            _view(K, N, b_layout, dtype, rng, to_device))
+    a_layout, b_layout, _ = LAYOUTS[layout]
+    return (_view(M, K, a_layout, rng.standard_normal, dtype, to_device),
+            _view(K, N, b_layout, rng.standard_normal, dtype, to_device))
 
 
-def poisoned(shape, dtype, to_device: bool = False):
-    """An output filled with NaN, so any element a kernel fails to write shows."""
-    out = np.full(shape, np.nan, dtype=dtype)
-    if to_device:
-        from numba import cuda
+def poisoned(shape, dtype, to_device: bool = False, layout: str = "row"):
+    """An M x N output in C's layout of :data:`LAYOUTS` ``layout``, filled with NaN so
+    that any element a kernel fails to write shows."""
+    return _view(*shape, LAYOUTS[layout][2], lambda s: np.full(s, np.nan), dtype, to_device)
 
-        return cuda.to_device(out)
-    return out
+
+_DESCRIBED = {"row": "row", "col": "col", "sliced": "strided"}
+
+
+def check_layouts(layout: str, *matrices) -> None:
+    """Assert A, B (and C) really are in ``layout`` (no copy turned them row-major).
+
+    Meaningful for matrices with both dimensions > 1.
+    """
+    from .descriptor import describe
+
+    for expected, x in zip(LAYOUTS[layout], matrices):
+        found = describe(x).layout
+        assert found == _DESCRIBED[expected], f"expected a {expected} matrix, found {found}"
 
 
 def _host(x) -> np.ndarray:

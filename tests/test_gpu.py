@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import numba_gemm
-from numba_gemm.testing import LAYOUTS, make_operands, poisoned, reference, relative_error, tolerance
+from numba_gemm.testing import LAYOUTS, check_layouts, make_operands, poisoned, reference, relative_error, tolerance
 
 pytestmark = pytest.mark.gpu
 
@@ -22,7 +22,9 @@ def check(out, a, b, dtype):
 def test_loop_orders_on_gpu(algorithm, shape, layout, rng):
     M, N, K = shape
     a, b = make_operands(M, N, K, np.float32, layout, rng, to_device=True)
-    out = poisoned((M, N), np.float32, to_device=True)
+    out = poisoned((M, N), np.float32, to_device=True, layout=layout)
+    if min(shape) > 1:
+        check_layouts(layout, a, b, out)
     numba_gemm.matmul(a, b, out, algorithm=algorithm)
     check(out, a, b, np.float32)
 
@@ -87,6 +89,17 @@ def test_jax_gpu_arrays(rng):
     b = jax.device_put(rng.standard_normal((30, 20)).astype(np.float32))
     c = numba_gemm.matmul(a, b)
     check(c, np.asarray(a), np.asarray(b), np.float32)
+
+
+def test_transpose_view_of_a_numba_device_array_shares_memory():
+    from numba import cuda
+
+    base = cuda.to_device(np.arange(12, dtype=np.float32).reshape(3, 4))
+    view = numba_gemm.transpose_view(base)
+    d = numba_gemm.describe(view)
+    assert d.shape == (4, 3) and d.strides == (1, 4)
+    assert d.address == numba_gemm.describe(base).address
+    np.testing.assert_array_equal(view.copy_to_host(), np.arange(12).reshape(3, 4).T)
 
 
 def test_device_out_overlapping_input_is_refused(rng):

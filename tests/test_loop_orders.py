@@ -10,7 +10,7 @@ import pytest
 
 import numba_gemm
 from numba_gemm.kernels.loop_orders import BLOCK_FAST, BLOCK_SLOW
-from numba_gemm.testing import LAYOUTS, make_operands, poisoned, reference, relative_error, tolerance
+from numba_gemm.testing import LAYOUTS, check_layouts, make_operands, poisoned, reference, relative_error, tolerance
 
 SHAPES = [(1, 1, 1), (1, 13, 7), (17, 1, 5), (13, 11, 17), (BLOCK_FAST + 1, BLOCK_SLOW + 1, 4)]
 ALGORITHMS = numba_gemm.ALGORITHMS
@@ -28,7 +28,9 @@ def check(out, a, b, dtype):
 def test_matches_float64_reference(algorithm, shape, layout, dtype, rng):
     M, N, K = shape
     a, b = make_operands(M, N, K, dtype, layout, rng)
-    out = poisoned((M, N), dtype)
+    out = poisoned((M, N), dtype, layout=layout)
+    if min(shape) > 1:
+        check_layouts(layout, a, b, out)
     result = numba_gemm.matmul(a, b, out, algorithm=algorithm)
     assert result is out
     check(out, a, b, dtype)
@@ -64,6 +66,7 @@ def test_strided_output(algorithm, out_layout, rng):
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_device_arrays_in_device_array_out(algorithm, layout, rng):
     a, b = make_operands(11, 9, 6, np.float32, layout, rng, to_device=True)
+    check_layouts(layout, a, b)
     c = numba_gemm.matmul(a, b, algorithm=algorithm)
     assert numba_gemm.describe(c).on_device and c.shape == (11, 9)
     check(c, a, b, np.float32)
