@@ -1,8 +1,9 @@
 """Seed 001's loop orders against cuBLAS (jnp.matmul, precision="highest"), same run.
 
-Each case: fresh random device operands in one layout, an output allocated
-once, one warm-up round, then ROUNDS rounds of ITERATIONS back-to-back calls
-timed on the CUDA event clock. The model columns are seed 001's traffic for
+Each case: fresh random device operands in one layout and an output in C's
+layout, allocated once; pytest-benchmark warms up, calibrates how many
+back-to-back calls fill a round of at least MIN_ROUND_S (so launch latency is
+amortised), and times at least MIN_ROUNDS rounds on the CUDA event clock. The model columns are seed 001's traffic for
 that order (numba_gemm.model.traffic) over the measured copy bandwidth.
 """
 
@@ -14,12 +15,14 @@ from numba_gemm.model import CACHES, traffic
 from numba_gemm.testing import make_operands, poisoned
 from numba_gemm.timing import device_clock
 
-pytestmark = [pytest.mark.gpu, pytest.mark.benchmark(timer=device_clock, disable_gc=True)]
+MIN_ROUND_S, MIN_ROUNDS = 0.05, 7
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.benchmark(timer=device_clock, disable_gc=True, warmup=True, warmup_iterations=10, min_time=MIN_ROUND_S,
+                                    min_rounds=MIN_ROUNDS, max_time=1.0)]
 
 SIZES = [1024, 2048]
 LAYOUTS = ["row", "col", "a_col", "b_col"]
 ORDERS = ["mnk", "nmk", "kmn", "knm"]
-ROUNDS, ITERATIONS = 7, 2
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -31,7 +34,7 @@ def test_peer_jnp_matmul(benchmark, record, size):
     a = jax.device_put(rng.standard_normal((size, size), dtype=np.float32))
     b = jax.device_put(rng.standard_normal((size, size), dtype=np.float32))
     matmul = jax.jit(lambda a, b: jnp.matmul(a, b, precision="highest"))
-    benchmark.pedantic(matmul, args=(a, b), rounds=ROUNDS, iterations=ITERATIONS, warmup_rounds=1)
+    benchmark(matmul, a, b)
     record(benchmark, kind="peer", algorithm="jnp.matmul", layout="row", size=size, dtype="float32")
 
 
@@ -41,8 +44,7 @@ def test_peer_jnp_matmul(benchmark, record, size):
 def test_loop_order(benchmark, record, copy_bandwidth, algorithm, layout, size):
     a, b = make_operands(size, size, size, np.float32, layout, np.random.default_rng(size), to_device=True)
     out = poisoned((size, size), np.float32, to_device=True, layout=layout)
-    benchmark.pedantic(numba_gemm.matmul, args=(a, b, out), kwargs={"algorithm": algorithm},
-                       rounds=ROUNDS, iterations=ITERATIONS, warmup_rounds=1)
+    benchmark(numba_gemm.matmul, a, b, out, algorithm=algorithm)
     model_s = {cache: traffic(algorithm, size, size, size, cache).total * 4 / copy_bandwidth
                for cache in CACHES}
     record(benchmark, kind="numba", algorithm=algorithm, layout=layout, size=size, dtype="float32",

@@ -47,9 +47,9 @@ def demo(args) -> int:
               "times are the simulator's).")
         size, reps = args.size or 24, 1
     else:
-        from numba import cuda
+        from .timing import device_name
 
-        print(f"GPU: {cuda.get_current_device().name.decode()}")
+        print(f"GPU: {device_name()}")
         size, reps = args.size or 1024, 5
     M, N, K = size, size + 3, size - 5 if size > 8 else size  # non-square, odd: edges are exercised
     rng = np.random.default_rng(args.seed)

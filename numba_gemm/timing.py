@@ -14,7 +14,7 @@ import time
 
 from numba import cuda
 
-__all__ = ["device_clock", "median_seconds"]
+__all__ = ["device_clock", "device_name", "median_seconds"]
 
 _REBASE_AFTER_S = 1.0  # event times are float32 milliseconds: keep the origin recent
 
@@ -54,3 +54,9 @@ def median_seconds(fn, *, warmup: int = 2, reps: int = 10, calls_per_rep: int = 
             fn()
         times.append((device_clock() - start) / calls_per_rep)
     return statistics.median(times)
+
+
+def device_name() -> str:
+    """The current GPU's name (Numba returns bytes or str depending on its version)."""
+    name = cuda.get_current_device().name
+    return name.decode() if isinstance(name, bytes) else name
