@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.benchmark(timer=device_clock, disable_gc=True, warmup=True, warmup_iterations=10, min_time=MIN_ROUND_S,
                                     min_rounds=MIN_ROUNDS, max_time=1.0)]
 
-SIZES = [1024, 2048]
+SIZES = [1024, 2047, 2048]  # 2047: leading dimensions that are not powers of two
 LAYOUTS = ["row", "col", "a_col", "b_col"]
 ORDERS = ["mnk", "nmk", "kmn", "knm"]
 
