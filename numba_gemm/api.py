@@ -58,8 +58,8 @@ def _check_output(out: MatrixDesc, shape: tuple[int, int], dtype: np.dtype, on_d
         raise ValueError(f"out has strides {out.strides} under which distinct elements share memory")
     for x in inputs:
         if out.overlaps(x):
-            raise ValueError(f"out overlaps {x.name} in memory; the kernels read {x.name} while "
-                             "writing out, so pass a separate output")
+            raise ValueError(f"out overlaps {x.name} in memory (their address ranges intersect); the "
+                             f"kernels read {x.name} while writing out, so pass a separate output")
 
 
 def matmul(a: Any, b: Any, out: Any = None, *, algorithm: str = "auto", stream: Any = 0) -> Any:

@@ -14,7 +14,7 @@ Nothing here launches a kernel or copies matrix data.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -70,7 +70,10 @@ class MatrixDesc:
         return self.address, self.address + self.span * self.dtype.itemsize
 
     def overlaps(self, other: "MatrixDesc") -> bool:
-        """True if the two matrices' memory ranges intersect (same memory space)."""
+        """True if the two matrices' memory ranges intersect (same memory space).
+
+        Conservative: interleaved views (``x[:, ::2]`` and ``x[:, 1::2]``) count as overlapping.
+        """
         if self.on_device != other.on_device:
             return False
         lo1, hi1 = self.byte_range()
@@ -119,10 +122,6 @@ def _check_strides(name: str, shape, strides) -> None:
             )
 
 
-def _c_strides(shape, itemsize: int) -> tuple[int, int]:
-    return (shape[1] * itemsize, itemsize)
-
-
 def _host_desc(name: str, x: np.ndarray, source: Any) -> MatrixDesc:
     _check_matrix(name, x.shape, x.dtype)
     strides = _element_strides(name, x.strides, x.itemsize)
@@ -131,12 +130,7 @@ def _host_desc(name: str, x: np.ndarray, source: Any) -> MatrixDesc:
                       x.__array_interface__["data"][0], source)
     flat = np.lib.stride_tricks.as_strided(x, shape=(desc.span,), strides=(x.itemsize,),
                                            writeable=x.flags.writeable)
-    return _with_data(desc, flat)
-
-
-def _with_data(desc: MatrixDesc, data) -> MatrixDesc:
-    return MatrixDesc(desc.name, desc.shape, desc.strides, desc.dtype, data,
-                      desc.on_device, desc.address, desc.source)
+    return replace(desc, data=flat)
 
 
 def cai_metadata(name: str, cai: dict) -> tuple[tuple[int, ...], tuple[int, ...], np.dtype, int]:
@@ -160,7 +154,7 @@ def _device_desc(name: str, cai: dict, source: Any) -> MatrixDesc:
     desc = MatrixDesc(name, shape, strides, dtype, None, True, ptr, source)
     flat_cai = {"shape": (desc.span,), "strides": None, "typestr": dtype.str,
                 "data": (ptr, False), "version": 3, "stream": cai.get("stream")}
-    return _with_data(desc, cuda.from_cuda_array_interface(flat_cai, owner=source))
+    return replace(desc, data=cuda.from_cuda_array_interface(flat_cai, owner=source))
 
 
 def _dlpack_stream(stream) -> int:
@@ -205,9 +199,7 @@ def describe(x: Any, name: str = "x", stream: Any = 0) -> MatrixDesc:
         return _host_desc(name, x, x)
     if cuda.config.ENABLE_CUDASIM and isinstance(x, DeviceNDArray):
         # The simulator's device arrays wrap a NumPy array.
-        desc = _host_desc(name, x._ary, x)
-        return MatrixDesc(desc.name, desc.shape, desc.strides, desc.dtype, desc.data,
-                          True, desc.address, x)
+        return replace(_host_desc(name, x._ary, x), on_device=True)
     if isinstance(x, DeviceNDArray):  # Numba's own: same stream semantics as the kernels
         return _device_desc(name, x.__cuda_array_interface__, x)
     if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):

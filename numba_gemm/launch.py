@@ -8,6 +8,8 @@ caller's memory space.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from numba import cuda
 
@@ -33,9 +35,8 @@ def device_operand(desc: MatrixDesc, stream=0) -> MatrixDesc:
     """
     if desc.on_device or simulated():
         return desc
-    data = cuda.to_device(np.ascontiguousarray(desc.data), stream=stream)
-    return MatrixDesc(desc.name, desc.shape, desc.strides, desc.dtype, data, True,
-                      data.device_ctypes_pointer.value, desc.source)
+    data = cuda.to_device(desc.data, stream=stream)  # the span: a contiguous 1-D view
+    return replace(desc, data=data, on_device=True, address=data.device_ctypes_pointer.value)
 
 
 def allocate_output(shape: tuple[int, int], dtype: np.dtype, on_device: bool, name: str = "out",
