@@ -4,8 +4,10 @@ PYTHON ?= python3
 VENV ?= .venv
 PY ?= $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# With an NVIDIA driver present, the demo needs the GPU extras too.
+DEMO_STAMP := $(if $(shell command -v nvidia-smi 2>/dev/null),$(STAMP)-gpu,$(STAMP))
 
-.PHONY: venv demo test test-gpu bench gpu-suite model clean
+.PHONY: venv demo test test-gpu bench model clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,10 +15,15 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $@
 
+# GPU targets add the CUDA 13 toolkit wheels (NVVM, NVRTC) that numba-cuda compiles with.
+$(STAMP)-gpu: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[test,cu13]'
+	touch $@
+
 venv: $(STAMP)
 
 # The main job: every algorithm checked and timed (simulator at small sizes without a GPU).
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(PY) -m numba_gemm demo
 
 # The CPU suite: kernels on the Numba CUDA simulator, JAX on the CPU; `gpu` tests skip.
@@ -24,11 +31,11 @@ test: $(STAMP)
 	NUMBA_ENABLE_CUDASIM=1 JAX_PLATFORMS=cpu $(PY) -m pytest -q
 
 # On a GPU machine: the whole test suite against the real GPU (the `gpu` tests included).
-test-gpu: $(STAMP)
+test-gpu: $(STAMP)-gpu
 	$(PY) -m pytest -q
 
 # On a GPU machine: the benchmark suite; writes benchmarks/results/<date>-<device>.json.
-bench: $(STAMP)
+bench: $(STAMP)-gpu
 	$(PY) -m pytest -q benchmarks
 
 model: $(STAMP)

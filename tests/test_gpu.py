@@ -47,7 +47,7 @@ def test_numpy_in_numpy_out_on_gpu(algorithm, rng):
     check(c, a, b, np.float32)
 
 
-def test_torch_tensors_through_cuda_array_interface(rng):
+def test_torch_tensors(rng):
     torch = pytest.importorskip("torch")
     a = torch.randn(200, 300, device="cuda").T  # transposed view, no copy
     b = torch.randn(200, 100, device="cuda")
@@ -57,6 +57,25 @@ def test_torch_tensors_through_cuda_array_interface(rng):
     out = torch.full((300, 100), float("nan"), device="cuda")
     numba_gemm.matmul(a, b, out, algorithm="mnk")
     assert relative_error(out.cpu().numpy(), ref) <= tolerance(np.float32, 200)
+
+
+class CAIOnly:
+    """Exposes only the CUDA array interface of the wrapped tensor."""
+
+    def __init__(self, x):
+        self.__cuda_array_interface__ = x.__cuda_array_interface__
+        self._x = x
+
+
+def test_cuda_array_interface_objects(rng):
+    torch = pytest.importorskip("torch")
+    a = torch.randn(64, 48, device="cuda")[:, 1::2]  # strided
+    b = torch.randn(40, 24, device="cuda").T  # column-major
+    torch.cuda.synchronize()
+    out = torch.full((64, 40), float("nan"), device="cuda")
+    numba_gemm.matmul(CAIOnly(a), CAIOnly(b), CAIOnly(out))
+    ref = a.double().cpu().numpy() @ b.double().cpu().numpy()
+    assert relative_error(out.cpu().numpy(), ref) <= tolerance(np.float32, 24)
 
 
 class DLPackOnly:

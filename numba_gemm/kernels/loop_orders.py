@@ -38,6 +38,10 @@ consecutive addresses, and cost one transaction when they touch one address
 - ``nmk`` / ``knm`` (threads along m): the warp reads A(i..i+31, k), contiguous
   only when A is column-major (``stride_am == 1``), and broadcasts B(k, j). They
   want A and C column-major.
+- An uncoalesced operand can still be cheap: each lane's 32-byte sector holds
+  8 consecutive k values, which L1 serves on the next 7 steps unless the
+  strides are powers of two and the warp's sectors evict each other (measured
+  on an H200: no cost at 2047^3, 2.4x at 2048^3; README.md).
 - ``kmn`` / ``knm`` move C through memory at every k step: about MNK reads and
   MNK writes on top of the operand loads (the seed's "C_w = MNK"); caches absorb
   part of it, but it is never faster than the matching register order.
