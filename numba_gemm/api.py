@@ -74,6 +74,10 @@ def matmul(a: Any, b: Any, out: Any = None, *, algorithm: str = "auto", stream: 
     orders, see ``numba_gemm.kernels.loop_orders``) or ``"auto"``, which picks
     the loop order that coalesces for the operands' layouts. All checks run
     before any launch and raise ``ValueError``/``TypeError`` naming the argument.
+
+    ``stream``: the Numba stream the kernel runs on (default: the default
+    stream). Foreign device arrays offering DLPack are ordered before it;
+    device results are not synchronised, as with any kernel launch.
     """
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {', '.join(map(repr, ALGORITHMS))}; got {algorithm!r}")
@@ -95,5 +99,8 @@ def matmul(a: Any, b: Any, out: Any = None, *, algorithm: str = "auto", stream: 
     result = allocate_output(shape, dtype, True, stream=stream)
     launch_loop_order(algorithm, device_operand(a_desc, stream), device_operand(b_desc, stream),
                       result, stream)
-    np.copyto(out_desc.source, result.source.copy_to_host(stream=stream))
+    host = result.source.copy_to_host(stream=stream)
+    if stream:
+        stream.synchronize()  # an asynchronous copy must land before NumPy reads it
+    np.copyto(out_desc.source, host)
     return out_desc.source
