@@ -146,3 +146,19 @@ def test_device_clock_waits_for_jax_streams():
     f(x)  # not blocked: the clock itself must wait for it
     unblocked = device_clock() - start
     assert unblocked >= 0.8 * blocked, (unblocked, blocked)
+
+
+def test_explicit_stream_with_foreign_arrays(rng):
+    """DLPack producers are ordered before the launch stream; NumPy results wait for it."""
+    torch = pytest.importorskip("torch")
+    from numba import cuda
+
+    stream = cuda.stream()
+    a = torch.randn(300, 200, device="cuda")
+    b = torch.randn(200, 100, device="cuda")
+    c = numba_gemm.matmul(DLPackOnly(a), DLPackOnly(b), stream=stream)
+    stream.synchronize()
+    ref = a.double().cpu().numpy() @ b.double().cpu().numpy()
+    assert relative_error(c, ref) <= tolerance(np.float32, 200)
+    a_host, b_host = a.cpu().numpy(), b.cpu().numpy()
+    assert relative_error(numba_gemm.matmul(a_host, b_host, stream=stream), ref) <= tolerance(np.float32, 200)

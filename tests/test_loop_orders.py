@@ -86,3 +86,14 @@ def test_k_outer_orders_need_no_zeroed_output(rng):
 def test_auto_picks_the_coalescing_order(layout, expected, rng):
     a, b = make_operands(4, 4, 4, np.float32, layout, rng)
     assert numba_gemm.choose_algorithm(numba_gemm.describe(a), numba_gemm.describe(b)) == expected
+
+
+@pytest.mark.parametrize("to_device", [False, True])
+def test_explicit_stream(to_device, rng):
+    from numba import cuda
+
+    stream = cuda.stream()
+    a, b = make_operands(7, 6, 5, np.float32, "sliced", rng, to_device=to_device)
+    c = numba_gemm.matmul(a, b, stream=stream)
+    stream.synchronize()
+    check(c, a, b, np.float32)
