@@ -122,12 +122,17 @@ def _check_strides(name: str, shape, strides) -> None:
             )
 
 
+def _validated(name: str, shape, byte_strides, dtype: np.dtype, on_device: bool, address: int,
+               source: Any) -> MatrixDesc:
+    """Every check of one matrix; the descriptor's ``data`` is filled in by the caller."""
+    _check_matrix(name, shape, dtype)
+    strides = _element_strides(name, byte_strides, dtype.itemsize)
+    _check_strides(name, shape, strides)
+    return MatrixDesc(name, tuple(shape), strides, dtype, None, on_device, address, source)
+
+
 def _host_desc(name: str, x: np.ndarray, source: Any) -> MatrixDesc:
-    _check_matrix(name, x.shape, x.dtype)
-    strides = _element_strides(name, x.strides, x.itemsize)
-    _check_strides(name, x.shape, strides)
-    desc = MatrixDesc(name, tuple(x.shape), strides, x.dtype, None, False,
-                      x.__array_interface__["data"][0], source)
+    desc = _validated(name, x.shape, x.strides, x.dtype, False, x.__array_interface__["data"][0], source)
     flat = np.lib.stride_tricks.as_strided(x, shape=(desc.span,), strides=(x.itemsize,),
                                            writeable=x.flags.writeable)
     return replace(desc, data=flat)
@@ -148,10 +153,7 @@ def cai_metadata(name: str, cai: dict) -> tuple[tuple[int, ...], tuple[int, ...]
 
 def _device_desc(name: str, cai: dict, source: Any) -> MatrixDesc:
     shape, byte_strides, dtype, ptr = cai_metadata(name, cai)
-    _check_matrix(name, shape, dtype)
-    strides = _element_strides(name, byte_strides, dtype.itemsize)
-    _check_strides(name, shape, strides)
-    desc = MatrixDesc(name, shape, strides, dtype, None, True, ptr, source)
+    desc = _validated(name, shape, byte_strides, dtype, True, ptr, source)
     flat_cai = {"shape": (desc.span,), "strides": None, "typestr": dtype.str,
                 "data": (ptr, False), "version": 3, "stream": cai.get("stream")}
     return replace(desc, data=cuda.from_cuda_array_interface(flat_cai, owner=source))
