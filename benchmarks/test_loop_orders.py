@@ -11,18 +11,17 @@ import numpy as np
 import pytest
 
 import numba_gemm
-from numba_gemm.model import CACHES, traffic
+from numba_gemm.model import CACHES, ORDERS, traffic
 from numba_gemm.testing import make_operands, poisoned
 from numba_gemm.timing import device_clock
 
 MIN_ROUND_S, MIN_ROUNDS = 0.05, 7
 pytestmark = [pytest.mark.gpu,
-              pytest.mark.benchmark(timer=device_clock, disable_gc=True, warmup=True, warmup_iterations=10, min_time=MIN_ROUND_S,
-                                    min_rounds=MIN_ROUNDS, max_time=1.0)]
+              pytest.mark.benchmark(timer=device_clock, disable_gc=True, warmup=True, warmup_iterations=10,
+                                    min_time=MIN_ROUND_S, min_rounds=MIN_ROUNDS, max_time=1.0)]
 
 SIZES = [1024, 2047, 2048]  # 2047: leading dimensions that are not powers of two
 LAYOUTS = ["row", "col", "a_col", "b_col"]
-ORDERS = ["mnk", "nmk", "kmn", "knm"]
 
 
 @pytest.mark.parametrize("size", SIZES)
