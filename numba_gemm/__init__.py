@@ -10,8 +10,8 @@ simulator (``NUMBA_ENABLE_CUDASIM``) before Numba is imported, and
 
 from importlib import import_module
 
-__all__ = ["ALGORITHMS", "MatrixDesc", "cdiv", "choose_algorithm", "describe", "matmul", "model",
-           "transpose_view"]
+__all__ = ["ALGORITHMS", "MatrixDesc", "TileConfig", "cdiv", "choose_algorithm", "describe", "matmul",
+           "model", "ordering", "transpose_view", "tune"]
 
 _HOME = {
     "ALGORITHMS": "api",
@@ -21,12 +21,14 @@ _HOME = {
     "describe": "descriptor",
     "transpose_view": "descriptor",
     "cdiv": "launch",
+    "TileConfig": "kernels.tiled",
+    "tune": "autotune",
 }
 
 
 def __getattr__(name):
-    if name == "model":
-        return import_module(".model", __name__)
+    if name in ("model", "ordering"):
+        return import_module(f".{name}", __name__)
     if name in _HOME:
         return getattr(import_module(f".{_HOME[name]}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

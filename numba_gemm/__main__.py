@@ -1,9 +1,12 @@
-"""``python -m numba_gemm demo | model``.
+"""``python -m numba_gemm demo | model | tune | bench``.
 
 - ``demo``: run every algorithm on random inputs in several layouts, check it
   against NumPy float64 and print error, time and TFLOP/s. Without a GPU it
   says so and runs on the Numba CUDA simulator at a small size.
 - ``model``: print seed 001's traffic table (4 loop orders x 3 cache scenarios).
+- ``tune``: time the tiled kernel's config space for one shape on this GPU and
+  store the winner in the tuning cache (``numba_gemm.autotune``).
+- ``bench``: the results table and plot from the committed benchmark JSON.
 """
 
 from __future__ import annotations
@@ -91,6 +94,26 @@ def model(args) -> int:
     return 0
 
 
+def tune(args) -> int:
+    if _use_simulator_without_gpu():
+        print("tune times kernels on a GPU, and none was found", file=sys.stderr)
+        return 2
+    from .autotune import cache_path
+    from .autotune import tune as run_tune
+
+    M = args.M or args.size
+    N, K = args.N or M, args.K or M
+    run_tune(M, N, K, args.dtype, args.layout, save=args.cache or True)
+    print(f"stored in {args.cache or cache_path()}")
+    return 0
+
+
+def bench(args) -> int:
+    from .report import main as report
+
+    return report(args)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m numba_gemm", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -106,6 +129,22 @@ def main(argv=None) -> int:
     p_model.add_argument("--simulate", action="store_true",
                          help="also execute each loop nest and check the closed forms (small sizes only)")
     p_model.set_defaults(func=model)
+    p_tune = sub.add_parser("tune", help="autotune the tiled kernel for one shape on this GPU")
+    p_tune.add_argument("--size", type=int, default=4096, help="M = N = K unless given apart")
+    p_tune.add_argument("--M", type=int, default=None)
+    p_tune.add_argument("--N", type=int, default=None)
+    p_tune.add_argument("--K", type=int, default=None)
+    p_tune.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    p_tune.add_argument("--layout", default="row", help="row, col, a_col, b_col or sliced")
+    p_tune.add_argument("--cache", default=None, help="JSON cache to update (default: the user cache)")
+    p_tune.set_defaults(func=tune)
+    p_bench = sub.add_parser("bench", help="results table and plot from benchmarks/results/*.json")
+    p_bench.add_argument("--results", default=None,
+                         help="a results JSON file or folder (default: benchmarks/results)")
+    p_bench.add_argument("--device", default=None, help="only rows measured on this device")
+    p_bench.add_argument("--plot", default=None,
+                         help="write a PNG of TFLOP/s against size (needs matplotlib: the 'plot' extra)")
+    p_bench.set_defaults(func=bench)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -8,21 +8,29 @@ import numpy as np
 
 from .descriptor import MatrixDesc, describe
 from .kernels.loop_orders import LOOP_ORDERS, launch_loop_order
+from .kernels.tiled import TileConfig, launch_tiled
 from .launch import allocate_output, device_operand, simulated
 
 __all__ = ["ALGORITHMS", "matmul", "choose_algorithm"]
 
-ALGORITHMS = ("auto",) + tuple(LOOP_ORDERS)
+ALGORITHMS = ("auto", "tiled") + tuple(LOOP_ORDERS)
+
+# "auto" runs the tiled kernel from this many multiply-adds on (64^3); below it a
+# 128 x 128 tile is mostly empty and one thread per element does as well.
+TILED_FROM_MACS = 64 ** 3
 
 
 def choose_algorithm(a: MatrixDesc, b: MatrixDesc) -> str:
-    """The loop order whose warp-wide loads coalesce for these layouts.
+    """``"tiled"`` for all but tiny problems; else the loop order that coalesces for the layouts.
 
-    Register-accumulating orders only (``mnk``/``nmk``): the k-outer orders
-    move C through memory at every step and never win. ``mnk`` runs threads
-    along n and wants B row-major; ``nmk`` runs them along m and wants A
-    column-major (see ``kernels/loop_orders.py``).
+    Among the loop orders only the register-accumulating ones (``mnk``/``nmk``)
+    are candidates: the k-outer orders move C through memory at every step and
+    never win. ``mnk`` runs threads along n and wants B row-major; ``nmk`` runs
+    them along m and wants A column-major (see ``kernels/loop_orders.py``).
     """
+    (M, K), N = a.shape, b.shape[1]
+    if M * N * K >= TILED_FROM_MACS:
+        return "tiled"
     if b.layout != "row" and a.layout == "col":
         return "nmk"
     return "mnk"
@@ -62,7 +70,20 @@ def _check_output(out: MatrixDesc, shape: tuple[int, int], dtype: np.dtype, on_d
                              f"kernels read {x.name} while writing out, so pass a separate output")
 
 
-def matmul(a: Any, b: Any, out: Any = None, *, algorithm: str = "auto", stream: Any = 0) -> Any:
+def _launch(algorithm: str, config: TileConfig | None, a: MatrixDesc, b: MatrixDesc,
+            out: MatrixDesc, stream) -> None:
+    if algorithm == "tiled":
+        if config is None:
+            from .autotune import config_for
+
+            config = config_for(a, b, out)
+        launch_tiled(config, a, b, out, stream)
+    else:
+        launch_loop_order(algorithm, a, b, out, stream)
+
+
+def matmul(a: Any, b: Any, out: Any = None, *, algorithm: str = "auto",
+           config: TileConfig | None = None, stream: Any = 0) -> Any:
     """C = A @ B for A (M x K) and B (K x N), float32 or float64, any positive strides.
 
     ``a``, ``b`` (and ``out``) are NumPy arrays or CUDA arrays (Numba, CuPy,
@@ -70,10 +91,16 @@ def matmul(a: Any, b: Any, out: Any = None, *, algorithm: str = "auto", stream: 
     back in the inputs' memory space: in ``out`` when given, otherwise in a
     new row-major array (a Numba device array for device inputs).
 
-    ``algorithm``: ``"mnk"``, ``"nmk"``, ``"kmn"``, ``"knm"`` (seed 001's loop
-    orders, see ``numba_gemm.kernels.loop_orders``) or ``"auto"``, which picks
-    the loop order that coalesces for the operands' layouts. All checks run
-    before any launch and raise ``ValueError``/``TypeError`` naming the argument.
+    ``algorithm``: ``"tiled"`` (shared-memory tiles, register blocking, a
+    cp.async pipeline and grouped CTA order: ``numba_gemm.kernels.tiled``),
+    ``"mnk"``, ``"nmk"``, ``"kmn"``, ``"knm"`` (seed 001's loop orders, see
+    ``numba_gemm.kernels.loop_orders``) or ``"auto"``: tiled for all but tiny
+    problems (:func:`choose_algorithm`). All checks run before any launch and
+    raise ``ValueError``/``TypeError`` naming the argument.
+
+    ``config``: the tiled kernel's :class:`~numba_gemm.TileConfig`; by default
+    the tuned one for this device, dtype, layout and shape class
+    (:func:`numba_gemm.autotune.config_for`). Only with ``algorithm="tiled"``/``"auto"``.
 
     ``stream``: the Numba stream the kernel runs on (default: the default
     stream). Foreign device arrays offering DLPack are ordered before it;
@@ -81,6 +108,11 @@ def matmul(a: Any, b: Any, out: Any = None, *, algorithm: str = "auto", stream: 
     """
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {', '.join(map(repr, ALGORITHMS))}; got {algorithm!r}")
+    if config is not None:
+        if not isinstance(config, TileConfig):
+            raise TypeError(f"config must be a numba_gemm.TileConfig; got {type(config).__name__}")
+        if algorithm not in ("tiled", "auto"):
+            raise ValueError(f"config applies to the tiled kernel; algorithm={algorithm!r} takes none")
     a_desc, b_desc = describe(a, "a", stream), describe(b, "b", stream)
     _check_operands(a_desc, b_desc)
     shape, dtype, on_device = (a_desc.shape[0], b_desc.shape[1]), a_desc.dtype, a_desc.on_device
@@ -90,15 +122,17 @@ def matmul(a: Any, b: Any, out: Any = None, *, algorithm: str = "auto", stream: 
         out_desc = describe(out, "out", stream)
         _check_output(out_desc, shape, dtype, on_device, (a_desc, b_desc))
     if algorithm == "auto":
-        algorithm = choose_algorithm(a_desc, b_desc)
+        algorithm = "tiled" if config is not None else choose_algorithm(a_desc, b_desc)
+    if algorithm == "tiled" and config is not None:
+        config.check(dtype)
 
     if on_device or simulated():
-        launch_loop_order(algorithm, a_desc, b_desc, out_desc, stream)
+        _launch(algorithm, config, a_desc, b_desc, out_desc, stream)
         return out_desc.source
     # NumPy operands on a GPU: run on device copies of their spans, copy the result back.
     result = allocate_output(shape, dtype, True, stream=stream)
-    launch_loop_order(algorithm, device_operand(a_desc, stream), device_operand(b_desc, stream),
-                      result, stream)
+    _launch(algorithm, config, device_operand(a_desc, stream), device_operand(b_desc, stream),
+            result, stream)
     host = result.source.copy_to_host(stream=stream)
     if stream:
         stream.synchronize()  # an asynchronous copy must land before NumPy reads it

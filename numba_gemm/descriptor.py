@@ -14,6 +14,7 @@ Nothing here launches a kernel or copies matrix data.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -36,10 +37,12 @@ _DLPACK_CPU, _DLPACK_CUDA = 1, 2  # DLDeviceType codes
 class MatrixDesc:
     """A validated 2-D matrix: ``shape`` (rows, cols), ``strides`` in elements.
 
-    ``data`` is a 1-D array (NumPy on the host, Numba on the device) of
-    ``span`` elements starting at element (0, 0); ``address`` is that
-    element's address, used for overlap checks; ``source`` is the caller's
-    object, kept alive for as long as the descriptor is.
+    ``address`` is the address of element (0, 0); kernels launched through
+    ``numba_gemm.launch.launch_kernel`` take the matrix as the 1-D buffer of
+    ``span`` elements that starts there. ``data`` is that buffer as an array
+    (NumPy on the host; on the device a Numba array, built on first use by
+    :meth:`buffer`, since building one costs more than a kernel launch);
+    ``source`` is the caller's object, kept alive for as long as the descriptor is.
     """
 
     name: str
@@ -50,6 +53,15 @@ class MatrixDesc:
     on_device: bool
     address: int
     source: Any
+
+    def buffer(self):
+        """``data``, the 1-D array of ``span`` elements from (0, 0), built on first use."""
+        if self.data is None:
+            flat = {"shape": (self.span,), "strides": None, "typestr": self.dtype.str,
+                    "data": (self.address, False), "version": 3}
+            # A cache, not a change of value: the frozen dataclass allows it this way.
+            object.__setattr__(self, "data", cuda.from_cuda_array_interface(flat, owner=self.source))
+        return self.data
 
     @property
     def span(self) -> int:
@@ -146,16 +158,19 @@ def cai_metadata(name: str, cai: dict) -> tuple[tuple[int, ...], tuple[int, ...]
     dtype = np.dtype(cai["typestr"])
     strides = cai.get("strides")
     if strides is None:  # C-contiguous by the interface's definition
-        strides = tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) * dtype.itemsize
-                        for i in range(len(shape)))
+        strides = tuple(math.prod(shape[i + 1:]) * dtype.itemsize for i in range(len(shape)))
     return shape, tuple(strides), dtype, int(cai["data"][0])
 
 
 def _device_desc(name: str, cai: dict, source: Any) -> MatrixDesc:
     shape, byte_strides, dtype, ptr = cai_metadata(name, cai)
     desc = _validated(name, shape, byte_strides, dtype, True, ptr, source)
+    if cai.get("stream") is None:
+        return desc  # the buffer array is built only if a launch path needs it
+    # The producer names a stream with pending work on the array: Numba's import of the
+    # interface synchronises it, so build the buffer now, before any launch.
     flat_cai = {"shape": (desc.span,), "strides": None, "typestr": dtype.str,
-                "data": (ptr, False), "version": 3, "stream": cai.get("stream")}
+                "data": (ptr, False), "version": 3, "stream": cai["stream"]}
     return replace(desc, data=cuda.from_cuda_array_interface(flat_cai, owner=source))
 
 

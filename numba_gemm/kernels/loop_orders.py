@@ -57,7 +57,7 @@ import functools
 from numba import cuda
 
 from ..descriptor import MatrixDesc
-from ..launch import cdiv
+from ..launch import cdiv, launch_kernel
 from .ptx import load_from_l2
 
 __all__ = ["LOOP_ORDERS", "BLOCK_FAST", "BLOCK_SLOW", "launch_loop_order"]
@@ -121,5 +121,5 @@ def launch_loop_order(order: str, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, s
             f"{order}: {'M' if threads_along_n else 'N'} = {slow} exceeds this kernel's limit of "
             f"{MAX_GRID_Y * BLOCK_SLOW} (CUDA's grid y extent of {MAX_GRID_Y} blocks of {BLOCK_SLOW})"
         )
-    _kernel(k_outer, threads_along_n)[grid, (BLOCK_FAST, BLOCK_SLOW), stream](
-        a.data, *a.strides, b.data, *b.strides, c.data, *c.strides, M, N, K)
+    launch_kernel(_kernel(k_outer, threads_along_n), grid, (BLOCK_FAST, BLOCK_SLOW), stream, 0,
+                  (a, *a.strides, b, *b.strides, c, *c.strides, M, N, K))

@@ -51,3 +51,142 @@ else:
             return builder.call(asm, [ptr])
 
         return array.dtype(array, index), codegen
+
+
+# --- 16-byte vector moves and asynchronous copies for the tiled kernel -------------------------
+#
+# Each takes 1-D arrays and element indices. ``load_vector``/``store_vector`` move 16 bytes
+# (4 float32 or 2 float64) between a global or shared array, where the address must be
+# 16-byte aligned, and a per-thread local array (registers once indices are constant).
+# ``cp_async(width)`` copies ``width`` elements global -> shared without passing through
+# registers (Ampere+ ``cp.async``); elements past ``valid`` are zero-filled, which is how
+# tile edges are handled. ``cp_async_commit``/``cp_async_wait(n)`` close a group of copies
+# and wait until at most ``n`` groups are still in flight.
+
+if cuda.config.ENABLE_CUDASIM:
+
+    @cuda.jit(device=True)
+    def load_vector(dst, dst_index, src, src_index):
+        """Simulator twin: 16 bytes of ``src`` into ``dst``."""
+        for e in range(16 // src.itemsize):
+            dst[dst_index + e] = src[src_index + e]
+
+    @cuda.jit(device=True)
+    def store_vector(dst, dst_index, src, src_index):
+        """Simulator twin: 16 bytes of ``src`` into ``dst``."""
+        for e in range(16 // dst.itemsize):
+            dst[dst_index + e] = src[src_index + e]
+
+    def cp_async(width):
+        @cuda.jit(device=True)
+        def copy(dst, dst_index, src, src_index, valid):
+            """Simulator twin: a synchronous copy with the zero fill."""
+            for e in range(width):
+                dst[dst_index + e] = src[src_index + e] if e < valid else 0
+        return copy
+
+    @cuda.jit(device=True)
+    def cp_async_commit():
+        """Simulator twin: copies are synchronous, nothing to commit."""
+
+    def cp_async_wait(pending):
+        @cuda.jit(device=True)
+        def wait():
+            """Simulator twin: copies are synchronous, nothing to wait for."""
+        return wait
+
+else:
+    import functools
+
+    def _pointer(context, builder, array_type, array, index):
+        ary = context.make_array(array_type)(context, builder, value=array)
+        return cgutils.get_item_pointer(context, builder, array_type, ary, [index], wraparound=False)
+
+    def _same_float_arrays(dst, src):
+        return (isinstance(dst, types.Array) and isinstance(src, types.Array) and dst.ndim == 1
+                and src.ndim == 1 and dst.dtype == src.dtype and isinstance(dst.dtype, types.Float))
+
+    def _vector_move(load_side_is_src: bool):
+        def typer(typingctx, dst, dst_index, src, src_index):
+            if not (_same_float_arrays(dst, src) and isinstance(dst_index, types.Integer)
+                    and isinstance(src_index, types.Integer)):
+                return None
+
+            def codegen(context, builder, sig, args):
+                dst_t, _, src_t, _ = sig.args
+                elem = context.get_value_type(dst_t.dtype)
+                width = 16 // (dst_t.dtype.bitwidth // 8)
+                vec_ptr_t = ir.VectorType(elem, width).as_pointer()
+                dst_ptr = _pointer(context, builder, dst_t, args[0], args[1])
+                src_ptr = _pointer(context, builder, src_t, args[2], args[3])
+                if load_side_is_src:  # vector load from src, element stores into dst
+                    vec = builder.load(builder.bitcast(src_ptr, vec_ptr_t), align=16)
+                    for e in range(width):
+                        builder.store(builder.extract_element(vec, ir.Constant(ir.IntType(32), e)),
+                                      builder.gep(dst_ptr, [ir.Constant(ir.IntType(64), e)]))
+                else:  # element loads from src, vector store into dst
+                    vec = ir.Constant(ir.VectorType(elem, width), ir.Undefined)
+                    for e in range(width):
+                        value = builder.load(builder.gep(src_ptr, [ir.Constant(ir.IntType(64), e)]))
+                        vec = builder.insert_element(vec, value, ir.Constant(ir.IntType(32), e))
+                    builder.store(vec, builder.bitcast(dst_ptr, vec_ptr_t), align=16)
+                return context.get_dummy_value()
+
+            return types.void(dst, dst_index, src, src_index), codegen
+        return typer
+
+    load_vector = intrinsic(_vector_move(load_side_is_src=True))
+    load_vector.__doc__ = "dst[dst_index:+w] = src[src_index:+w], one 16-byte load from src (aligned)."
+    store_vector = intrinsic(_vector_move(load_side_is_src=False))
+    store_vector.__doc__ = "dst[dst_index:+w] = src[src_index:+w], one 16-byte store to dst (aligned)."
+
+    @functools.cache
+    def cp_async(width):
+        """``cp.async`` of ``width`` elements (whose bytes must be 4, 8 or 16) global -> shared."""
+
+        def typer(typingctx, dst, dst_index, src, src_index, valid):
+            if not (_same_float_arrays(dst, src) and all(
+                    isinstance(t, types.Integer) for t in (dst_index, src_index, valid))):
+                return None
+            nbytes = width * dst.dtype.bitwidth // 8
+            if nbytes not in (4, 8, 16):
+                raise ValueError(f"cp.async copies 4, 8 or 16 bytes, not {nbytes}")
+            cache = "cg" if nbytes == 16 else "ca"  # .cg (L2 only) exists for 16 bytes only
+            itemsize = dst.dtype.bitwidth // 8
+
+            def codegen(context, builder, sig, args):
+                dst_t, _, src_t, _, valid_t = sig.args
+                dst_ptr = _pointer(context, builder, dst_t, args[0], args[1])
+                src_ptr = _pointer(context, builder, src_t, args[2], args[3])
+                valid = context.cast(builder, args[4], valid_t, types.uint32)
+                src_bytes = builder.mul(valid, ir.Constant(ir.IntType(32), itemsize))
+                asm = ir.InlineAsm(
+                    ir.FunctionType(ir.VoidType(), [dst_ptr.type, src_ptr.type, ir.IntType(32)]),
+                    "{ .reg .u64 s; cvta.to.shared.u64 s, $0; "
+                    f"cp.async.{cache}.shared.global [s], [$1], {nbytes}, $2; }}",
+                    "l,l,r,~{memory}", side_effect=True)
+                builder.call(asm, [dst_ptr, src_ptr, src_bytes])
+                return context.get_dummy_value()
+
+            return types.void(dst, dst_index, src, src_index, valid), codegen
+
+        return intrinsic(typer)
+
+    def _asm_statement(text):
+        def typer(typingctx):
+            def codegen(context, builder, sig, args):
+                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}",
+                                   side_effect=True)
+                builder.call(asm, [])
+                return context.get_dummy_value()
+            return types.void(), codegen
+        return intrinsic(typer)
+
+    cp_async_commit = _asm_statement("cp.async.commit_group;")
+
+    @functools.cache
+    def cp_async_wait(pending):
+        """Wait until at most ``pending`` committed groups of ``cp.async`` are in flight."""
+        return _asm_statement(f"cp.async.wait_group {int(pending)};")
+
+__all__ += ["load_vector", "store_vector", "cp_async", "cp_async_commit", "cp_async_wait"]

@@ -1,11 +1,14 @@
 """Analytic traffic models (pure Python: nothing here imports Numba or the kernels).
 
 - :mod:`.traffic`: seed 001's loop orders under its three cache scenarios.
+- :mod:`.waves`: seed 004's L2 model, tile loads of concurrently running CTAs.
 """
 
 from .traffic import CACHES, ERRATA, ORDERS, Traffic, seed_traffic, simulate, traffic
+from .waves import problem_tile_loads, wave_tile_loads
 
-__all__ = ["CACHES", "ERRATA", "ORDERS", "Traffic", "seed_traffic", "simulate", "traffic", "format_table"]
+__all__ = ["CACHES", "ERRATA", "ORDERS", "Traffic", "seed_traffic", "simulate", "traffic", "format_table",
+           "wave_tile_loads", "problem_tile_loads"]
 
 
 def format_table(M: int, N: int, K: int) -> str:

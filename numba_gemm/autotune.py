@@ -1,0 +1,257 @@
+"""Autotuning the tiled kernel: time a small config space per shape class, cache the winners.
+
+    >>> import numba_gemm
+    >>> numba_gemm.tune(4096, 4096, 4096)          # on a GPU; prints one line per config
+    >>> python -m numba_gemm tune --size 4096       # the same from a shell
+
+A *shape class* is (device, dtype, layout of A and B, shape bucket): each of M,
+N, K rounded up to a power of two. Winners go to a JSON cache
+(``$NUMBA_GEMM_TUNE_CACHE``, default ``~/.cache/numba_gemm/tuning.json``).
+``matmul`` asks :func:`config_for`, which reads that cache, then the winners
+shipped with the package (``tuned.json``, measured on an H200), and takes the
+entry of the nearest shape bucket, falling back from the device name to its
+compute capability, and from its layout to any layout; else ``DEFAULT_CONFIGS``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import json
+import math
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from .descriptor import MatrixDesc, describe
+from .kernels.tiled import DEFAULT_CONFIGS, TileConfig, kernel_resources
+from .launch import shared_memory_limit, simulated
+
+__all__ = ["SEARCH_SPACE", "SIMULATOR_CONFIG", "tune", "config_for", "layout_key", "shape_bucket",
+           "cache_path"]
+
+SHIPPED = Path(__file__).with_name("tuned.json")
+FORMAT = 1
+
+# Small enough for the simulator (16 threads per CTA), and it runs the same kernel code.
+SIMULATOR_CONFIG = TileConfig(block_m=16, block_n=16, block_k=4, thread_m=4, thread_n=4,
+                              stages=2, group_m=2)
+
+T = TileConfig
+SEARCH_SPACE = {
+    np.dtype(np.float32): (
+        T(128, 128, 8, 8, 8, 3, 8), T(128, 128, 16, 8, 8, 3, 8), T(128, 128, 8, 8, 8, 4, 8),
+        T(128, 256, 8, 8, 16, 3, 8), T(256, 128, 8, 16, 8, 3, 8), T(128, 128, 32, 8, 8, 3, 8),
+        T(128, 64, 8, 8, 4, 3, 8), T(64, 128, 8, 4, 8, 3, 8), T(64, 64, 8, 4, 4, 3, 8),
+        T(64, 64, 16, 4, 4, 4, 8),
+    ),
+    np.dtype(np.float64): (
+        T(64, 64, 8, 4, 4, 3, 8), T(64, 64, 16, 4, 4, 3, 8), T(128, 64, 8, 8, 4, 3, 8),
+        T(128, 128, 8, 8, 8, 3, 8),
+    ),
+}
+del T
+
+BUCKET_MIN, BUCKET_MAX = 16, 16384
+
+
+def cache_path() -> Path:
+    """Where :func:`tune` stores winners: ``$NUMBA_GEMM_TUNE_CACHE`` or ~/.cache/numba_gemm/."""
+    env = os.environ.get("NUMBA_GEMM_TUNE_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "numba_gemm" / "tuning.json"
+
+
+def _axis(desc: MatrixDesc) -> str:
+    """"row" (row-major), "col" (column-major) or "strided"."""
+    stride_0, stride_1 = desc.strides
+    if stride_1 == 1:
+        return "row"
+    if stride_0 == 1:
+        return "col"
+    return "strided"
+
+
+def layout_key(a: MatrixDesc, b: MatrixDesc) -> str:
+    """The layouts of A and B, e.g. ``"row-col"``."""
+    return f"{_axis(a)}-{_axis(b)}"
+
+
+def shape_bucket(M: int, N: int, K: int) -> tuple[int, int, int]:
+    """Each dimension rounded up to a power of two, within [16, 16384]."""
+    return tuple(min(max(1 << (d - 1).bit_length(), BUCKET_MIN), BUCKET_MAX) for d in (M, N, K))
+
+
+def _key(device: str, dtype, layout: str, bucket) -> str:
+    return f"{device}|{np.dtype(dtype).name}|{layout}|{'x'.join(map(str, bucket))}"
+
+
+def _load(path: Path) -> dict:
+    """The entries of the cache at ``path`` (re-read only when the file changes)."""
+    try:
+        stamp = path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return {}
+    return _parse(path, stamp)
+
+
+@functools.lru_cache(maxsize=8)
+def _parse(path: Path, stamp: int) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as error:
+        raise ValueError(f"tuning cache {path} is unreadable ({error}); delete it or fix it") from None
+    if data.get("format") != FORMAT:
+        raise ValueError(f"tuning cache {path} has format {data.get('format')!r}; expected {FORMAT}")
+    return data.get("entries", {})
+
+
+@functools.cache
+def _device() -> tuple[str, str]:
+    from numba import cuda
+
+    from .timing import device_name
+
+    major, minor = cuda.get_current_device().compute_capability
+    return device_name(), f"sm_{major}{minor}"
+
+
+def _nearest(entries: dict, dtype, layout: str | None, bucket, device: str, arch: str):
+    """The entry closest to ``bucket`` (in log2 steps) for this device, or its architecture."""
+    dtype = np.dtype(dtype).name
+    for match in (lambda e: e["device"] == device, lambda e: e["arch"] == arch):
+        found = [e for e in entries.values() if match(e) and e["dtype"] == dtype
+                 and (layout is None or e["layout"] == layout)]
+        if found:
+            return min(found, key=lambda e: sum(abs(math.log2(x) - math.log2(y))
+                                               for x, y in zip(e["bucket"], bucket)))
+    return None
+
+
+def config_for(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc | None = None) -> TileConfig:
+    """The tile config ``matmul`` uses for these operands on the current device."""
+    if simulated():
+        return SIMULATOR_CONFIG
+    (M, K), N = a.shape, b.shape[1]
+    return _config_for(np.dtype(a.dtype), layout_key(a, b), shape_bucket(M, N, K), cache_path(),
+                       _stamp(cache_path()), _stamp(SHIPPED))
+
+
+def _stamp(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _config_for(dtype, layout: str, bucket, user_cache: Path, *stamps) -> TileConfig:
+    """``config_for``, memoised per shape class and cache-file versions (``stamps``)."""
+    device, arch = _device()
+    limit = shared_memory_limit()
+    for entries in (_load(user_cache), _load(SHIPPED)):
+        for want_layout in (layout, None):
+            entry = _nearest(entries, dtype, want_layout, bucket, device, arch)
+            if entry is not None:
+                config = TileConfig(**entry["config"])
+                if config.shared_bytes(dtype) <= limit:
+                    return config
+    return DEFAULT_CONFIGS[dtype]
+
+
+def _sampled_error(a, b, out, rows: np.ndarray) -> float:
+    """Relative error of ``rows`` of the device result against float64 NumPy."""
+    a_host, b_host, c_host = a.copy_to_host(), b.copy_to_host(), out.copy_to_host()
+    ref = a_host[rows].astype(np.float64) @ b_host.astype(np.float64)
+    return float(np.linalg.norm(c_host[rows] - ref) / np.linalg.norm(ref))
+
+
+def tune(M: int, N: int, K: int | None = None, dtype=np.float32, layout: str = "row", *,
+         configs=None, min_time: float = 0.02, reps: int = 7, save: bool | str | Path = True,
+         progress=print) -> list[dict]:
+    """Time each config on the current GPU for C (M x N) = A (M x K) @ B, keep the fastest.
+
+    ``layout``: one of ``numba_gemm.testing.LAYOUTS`` (operands are fresh random
+    device arrays in that layout). ``configs``: the candidates (default
+    :data:`SEARCH_SPACE` for ``dtype``), those that do not fit this device are
+    skipped. Each is compiled, checked against float64 NumPy on sampled rows,
+    and timed (median of ``reps`` rounds of back-to-back calls, each round at
+    least ``min_time`` seconds). ``save``: store the winner in the cache
+    (``True``: :func:`cache_path`; or a path). Returns one dict per timed
+    config, fastest first.
+    """
+    if simulated():
+        raise RuntimeError("tune() times kernels on a GPU; the CUDA simulator has no timings")
+    from . import matmul
+    from .testing import make_operands, poisoned, tolerance
+    from .timing import median_seconds
+
+    K = M if K is None else K
+    dtype = np.dtype(dtype)
+    if dtype not in SEARCH_SPACE:
+        raise TypeError(f"dtype must be one of {', '.join(d.name for d in SEARCH_SPACE)}; got {dtype}")
+    candidates = SEARCH_SPACE[dtype] if configs is None else tuple(configs)
+    device, arch = _device()
+    limit = shared_memory_limit()
+    rng = np.random.default_rng(0)
+    a, b = make_operands(M, N, K, dtype, layout, rng, to_device=True)
+    out = poisoned((M, N), dtype, to_device=True, layout=layout)
+    rows = np.unique(rng.integers(0, M, size=min(M, 64)))
+    flops = 2 * M * N * K
+    results = []
+    progress(f"tuning {M}x{N}x{K} {dtype.name} {layout} on {device}: {len(candidates)} configs")
+    for i, config in enumerate(candidates, 1):
+        try:
+            config.check(dtype)
+        except ValueError as error:
+            progress(f"  [{i}/{len(candidates)}] {config.label():28} skipped: {error}")
+            continue
+        if config.shared_bytes(dtype) > limit:
+            progress(f"  [{i}/{len(candidates)}] {config.label():28} skipped: needs "
+                     f"{config.shared_bytes(dtype)} B of shared memory, the device allows {limit}")
+            continue
+
+        def run(config=config):
+            matmul(a, b, out, algorithm="tiled", config=config)
+
+        run()  # compiles
+        resources = kernel_resources(config, describe(a, "a"), describe(b, "b"), describe(out, "out"))
+        error = _sampled_error(a, b, out, rows)
+        if not error <= tolerance(dtype, K):
+            raise AssertionError(f"{config.label()} computed a wrong product "
+                                 f"(relative error {error:.2e}); not timing it")
+        once = median_seconds(run, warmup=1, reps=3)
+        calls = max(1, int(min_time / once))
+        seconds = median_seconds(run, warmup=1, reps=reps, calls_per_rep=calls)
+        results.append({"config": config, "seconds": seconds, "tflops": flops / seconds / 1e12,
+                        "error": error, **resources})
+        progress(f"  [{i}/{len(candidates)}] {config.label():28} {seconds * 1e3:9.3f} ms "
+                 f"{flops / seconds / 1e12:7.2f} TFLOP/s  {resources['registers']} registers, "
+                 f"{resources['local_bytes']} B local")
+    results.sort(key=lambda r: r["seconds"])
+    if not results:
+        raise ValueError("no candidate config fits this device")
+    best = results[0]
+    progress(f"best: {best['config'].label()} at {best['tflops']:.2f} TFLOP/s")
+    if save:
+        path = cache_path() if save is True else Path(save)
+        store(path, device, arch, dtype, layout_key(describe(a, "a"), describe(b, "b")), (M, N, K),
+              best)
+    return results
+
+
+def store(path: Path, device: str, arch: str, dtype, layout: str, shape, best: dict) -> None:
+    """Add (or replace) one winner in the JSON cache at ``path``."""
+    entries = _load(path)
+    bucket = shape_bucket(*shape)
+    entries[_key(device, dtype, layout, bucket)] = {
+        "device": device, "arch": arch, "dtype": np.dtype(dtype).name, "layout": layout,
+        "bucket": list(bucket), "shape": list(shape), "config": asdict(best["config"]),
+        "seconds": best["seconds"], "tflops": best["tflops"],
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"format": FORMAT, "entries": entries}, indent=1, sort_keys=True))

@@ -1,0 +1,392 @@
+"""Tiled GEMM: shared-memory tiles, register blocking, a cp.async pipeline, grouped CTA order.
+
+Shapes: C (M x N) = A (M x K) @ B (K x N), each a 1-D buffer plus element
+strides as in ``loop_orders``. Any M, N, K >= 1; float32 or float64.
+
+Algorithm (one CTA per BLOCK_M x BLOCK_N tile of C, a 1-D grid):
+
+1. *Which tile*: program id -> ``(pid_m, pid_n)`` through seed 004's grouped
+   ordering (``numba_gemm.ordering.tile_of``), so CTAs that run together share
+   A and B tiles in L2.
+2. *Pipeline*: shared memory holds ``STAGES`` buffers of one BLOCK_K slice of A
+   (stored k-major, ``As[k][m]``) and of B (``Bs[k][n]``). ``cp.async`` copies
+   global -> shared without registers; ``STAGES - 1`` k-tiles are in flight
+   while the CTA multiplies the oldest. One barrier per k-tile.
+3. *Register blocking*: each thread owns a THREAD_M x THREAD_N block of C in
+   registers. Per k step it reads THREAD_M values of A and THREAD_N of B from
+   shared memory as 16-byte vectors and does THREAD_M * THREAD_N FMAs. Its rows
+   are THREAD_M / VEC runs of VEC consecutive rows spaced BLOCK_M / (THREAD_M /
+   VEC) apart (likewise columns), so a warp's vector reads hit distinct banks.
+4. *Epilogue*: each thread writes its block of C, as 16-byte vectors along C's
+   contiguous axis where aligned and inside the matrix, element by element at
+   the edges.
+
+Edges are handled in the kernel: copies of elements outside A or B zero-fill
+shared memory (``cp.async``'s source size), so the k sum stays exact and out-of-
+range rows and columns are simply not stored. No operand is padded or copied.
+
+Layouts are compile-time specialisations (``_kernel``'s key), never copies:
+
+- an operand whose tile axis (m for A, n for B) is contiguous and 16-byte
+  aligned is copied as 16-byte vectors straight into its k-major tile;
+- otherwise (k contiguous, i.e. row-major A or column-major B, or any other
+  strides) each thread copies single elements with lanes running along the
+  contiguous axis, so the warp's global reads still coalesce; shared rows are
+  padded by one vector so that these transposing writes avoid bank conflicts.
+
+Constraints (checked by ``TileConfig.check`` with the reason): tiles divide
+into whole thread blocks and whole 16-byte vectors; a launch needs
+``TileConfig.shared_bytes`` of the device's shared memory per block.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from numba import cuda
+
+from ..descriptor import MatrixDesc
+from ..launch import cdiv, launch_kernel, shared_memory_limit
+from ..ordering import tile_of
+from .ptx import cp_async, cp_async_commit, cp_async_wait, load_vector, store_vector
+
+__all__ = ["TileConfig", "DEFAULT_CONFIGS", "launch_tiled", "operand_modes", "kernel_resources"]
+
+VECTOR_BYTES = 16  # one 128-bit load or store
+MAX_THREADS = 1024
+WARP = 32
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """One tiled-kernel configuration; every field is a compile-time constant of the kernel.
+
+    ``block_m x block_n``: the C tile of one CTA; ``block_k``: the k slice per
+    pipeline stage; ``thread_m x thread_n``: the C block each thread keeps in
+    registers; ``stages``: shared-memory buffers (>= 2; ``stages - 1`` k-tiles
+    load while one is multiplied); ``group_m``: the grouped ordering's group
+    height (1 = row-major). Threads per CTA follow: ``threads``.
+    """
+
+    block_m: int = 128
+    block_n: int = 128
+    block_k: int = 8
+    thread_m: int = 8
+    thread_n: int = 8
+    stages: int = 3
+    group_m: int = 8
+
+    @property
+    def threads_m(self) -> int:
+        return self.block_m // self.thread_m
+
+    @property
+    def threads_n(self) -> int:
+        return self.block_n // self.thread_n
+
+    @property
+    def threads(self) -> int:
+        return self.threads_m * self.threads_n
+
+    def shared_bytes(self, dtype) -> int:
+        """Dynamic shared memory per CTA: ``stages`` padded k-major tiles of A and B."""
+        itemsize = np.dtype(dtype).itemsize
+        vec = VECTOR_BYTES // itemsize
+        return self.stages * self.block_k * (self.block_m + vec + self.block_n + vec) * itemsize
+
+    def check(self, dtype) -> None:
+        """Raise ``ValueError`` saying which constraint this config breaks for ``dtype``."""
+        itemsize = np.dtype(dtype).itemsize
+        vec = VECTOR_BYTES // itemsize
+        for field, value in asdict(self).items():
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"TileConfig.{field} must be a positive integer; got {value!r}")
+        for tile, part in (("block_m", "thread_m"), ("block_n", "thread_n")):
+            if getattr(self, part) % vec:
+                raise ValueError(f"TileConfig.{part} = {getattr(self, part)} must be a multiple of "
+                                 f"{vec}: each thread reads its {np.dtype(dtype)} fragments as "
+                                 f"16-byte vectors")
+            if getattr(self, tile) % getattr(self, part):
+                raise ValueError(f"TileConfig.{tile} = {getattr(self, tile)} must be a multiple of "
+                                 f"{part} = {getattr(self, part)} (whole thread blocks per tile)")
+        if self.threads > MAX_THREADS:
+            raise ValueError(f"TileConfig gives {self.threads} threads per CTA; CUDA allows "
+                             f"{MAX_THREADS}: raise thread_m/thread_n or shrink the block tile")
+        warp_n, warp_m = _warp_shape(self)
+        if self.threads_n % warp_n or self.threads_m % warp_m:
+            raise ValueError(f"the {self.threads_m} x {self.threads_n} thread grid must split into "
+                             f"warps of {warp_m} x {warp_n} threads")
+        for tile in (self.block_m, self.block_n):
+            if (self.block_k * tile) % (vec * self.threads):
+                raise ValueError(f"a {self.block_k} x {tile} operand tile must split into whole "
+                                 f"16-byte vectors per thread ({self.threads} threads)")
+        if self.stages < 2:
+            raise ValueError("TileConfig.stages must be >= 2 so that loads overlap compute")
+
+    def label(self) -> str:
+        return (f"{self.block_m}x{self.block_n}x{self.block_k}/t{self.thread_m}x{self.thread_n}"
+                f"/s{self.stages}/g{self.group_m}")
+
+
+# Shipped defaults, tuned on an NVIDIA H200 (``numba_gemm.tune`` can replace them per device).
+DEFAULT_CONFIGS = {
+    np.dtype(np.float32): TileConfig(128, 128, 8, 8, 8, 3, 8),
+    np.dtype(np.float64): TileConfig(64, 64, 8, 4, 4, 3, 8),
+}
+
+
+def _warp_shape(config: TileConfig) -> tuple[int, int]:
+    """(threads along n, threads along m) of one warp: 8 along n where the tile allows."""
+    warp_n = min(8, config.threads_n)
+    return warp_n, min(WARP // warp_n, config.threads_m)
+
+
+def operand_modes(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc) -> tuple[tuple, tuple, tuple]:
+    """The layout specialisation of each operand: (contiguous axis, 16-byte vectors allowed).
+
+    For A and B the axis is ``"tile"`` when the tile axis (m of A, n of B) is
+    contiguous, else ``"k"``; for C it is ``"n"``, ``"m"`` or ``None``.
+    Vectors need the contiguous axis' neighbour stride and the base address
+    to be multiples of 16 bytes.
+    """
+    def vectorisable(desc: MatrixDesc, other_stride: int) -> bool:
+        vec = VECTOR_BYTES // desc.dtype.itemsize
+        return desc.address % VECTOR_BYTES == 0 and other_stride % vec == 0
+
+    (stride_am, stride_ak), (stride_bk, stride_bn) = a.strides, b.strides
+    a_mode = ("tile", vectorisable(a, stride_ak)) if stride_am == 1 and a.shape[0] > 1 else ("k", False)
+    b_mode = ("tile", vectorisable(b, stride_bk)) if stride_bn == 1 and b.shape[1] > 1 else ("k", False)
+    stride_cm, stride_cn = c.strides
+    if stride_cn == 1:
+        c_mode = ("n", vectorisable(c, stride_cm))
+    elif stride_cm == 1:
+        c_mode = ("m", vectorisable(c, stride_cn))
+    else:
+        c_mode = (None, False)
+    return a_mode, b_mode, c_mode
+
+
+def _tile_loader(config: TileConfig, dtype, block_x: int, mode: tuple):
+    """Device function: issue the cp.async copies of one k-major operand tile.
+
+    ``load(smem, base, src, stride_x, stride_k, x0, k0, X, K, tid)`` copies
+    ``src[(k0 + k) * stride_k + (x0 + x) * stride_x]`` for k < BLOCK_K, x <
+    ``block_x`` to ``smem[base + k * row + x]``; elements outside X x K read as 0.
+    """
+    axis, vectorised = mode
+    vec = VECTOR_BYTES // np.dtype(dtype).itemsize
+    width = vec if vectorised else 1
+    block_k, threads, row = config.block_k, config.threads, block_x + vec
+    copies = block_k * block_x // (width * threads)  # per thread
+    along_x = axis == "tile"
+    copy = cp_async(width)
+
+    @cuda.jit(device=True)
+    def load(smem, base, src, stride_x, stride_k, x0, k0, X, K, tid):
+        # Tiles wholly inside the matrix (all but the edges) skip the bounds arithmetic.
+        inside = k0 + block_k <= K and x0 + block_x <= X
+        for r in range(copies):
+            q = tid + r * threads
+            if along_x:  # consecutive lanes take consecutive `width`-element runs along x
+                x = (q % (block_x // width)) * width
+                k = q // (block_x // width)
+            else:  # consecutive lanes run along k, the contiguous axis of src
+                k = q % block_k
+                x = q // block_k
+            if inside:
+                copy(smem, base + k * row + x, src, (k0 + k) * stride_k + (x0 + x) * stride_x,
+                     width)
+            else:
+                valid = min(max(X - x0 - x, 0), width) if k0 + k < K else 0
+                src_index = (k0 + k) * stride_k + (x0 + x) * stride_x if valid > 0 else 0
+                copy(smem, base + k * row + x, src, src_index, valid)
+
+    return load
+
+
+def _tile_storer(config: TileConfig, dtype, mode: tuple):
+    """Device function: write a thread's THREAD_M x THREAD_N accumulator block into C."""
+    axis, vectorised = mode
+    vec = VECTOR_BYTES // np.dtype(dtype).itemsize
+    thread_m, thread_n = config.thread_m, config.thread_n
+    span_m, span_n = config.block_m // (thread_m // vec), config.block_n // (thread_n // vec)
+    numba_dtype = np.dtype(dtype)
+
+    @cuda.jit(device=True)
+    def store(c, stride_cm, stride_cn, M, N, acc, row0, col0):
+        # acc[i * thread_n + j] holds C(row0 + (i // vec) * span_m + i % vec, col0 + ...same for j)
+        column = cuda.local.array(vec, numba_dtype)
+        for v in range(thread_m // vec):
+            for w in range(thread_n // vec):
+                m = row0 + v * span_m
+                n = col0 + w * span_n
+                if vectorised and axis == "n":
+                    for e in range(vec):
+                        if m + e < M:
+                            if n + vec <= N:
+                                store_vector(c, (m + e) * stride_cm + n, acc,
+                                             (v * vec + e) * thread_n + w * vec)
+                            else:
+                                for f in range(vec):
+                                    if n + f < N:
+                                        c[(m + e) * stride_cm + n + f] = \
+                                            acc[(v * vec + e) * thread_n + w * vec + f]
+                elif vectorised and axis == "m":
+                    for f in range(vec):
+                        if n + f < N:
+                            if m + vec <= M:
+                                for e in range(vec):
+                                    column[e] = acc[(v * vec + e) * thread_n + w * vec + f]
+                                store_vector(c, m + (n + f) * stride_cn, column, 0)
+                            else:
+                                for e in range(vec):
+                                    if m + e < M:
+                                        c[m + e + (n + f) * stride_cn] = \
+                                            acc[(v * vec + e) * thread_n + w * vec + f]
+                else:
+                    for e in range(vec):
+                        for f in range(vec):
+                            if m + e < M and n + f < N:
+                                c[(m + e) * stride_cm + (n + f) * stride_cn] = \
+                                    acc[(v * vec + e) * thread_n + w * vec + f]
+
+    return store
+
+
+def _unrolled(step, count: int, params: str):
+    """Device function ``f(params)`` = ``step(params, 0); ...; step(params, count - 1)``.
+
+    NVVM leaves a k loop with a large body rolled (numba-cuda has no unroll
+    pragma): a loop counter, and no way to load the next step's fragments while
+    this step's FMAs run. Writing the steps out, with ``kk`` a literal in each,
+    gives straight-line code that ptxas schedules freely.
+    """
+    source = f"def unrolled({params}):\n" + "".join(
+        f"    step({params}, {kk})\n" for kk in range(count))
+    namespace = {"step": step}
+    exec(compile(source, f"<unrolled {count} x {step.__name__}>", "exec"), namespace)
+    return cuda.jit(device=True)(namespace["unrolled"])
+
+
+@functools.cache
+def _kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple, c_mode: tuple):
+    """Compile-time specialisation of the tiled kernel for one config, dtype and layout."""
+    config.check(dtype)
+    vec = VECTOR_BYTES // dtype.itemsize
+    BLOCK_M, BLOCK_N, BLOCK_K = config.block_m, config.block_n, config.block_k
+    THREAD_M, THREAD_N, STAGES, GROUP_M = (config.thread_m, config.thread_n, config.stages,
+                                           config.group_m)
+    THREADS_N = config.threads_n
+    ACC_SIZE = THREAD_M * THREAD_N  # shapes of local arrays must be literal constants
+    WARP_N, WARP_M = _warp_shape(config)
+    WARPS_N = THREADS_N // WARP_N
+    # A thread's fragment: THREAD_M // vec runs of vec rows, SPAN_M apart (likewise n).
+    SPAN_M, SPAN_N = BLOCK_M // (THREAD_M // vec), BLOCK_N // (THREAD_N // vec)
+    # Shared memory: STAGES k-major A tiles, then STAGES k-major B tiles, rows padded by a vector.
+    A_ROW, B_ROW = BLOCK_M + vec, BLOCK_N + vec
+    A_STAGE, B_STAGE = BLOCK_K * A_ROW, BLOCK_K * B_ROW
+    B_BASE = STAGES * A_STAGE
+    numba_dtype = dtype
+
+    @cuda.jit(device=True)
+    def k_step(acc, a_frag, b_frag, smem, a_tile, b_tile, kk):
+        # Fragments: this thread's THREAD_M values of A(:, kk) and THREAD_N of B(kk, :).
+        for v in range(THREAD_M // vec):
+            load_vector(a_frag, v * vec, smem, a_tile + kk * A_ROW + v * SPAN_M)
+        for w in range(THREAD_N // vec):
+            load_vector(b_frag, w * vec, smem, b_tile + kk * B_ROW + w * SPAN_N)
+        # Outer product into the register block.
+        for i in range(THREAD_M):
+            for j in range(THREAD_N):
+                acc[i * THREAD_N + j] += a_frag[i] * b_frag[j]
+
+    multiply_k_tile = _unrolled(k_step, BLOCK_K, "acc, a_frag, b_frag, smem, a_tile, b_tile")
+    load_a = _tile_loader(config, dtype, BLOCK_M, a_mode)
+    load_b = _tile_loader(config, dtype, BLOCK_N, b_mode)
+    store_c = _tile_storer(config, dtype, c_mode)
+    wait_for_oldest = cp_async_wait(STAGES - 2)
+    tile_of_device = cuda.jit(device=True)(tile_of)
+
+    @cuda.jit
+    def tiled_kernel(a, stride_am, stride_ak, b, stride_bk, stride_bn,
+                     c, stride_cm, stride_cn, M, N, K):
+        smem = cuda.shared.array(0, numba_dtype)
+        acc = cuda.local.array(ACC_SIZE, numba_dtype)
+        a_frag = cuda.local.array(THREAD_M, numba_dtype)
+        b_frag = cuda.local.array(THREAD_N, numba_dtype)
+
+        # -- which C tile, and where this thread sits in it --------------------------------
+        grid_m = (M + BLOCK_M - 1) // BLOCK_M
+        grid_n = (N + BLOCK_N - 1) // BLOCK_N
+        pid_m, pid_n = tile_of_device(cuda.blockIdx.x, grid_m, grid_n, GROUP_M)
+        m0 = pid_m * BLOCK_M
+        n0 = pid_n * BLOCK_N
+        tid = cuda.threadIdx.x
+        warp = tid // (WARP_M * WARP_N)
+        lane = tid % (WARP_M * WARP_N)
+        thread_row = (warp // WARPS_N) * WARP_M + lane // WARP_N
+        thread_col = (warp % WARPS_N) * WARP_N + lane % WARP_N
+        for i in range(ACC_SIZE):
+            acc[i] = 0
+        k_tiles = (K + BLOCK_K - 1) // BLOCK_K
+
+        # -- prologue: start copying the first STAGES - 1 k-tiles -------------------------
+        for s in range(STAGES - 1):
+            if s < k_tiles:
+                load_a(smem, s * A_STAGE, a, stride_am, stride_ak, m0, s * BLOCK_K, M, K, tid)
+                load_b(smem, B_BASE + s * B_STAGE, b, stride_bn, stride_bk, n0, s * BLOCK_K, N,
+                       K, tid)
+            cp_async_commit()  # one group per stage, empty or not, keeps the count simple
+
+        # -- main loop: wait for k-tile t, start k-tile t + STAGES - 1, multiply k-tile t -----
+        stage = 0  # = t % STAGES, kept as a counter (a modulo by 3 costs ~20 instructions)
+        for t in range(k_tiles):
+            wait_for_oldest()
+            # Makes every thread's copies of tile t visible, and guarantees that all
+            # threads finished tile t - 1, whose buffer the next copies overwrite.
+            cuda.syncthreads()
+            ahead = t + STAGES - 1
+            if ahead < k_tiles:
+                ahead_stage = stage - 1 if stage > 0 else STAGES - 1  # = ahead % STAGES
+                load_a(smem, ahead_stage * A_STAGE, a, stride_am, stride_ak, m0, ahead * BLOCK_K,
+                       M, K, tid)
+                load_b(smem, B_BASE + ahead_stage * B_STAGE, b, stride_bn, stride_bk, n0,
+                       ahead * BLOCK_K, N, K, tid)
+            cp_async_commit()
+            a_tile = stage * A_STAGE + thread_row * vec
+            b_tile = B_BASE + stage * B_STAGE + thread_col * vec
+            multiply_k_tile(acc, a_frag, b_frag, smem, a_tile, b_tile)
+            stage = stage + 1 if stage < STAGES - 1 else 0
+
+        # -- epilogue: registers -> C ------------------------------------------------------
+        store_c(c, stride_cm, stride_cn, M, N, acc, m0 + thread_row * vec, n0 + thread_col * vec)
+
+    return tiled_kernel
+
+
+def launch_tiled(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, stream=0) -> None:
+    """Launch the tiled kernel on validated device operands: C (M x N) = A (M x K) @ B (K x N)."""
+    config.check(a.dtype)
+    (M, K), N = a.shape, b.shape[1]
+    shared = config.shared_bytes(a.dtype)
+    limit = shared_memory_limit()
+    if shared > limit:
+        raise ValueError(f"tile config {config.label()} needs {shared} bytes of shared memory per "
+                         f"block for {a.dtype}; this device allows {limit}")
+    kernel = _kernel(config, a.dtype, *operand_modes(a, b, c))
+    grid = cdiv(M, config.block_m) * cdiv(N, config.block_n)
+    launch_kernel(kernel, grid, config.threads, stream, shared,
+                  (a, *a.strides, b, *b.strides, c, *c.strides, M, N, K))
+
+
+def kernel_resources(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc) -> dict:
+    """Registers per thread, local memory per thread (spills and stack; 0 is the goal) and
+    shared memory per block of the compiled specialisation for these operands (on a GPU;
+    compiles it if needed)."""
+    kernel = _kernel(config, a.dtype, *operand_modes(a, b, c))
+    array, index = kernel.typeof_pyval(np.empty(0, a.dtype)), kernel.typeof_pyval(np.int64(0))
+    compiled = kernel.compile((array, index, index) * 3 + (index,) * 3)
+    return {"registers": compiled.regs_per_thread, "local_bytes": compiled.local_mem_per_thread,
+            "shared_bytes": config.shared_bytes(a.dtype)}
