@@ -14,6 +14,7 @@ Nothing here launches a kernel or copies matrix data.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 from typing import Any
@@ -63,7 +64,7 @@ class MatrixDesc:
             object.__setattr__(self, "data", cuda.from_cuda_array_interface(flat, owner=self.source))
         return self.data
 
-    @property
+    @functools.cached_property
     def span(self) -> int:
         """Elements from (0, 0) to (rows-1, cols-1) inclusive."""
         return 1 + sum((n - 1) * s for n, s in zip(self.shape, self.strides))

@@ -9,6 +9,8 @@ caller's memory space.
 from __future__ import annotations
 
 import ctypes
+import functools
+import struct
 from dataclasses import replace
 
 import numpy as np
@@ -17,7 +19,7 @@ from numba import cuda
 from .descriptor import MatrixDesc, describe
 
 __all__ = ["cdiv", "simulated", "device_operand", "allocate_output", "shared_memory_limit",
-           "launch_kernel"]
+           "launch_kernel", "STATIC_SHARED_LIMIT"]
 
 # The simulator has no limit of its own; report Hopper's (227 KB per block, opt-in).
 SIMULATED_SHARED_LIMIT = 227 * 1024
@@ -57,62 +59,113 @@ def shared_memory_limit() -> int:
     """Bytes of shared memory one block may use on the current device (after opting in)."""
     if simulated():
         return SIMULATED_SHARED_LIMIT
+    return _device_shared_limit(cuda.get_current_device().id)
+
+
+@functools.cache
+def _device_shared_limit(device_id: int) -> int:
     return cuda.get_current_device().MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+
+
+@functools.cache
+def _signature(kernel, arg_kinds: tuple) -> tuple:
+    """Numba's types for a launch: a 1-D C-contiguous array per dtype, int64 per None."""
+    return tuple(kernel.typeof_pyval(np.empty(0, kind) if kind is not None else np.int64(0))
+                 for kind in arg_kinds)
 
 
 _compiled: dict = {}
 
 
-def _compiled_kernel(kernel, args: tuple, shared: int):
-    """(cuda.core kernel, parameter packer) of ``kernel`` specialised for ``args``' types.
+class _Compiled:
+    """A compiled specialisation: its driver function and the dynamic shared memory it may use."""
 
-    Compiles on first use. Above 48 KB of dynamic shared memory a function
-    must opt in through ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``,
-    for which numba-cuda has no API: it is set here on the driver handle.
-    """
-    # The types Numba gives a 1-D C-contiguous array of the dtype, and an int64.
-    signature = tuple(kernel.typeof_pyval(np.empty(0, a.dtype)) if isinstance(a, MatrixDesc)
-                      else kernel.typeof_pyval(np.int64(a)) for a in args)
-    key = (kernel, signature)
-    entry = _compiled.get(key)
-    if entry is None:
-        compiled = kernel.compile(signature)
-        entry = _compiled[key] = [compiled.library.get_cufunc(), STATIC_SHARED_LIMIT]
-    cufunc, allowed = entry
-    if shared > allowed:
-        from numba.cuda.cudadrv.driver import binding, driver
+    def __init__(self, kernel, signature):
+        from cuda.bindings import driver as cu
 
-        attribute = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-        driver.cuKernelSetAttribute(attribute, shared, cufunc.handle, cufunc.device.id)
-        entry[1] = shared
-    return cufunc.kernel
+        cufunc = kernel.compile(signature).library.get_cufunc()
+        self.kernel = cufunc.handle  # a CUkernel (numba-cuda loads libraries)
+        self.device_id = cufunc.device.id
+        self.function = _checked(cu.cuKernelGetFunction(self.kernel), "cuKernelGetFunction")
+        self.shared_allowed = STATIC_SHARED_LIMIT
+
+    def allow_shared(self, nbytes: int) -> None:
+        """Above 48 KB of dynamic shared memory a function must opt in through
+        ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``; numba-cuda has no API for it."""
+        from cuda.bindings import driver as cu
+
+        limit = _device_shared_limit(self.device_id)
+        if nbytes > limit:
+            raise ValueError(f"the launch needs {nbytes} bytes of shared memory per block; this "
+                             f"device allows {limit}")
+        attribute = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        _checked(cu.cuKernelSetAttribute(attribute, nbytes, self.kernel, self.device_id),
+                 "cuKernelSetAttribute")
+        self.shared_allowed = nbytes
+
+
+def _checked(result: tuple, what: str):
+    """The value of a cuda.bindings call, or a RuntimeError naming the failed call."""
+    from cuda.bindings import driver as cu
+
+    error, *value = result
+    if error != cu.CUresult.CUDA_SUCCESS:
+        name = cu.cuGetErrorName(error)[1]
+        raise RuntimeError(f"{what} failed: {name.decode() if isinstance(name, bytes) else name}")
+    return value[0] if value else None
+
+
+def _stream_handle(stream) -> int:
+    """The CUstream handle (as an int) of a Numba stream, or 0 for the default stream."""
+    handle = getattr(stream, "handle", stream)
+    handle = getattr(handle, "value", handle)
+    return int(handle or 0)
+
+
+# cuLaunchKernel's `extra` list: parameters as one packed buffer (CUDA's CU_LAUNCH_PARAM_*).
+_BUFFER_POINTER, _BUFFER_SIZE, _END = 1, 2, 0
 
 
 def launch_kernel(kernel, grid, block, stream, shared: int, args: tuple) -> None:
     """Launch the Numba kernel ``kernel`` with ``args``: :class:`MatrixDesc` values, passed as
     1-D buffers from element (0, 0), and ints, passed as int64.
 
-    Numba's own launch types and converts every argument on every call (about
-    30 us per array argument measured on an H200, more than a 1024^3 GEMM
-    takes). This compiles once per argument signature and hands the driver
-    Numba's parameter layout directly: per array, meminfo, parent, item count,
-    item size, data pointer, shape and stride in bytes; per int, an int64. On
-    the simulator it is Numba's launch.
+    Numba's own launch types and converts every argument on every call (tens
+    of microseconds per array measured on an H200, more than a 1024^3 GEMM
+    takes). This compiles once per argument signature, packs Numba's parameter
+    layout into one buffer (per array: meminfo, parent, item count, item size,
+    data pointer, shape, stride in bytes; per int: an int64; all 8 bytes) and
+    calls ``cuLaunchKernel`` directly. On the simulator it is Numba's launch.
     """
     if simulated():
         kernel[grid, block, stream, shared](
             *(a.buffer() if isinstance(a, MatrixDesc) else a for a in args))
         return
-    from cuda.core import LaunchConfig, launch
-    from numba.cuda.cudadrv.driver import _to_core_stream
+    from cuda.bindings import driver as cu
 
-    core_kernel = _compiled_kernel(kernel, args, shared)
-    params = []
+    key = (kernel, tuple(a.dtype if isinstance(a, MatrixDesc) else None for a in args))
+    compiled = _compiled.get(key)
+    if compiled is None:
+        compiled = _compiled[key] = _Compiled(kernel, _signature(*key))
+    if shared > compiled.shared_allowed:
+        compiled.allow_shared(shared)
+    values = []
     for a in args:
         if isinstance(a, MatrixDesc):
             span, itemsize = a.span, a.dtype.itemsize
-            params += (0, 0, span, itemsize, a.address, span, itemsize)
+            values += (0, 0, span, itemsize, a.address, span, itemsize)
         else:
-            params.append(ctypes.c_int64(a))
-    launch(_to_core_stream(stream), LaunchConfig(grid=grid, block=block, shmem_size=shared),
-           core_kernel, *params)
+            values.append(a)
+    params = ctypes.create_string_buffer(struct.pack(f"{len(values)}q", *values), 8 * len(values))
+    size = ctypes.c_size_t(8 * len(values))
+    extra = (ctypes.c_void_p * 5)(_BUFFER_POINTER, ctypes.addressof(params), _BUFFER_SIZE,
+                                  ctypes.addressof(size), _END)
+    _checked(cu.cuLaunchKernel(compiled.function, *_dims3(grid), *_dims3(block), shared,
+                               _stream_handle(stream), None, ctypes.addressof(extra)),
+             "cuLaunchKernel")
+
+
+def _dims3(dims) -> tuple[int, int, int]:
+    """A grid or block extent (int or tuple of up to 3) as (x, y, z)."""
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    return dims + (1,) * (3 - len(dims))

@@ -158,14 +158,18 @@ else:
                 dst_t, _, src_t, _, valid_t = sig.args
                 dst_ptr = _pointer(context, builder, dst_t, args[0], args[1])
                 src_ptr = _pointer(context, builder, src_t, args[2], args[3])
+                # cp.async wants a 32-bit .shared address: cast the generic pointer to the
+                # shared address space (NVVM folds this into the array's base) and take it.
+                i32 = ir.IntType(32)
+                shared_ptr = builder.addrspacecast(dst_ptr, ir.PointerType(dst_ptr.type.pointee, 3))
+                dst_address = builder.ptrtoint(shared_ptr, i32)
                 valid = context.cast(builder, args[4], valid_t, types.uint32)
-                src_bytes = builder.mul(valid, ir.Constant(ir.IntType(32), itemsize))
+                src_bytes = builder.mul(valid, ir.Constant(i32, itemsize))
                 asm = ir.InlineAsm(
-                    ir.FunctionType(ir.VoidType(), [dst_ptr.type, src_ptr.type, ir.IntType(32)]),
-                    "{ .reg .u64 s; cvta.to.shared.u64 s, $0; "
-                    f"cp.async.{cache}.shared.global [s], [$1], {nbytes}, $2; }}",
-                    "l,l,r,~{memory}", side_effect=True)
-                builder.call(asm, [dst_ptr, src_ptr, src_bytes])
+                    ir.FunctionType(ir.VoidType(), [i32, src_ptr.type, i32]),
+                    f"cp.async.{cache}.shared.global [$0], [$1], {nbytes}, $2;",
+                    "r,l,r,~{memory}", side_effect=True)
+                builder.call(asm, [dst_address, src_ptr, src_bytes])
                 return context.get_dummy_value()
 
             return types.void(dst, dst_index, src, src_index, valid), codegen
