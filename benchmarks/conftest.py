@@ -71,24 +71,35 @@ def copy_bandwidth(device_info):
 
 
 @pytest.fixture
-def record(device_info):
-    """record(benchmark, **fields): keep the benchmark's median with its description."""
+def record(device_info, request):
+    """record(benchmark, **fields): keep the benchmark's median with its description.
+
+    Fields: kind ("peer" or "numba"), algorithm, layout, dtype, and either size
+    (M = N = K) or M, N, K; optionally variant and anything else worth keeping.
+    """
+    suite = request.node.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
 
     def _record(benchmark, **fields):
         stats = benchmark.stats
-        _ROWS.append({**fields, "median_s": stats.stats.median, "min_s": stats.stats.min,
-                      "rounds": stats.stats.rounds, "iterations": stats.iterations})
+        _ROWS.append({**fields, "suite": suite, "median_s": stats.stats.median,
+                      "min_s": stats.stats.min, "rounds": stats.stats.rounds,
+                      "iterations": stats.iterations})
 
     return _record
 
 
+def _shape(row: dict) -> tuple[int, int, int]:
+    size = row.get("size")
+    return row.get("M", size), row.get("N", size), row.get("K", size)
+
+
 def _with_ratios(rows: list[dict]) -> list[dict]:
-    """Add TFLOP/s and speed relative to the same-size peer (cuBLAS via jnp.matmul)."""
-    peers = {(r["size"], r["dtype"]): r["median_s"] for r in rows if r["kind"] == "peer"}
+    """Add TFLOP/s and speed relative to the same-shape peer (cuBLAS via jnp.matmul)."""
+    peers = {(_shape(r), r["dtype"]): r["median_s"] for r in rows if r["kind"] == "peer"}
     for r in rows:
-        flops = 2 * r["size"] ** 3
-        r["tflops"] = flops / r["median_s"] / 1e12
-        peer = peers.get((r["size"], r["dtype"]))
+        M, N, K = _shape(r)
+        r["tflops"] = 2 * M * N * K / r["median_s"] / 1e12
+        peer = peers.get((_shape(r), r["dtype"]))
         r["vs_peer"] = peer / r["median_s"] if peer else None
     return rows
 
@@ -102,7 +113,8 @@ def pytest_sessionfinish(session, exitstatus):
     slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
     out_dir = Path(os.environ.get("NUMBA_GEMM_RESULTS_DIR", Path(__file__).parent / "results"))
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{now:%Y-%m-%d}-{slug}.json"
+    suites = "+".join(sorted({r["suite"] for r in rows}))
+    path = out_dir / f"{now:%Y-%m-%d}-{slug}-{suites}.json"
     payload = {"date": now.isoformat(timespec="seconds"), "device": _SESSION.get("device"),
                "versions": _versions(), "copy_bandwidth_bytes_per_s": _SESSION.get("copy_bandwidth_bytes_per_s"),
                "timing": "pytest-benchmark medians over calibrated rounds of back-to-back calls "
@@ -121,15 +133,17 @@ def pytest_terminal_summary(terminalreporter):
     write("")
     write(f"numba-gemm benchmarks on {_SESSION.get('device', {}).get('name')} "
           f"(copy bandwidth {(_SESSION.get('copy_bandwidth_bytes_per_s') or 0) / 1e12:.2f} TB/s)")
-    header = (f"{'algorithm':12} {'layout':7} {'size':>5} {'ms':>9} {'TFLOP/s':>8} {'x cuBLAS':>8} "
-              f"{'model ms: none':>14} {'vector':>8} {'full':>8}")
+    header = (f"{'algorithm':12} {'layout':7} {'variant':10} {'M x N x K':>17} {'ms':>9} {'TFLOP/s':>8} "
+              f"{'x cuBLAS':>8} {'model ms: none':>14} {'vector':>8} {'full':>8}")
     write(header)
-    for r in sorted(_ROWS, key=lambda r: (r["size"], r["kind"], r["algorithm"], r["layout"])):
+    for r in sorted(_ROWS, key=lambda r: (_shape(r), r["kind"], r["algorithm"], r["layout"],
+                                          r.get("variant", ""))):
         model = r.get("model_s") or {}
         ratio = f"{r['vs_peer']:8.3f}" if r.get("vs_peer") else f"{'':8}"
         cells = "".join(f"{model[c] * 1e3:{w}.2f}" for c, w in (("none", 15), ("vector", 9), ("full", 9))
                         if c in model)
-        write(f"{r['algorithm']:12} {r['layout']:7} {r['size']:5d} {r['median_s'] * 1e3:9.3f} "
+        write(f"{r['algorithm']:12} {r['layout']:7} {r.get('variant', ''):10} "
+              f"{'x'.join(map(str, _shape(r))):>17} {r['median_s'] * 1e3:9.3f} "
               f"{r['tflops']:8.3f} {ratio}{cells}")
     if "path" in _SESSION:
         write(f"results: {_SESSION['path']}")

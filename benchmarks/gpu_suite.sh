@@ -1,20 +1,37 @@
 #!/usr/bin/env bash
 # On a GPU machine, from the repository root: the whole test suite on the real GPU
-# (gpu-marked tests included), then the benchmarks. The benchmark table prints last;
-# results go to $NUMBA_GEMM_RESULTS_DIR (default benchmarks/results/), the test log
-# to the same folder (default /tmp) as tests.log.
-# PY selects the interpreter (default: python3 with the project importable from the tree).
+# (gpu-marked tests included), the demo, the benchmarks, and (where ncu exists) the
+# L2 measurement of CTA orders. The results table prints last; results go to
+# $NUMBA_GEMM_RESULTS_DIR (default benchmarks/results/), logs to the same folder
+# (default /tmp). PY selects the interpreter (default: python3 with the tree importable).
+# SKIP_TESTS=1 skips the test suite (to re-run only the measurements).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 unset NUMBA_ENABLE_CUDASIM JAX_PLATFORMS
+RESULTS=${NUMBA_GEMM_RESULTS_DIR:-benchmarks/results}
 LOG_DIR=${NUMBA_GEMM_RESULTS_DIR:-/tmp}
-"$PY" -m pytest -q -p no:cacheprovider tests > "$LOG_DIR/tests.log" 2>&1
-tests=$?
-grep -E "^(FAILED|ERROR)|passed|failed" "$LOG_DIR/tests.log" | tail -n 20
-"$PY" -m numba_gemm demo
-"$PY" -m pytest -q -p no:cacheprovider benchmarks --benchmark-columns=median,min,rounds 2>&1
-bench=${PIPESTATUS[0]}
-echo "tests exit $tests, benchmarks exit $bench"
-[ "$tests" = 0 ] && [ "$bench" = 0 ]
+tests=0
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  "$PY" -m pytest -q -p no:cacheprovider tests > "$LOG_DIR/tests.log" 2>&1
+  tests=$?
+  grep -E "^(FAILED|ERROR)|passed|failed" "$LOG_DIR/tests.log" | tail -n 20
+  "$PY" -m numba_gemm demo
+fi
+"$PY" -m pytest -q -p no:cacheprovider benchmarks --benchmark-columns=median,min,rounds \
+  > "$LOG_DIR/benchmarks.log" 2>&1
+bench=$?
+grep -E "^(FAILED|ERROR)|passed|failed" "$LOG_DIR/benchmarks.log" | tail -n 5
+l2=0
+if command -v ncu > /dev/null; then
+  ncu --clock-control none --kernel-name regex:tiled --csv \
+    --metrics lts__t_sector_hit_rate.pct,dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
+    "$PY" benchmarks/l2_ordering.py run > "$LOG_DIR/ncu_l2.csv" 2> "$LOG_DIR/ncu_l2.log"
+  "$PY" benchmarks/l2_ordering.py summarize "$LOG_DIR/ncu_l2.csv" \
+    "$RESULTS/$(date -u +%F)-l2-ordering.json"
+  l2=$?
+fi
+"$PY" -m numba_gemm bench --results "$RESULTS"
+echo "tests exit $tests, benchmarks exit $bench, l2 exit $l2"
+[ "$tests" = 0 ] && [ "$bench" = 0 ] && [ "$l2" = 0 ]

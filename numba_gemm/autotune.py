@@ -29,8 +29,8 @@ from .descriptor import MatrixDesc, describe
 from .kernels.tiled import DEFAULT_CONFIGS, TileConfig, kernel_resources
 from .launch import shared_memory_limit, simulated
 
-__all__ = ["SEARCH_SPACE", "SIMULATOR_CONFIG", "tune", "config_for", "layout_key", "shape_bucket",
-           "cache_path"]
+__all__ = ["SEARCH_SPACE", "SIMULATOR_CONFIG", "tune", "config_for", "config_for_shape", "layout_key",
+           "shape_bucket", "cache_path"]
 
 SHIPPED = Path(__file__).with_name("tuned.json")
 FORMAT = 1
@@ -133,10 +133,17 @@ def _nearest(entries: dict, dtype, layout: str | None, bucket, device: str, arch
 
 def config_for(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc | None = None) -> TileConfig:
     """The tile config ``matmul`` uses for these operands on the current device."""
+    (M, K), N = a.shape, b.shape[1]
+    return config_for_shape(M, N, K, a.dtype, layout_key(a, b))
+
+
+def config_for_shape(M: int, N: int, K: int, dtype=np.float32, layout: str = "row-row") -> TileConfig:
+    """The tile config for C (M x N) = A (M x K) @ B with A and B in ``layout`` (see
+    :func:`layout_key`) on the current device: the tuning cache, then the shipped
+    winners, then ``DEFAULT_CONFIGS``; on the simulator, ``SIMULATOR_CONFIG``."""
     if simulated():
         return SIMULATOR_CONFIG
-    (M, K), N = a.shape, b.shape[1]
-    return _config_for(np.dtype(a.dtype), layout_key(a, b), shape_bucket(M, N, K), cache_path(),
+    return _config_for(np.dtype(dtype), layout, shape_bucket(M, N, K), cache_path(),
                        _stamp(cache_path()), _stamp(SHIPPED))
 
 

@@ -32,6 +32,6 @@ def tile_of(pid, grid_m, grid_n, group_size_m):
     group_id = pid // pids_in_group
     first_pid_m = group_id * group_size_m
     rows_in_group = min(grid_m - first_pid_m, group_size_m)
-    pid_m = first_pid_m + (pid % pids_in_group) % rows_in_group
+    pid_m = first_pid_m + pid % rows_in_group  # as in the seed (and Triton's tutorial)
     pid_n = (pid % pids_in_group) // rows_in_group
     return pid_m, pid_n

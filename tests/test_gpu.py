@@ -162,3 +162,25 @@ def test_explicit_stream_with_foreign_arrays(rng):
     assert relative_error(c, ref) <= tolerance(np.float32, 200)
     a_host, b_host = a.cpu().numpy(), b.cpu().numpy()
     assert relative_error(numba_gemm.matmul(a_host, b_host, stream=stream), ref) <= tolerance(np.float32, 200)
+
+
+def _shipped_configs():
+    from numba_gemm.autotune import SEARCH_SPACE
+    from numba_gemm.kernels.tiled import DEFAULT_CONFIGS
+
+    configs = {(dtype, config) for dtype, space in SEARCH_SPACE.items() for config in space}
+    return sorted(configs | {(d, c) for d, c in DEFAULT_CONFIGS.items()}, key=str)
+
+
+@pytest.mark.parametrize("dtype, config", _shipped_configs(), ids=lambda x: getattr(x, "label", lambda: str(x))())
+def test_every_shipped_config_is_correct_and_spill_free(dtype, config, rng):
+    from numba_gemm.descriptor import describe
+    from numba_gemm.kernels.tiled import kernel_resources
+
+    M, N, K = 1000, 1023, 517  # every edge of every tile shape
+    a, b = make_operands(M, N, K, dtype, "row", rng, to_device=True)
+    out = poisoned((M, N), dtype, to_device=True)
+    numba_gemm.matmul(a, b, out, algorithm="tiled", config=config)
+    check(out, a, b, dtype)
+    resources = kernel_resources(config, describe(a, "a"), describe(b, "b"), describe(out, "out"))
+    assert resources["local_bytes"] == 0, f"{config.label()} spills: {resources}"

@@ -125,11 +125,12 @@ class TileConfig:
             if (self.block_k * tile) % (vec * self.threads):
                 raise ValueError(f"a {self.block_k} x {tile} operand tile must split into whole "
                                  f"16-byte vectors per thread ({self.threads} threads)")
-            # Every thread's copies sit a whole number of rows (or columns) apart.
-            if self.threads % (tile // vec) or self.threads % self.block_k:
+            # Every thread's copies sit a whole number of tile rows (or columns) apart, for
+            # element copies along either axis (and so for vector copies too).
+            if self.threads % tile or self.threads % self.block_k:
                 raise ValueError(f"{self.threads} threads must be a multiple of block_k = "
-                                 f"{self.block_k} and of the {tile // vec} vectors in a {tile}-wide "
-                                 f"tile row, so that each thread's copies are whole rows apart")
+                                 f"{self.block_k} and of the tile width {tile}, so that each "
+                                 f"thread's copies are whole tile rows apart")
         if self.stages < 2:
             raise ValueError("TileConfig.stages must be >= 2 so that loads overlap compute")
 

@@ -5,10 +5,10 @@
 """
 
 from .traffic import CACHES, ERRATA, ORDERS, Traffic, seed_traffic, simulate, traffic
-from .waves import problem_tile_loads, wave_tile_loads
+from .waves import problem_dram_bytes, problem_tile_loads, wave_tile_loads
 
 __all__ = ["CACHES", "ERRATA", "ORDERS", "Traffic", "seed_traffic", "simulate", "traffic", "format_table",
-           "wave_tile_loads", "problem_tile_loads"]
+           "wave_tile_loads", "problem_tile_loads", "problem_dram_bytes"]
 
 
 def format_table(M: int, N: int, K: int) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from ..ordering import tile_of
 
-__all__ = ["wave_tile_loads", "problem_tile_loads"]
+__all__ = ["wave_tile_loads", "problem_tile_loads", "problem_dram_bytes"]
 
 
 def _check(grid_m: int, grid_n: int, grid_k: int, concurrent: int, group_size_m: int) -> None:
@@ -31,13 +31,14 @@ def _check(grid_m: int, grid_n: int, grid_k: int, concurrent: int, group_size_m:
 
 
 def _loads(pids: range, grid_m: int, grid_n: int, grid_k: int, group_size_m: int,
-           cached: bool) -> int:
+           cached: bool) -> tuple[int, int]:
+    """(A tile loads, B tile loads) of the CTAs ``pids``."""
     tiles = [tile_of(pid, grid_m, grid_n, group_size_m) for pid in pids]
     if not cached:
-        return 2 * grid_k * len(tiles)
+        return grid_k * len(tiles), grid_k * len(tiles)
     rows = {pid_m for pid_m, _ in tiles}
     cols = {pid_n for _, pid_n in tiles}
-    return grid_k * (len(rows) + len(cols))
+    return grid_k * len(rows), grid_k * len(cols)
 
 
 def wave_tile_loads(grid_m: int, grid_n: int, grid_k: int, concurrent: int,
@@ -51,17 +52,29 @@ def wave_tile_loads(grid_m: int, grid_n: int, grid_k: int, concurrent: int,
     group_size_m = 1 if group_size_m is None else group_size_m
     _check(grid_m, grid_n, grid_k, concurrent, group_size_m)
     wave = range(min(concurrent, grid_m * grid_n))
-    return _loads(wave, grid_m, grid_n, grid_k, group_size_m, cached)
+    return sum(_loads(wave, grid_m, grid_n, grid_k, group_size_m, cached))
 
 
 def problem_tile_loads(grid_m: int, grid_n: int, grid_k: int, concurrent: int,
-                       group_size_m: int | None = None) -> int:
-    """Tile loads of the whole launch, wave after wave, each wave through an ideal cache
-    that keeps nothing from the wave before (a lower bound on reuse, an upper bound
-    on DRAM traffic for a cache that holds one wave's tiles)."""
+                       group_size_m: int | None = None) -> tuple[int, int]:
+    """(A, B) tile loads of the whole launch, wave after wave, each wave through an ideal
+    cache that keeps nothing from the wave before: what a cache holding one wave's tiles
+    reads from DRAM (reuse across waves, which a real L2 also gets, is not counted)."""
     group_size_m = 1 if group_size_m is None else group_size_m
     _check(grid_m, grid_n, grid_k, concurrent, group_size_m)
-    total = grid_m * grid_n
-    return sum(_loads(range(start, min(start + concurrent, total)), grid_m, grid_n, grid_k,
+    total, a_loads, b_loads = grid_m * grid_n, 0, 0
+    for start in range(0, total, concurrent):
+        a, b = _loads(range(start, min(start + concurrent, total)), grid_m, grid_n, grid_k,
                       group_size_m, True)
-               for start in range(0, total, concurrent))
+        a_loads, b_loads = a_loads + a, b_loads + b
+    return a_loads, b_loads
+
+
+def problem_dram_bytes(M: int, N: int, K: int, block_m: int, block_n: int, block_k: int,
+                       itemsize: int, concurrent: int, group_size_m: int | None = None) -> int:
+    """:func:`problem_tile_loads` in bytes for a GEMM tiled ``block_m x block_n x block_k``,
+    plus C written once."""
+    cdiv = lambda a, b: -(-a // b)  # noqa: E731
+    a_loads, b_loads = problem_tile_loads(cdiv(M, block_m), cdiv(N, block_n), cdiv(K, block_k),
+                                          concurrent, group_size_m)
+    return itemsize * (a_loads * block_m * block_k + b_loads * block_k * block_n + M * N)

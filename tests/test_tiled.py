@@ -1,0 +1,113 @@
+"""The tiled kernel on the simulator: small configs, every edge, layout and dtype.
+
+The configs shrink the tile so that simulated problems span several CTAs
+and k-tiles, but the kernel code is the one that runs on the GPU: the same
+pipeline, the same loaders (vector and element copies, interior fast path
+and edge path), the same epilogue.
+"""
+
+import numpy as np
+import pytest
+
+import numba_gemm
+from numba_gemm import TileConfig
+from numba_gemm.autotune import SIMULATOR_CONFIG
+from numba_gemm.descriptor import describe
+from numba_gemm.kernels.tiled import operand_modes
+from numba_gemm.testing import LAYOUTS, check_layouts, make_operands, poisoned, reference, relative_error, tolerance
+
+CONFIGS = {
+    "16x16x4-t4x4-s2": SIMULATOR_CONFIG,
+    # Two 16-byte runs per thread along m, three stages, a group of 2 tile-rows.
+    "32x32x8-t8x4-s3": TileConfig(block_m=32, block_n=32, block_k=8, thread_m=8, thread_n=4,
+                                  stages=3, group_m=2),
+}
+# 1 and primes; (48, 40, 24): interior CTAs and whole k-tiles (the copy fast path) beside edges;
+# multiples of 4 keep rows 16-byte aligned so the vector copies and stores run.
+SHAPES = [(1, 1, 1), (1, 17, 5), (19, 1, 7), (5, 7, 1), (33, 31, 37), (48, 40, 24)]
+
+
+def check(out, a, b, dtype):
+    error = relative_error(out, reference(a, b))
+    assert error <= tolerance(dtype, a.shape[1]), f"relative error {error:.3e}"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("config", list(CONFIGS), ids=str)
+def test_tiled_matches_float64_reference(config, shape, layout, dtype, rng):
+    M, N, K = shape
+    a, b = make_operands(M, N, K, dtype, layout, rng)
+    out = poisoned((M, N), dtype, layout=layout)  # NaN: an unwritten element fails the check
+    if min(shape) > 1:
+        check_layouts(layout, a, b, out)
+    assert numba_gemm.matmul(a, b, out, algorithm="tiled", config=CONFIGS[config]) is out
+    check(out, a, b, dtype)
+
+
+@pytest.mark.parametrize("layout, expected", [
+    ("row", (("k", False), ("tile", True), ("n", True))),
+    ("col", (("tile", True), ("k", False), ("m", True))),
+    ("sliced", (("k", False), ("k", False), (None, False))),
+])
+def test_layouts_select_vector_or_element_copies(layout, expected, rng):
+    a, b = make_operands(48, 40, 24, np.float32, layout, rng)
+    out = poisoned((48, 40), np.float32, layout=layout)
+    assert operand_modes(describe(a, "a"), describe(b, "b"), describe(out, "out")) == expected
+
+
+def test_misaligned_rows_fall_back_to_element_copies(rng):
+    a, b = make_operands(21, 24, 13, np.float32, "col", rng)  # A's columns are 21 elements apart
+    modes = operand_modes(describe(a, "a"), describe(b, "b"), describe(poisoned((21, 24), np.float32), "c"))
+    assert modes[0] == ("tile", False)
+    check(numba_gemm.matmul(a, b, algorithm="tiled", config=SIMULATOR_CONFIG), a, b, np.float32)
+
+
+def test_auto_runs_the_tiled_kernel_above_tiny_sizes():
+    small = describe(np.ones((8, 8), np.float32), "a")
+    big_a, big_b = describe(np.ones((64, 64), np.float32), "a"), describe(np.ones((64, 64), np.float32), "b")
+    assert numba_gemm.choose_algorithm(big_a, big_b) == "tiled"
+    assert numba_gemm.choose_algorithm(small, small) == "mnk"
+
+
+def test_config_with_auto_runs_tiled(rng):
+    a, b = make_operands(9, 11, 5, np.float32, "row", rng)
+    check(numba_gemm.matmul(a, b, config=SIMULATOR_CONFIG), a, b, np.float32)
+
+
+@pytest.mark.parametrize("config, message", [
+    (TileConfig(16, 16, 4, 2, 4, 2, 1), "thread_m = 2 must be a multiple of 4"),
+    (TileConfig(16, 20, 4, 4, 8, 2, 1), "block_n = 20 must be a multiple of thread_n = 8"),
+    (TileConfig(256, 256, 8, 4, 4, 2, 1), "4096 threads per CTA"),
+    (TileConfig(16, 16, 4, 4, 4, 1, 1), "stages must be >= 2"),
+    (TileConfig(16, 16, 4, 4, 4, 2, 0), "group_m must be a positive integer"),
+    (TileConfig(16, 16, 3, 4, 4, 2, 1), "split into whole 16-byte vectors"),
+    (TileConfig(32, 16, 8, 8, 4, 2, 1), "multiple of block_k = 8 and of the tile width 32"),
+])
+def test_bad_configs_are_refused_with_the_reason(config, message, rng):
+    a, b = make_operands(8, 8, 8, np.float32, "row", rng)
+    with pytest.raises(ValueError, match=message):
+        numba_gemm.matmul(a, b, algorithm="tiled", config=config)
+
+
+def test_config_must_fit_shared_memory(rng):
+    a, b = make_operands(8, 8, 8, np.float64, "row", rng)
+    huge = TileConfig(128, 128, 64, 8, 8, 8, 1)  # 8 stages x 64 x 264 x 8 bytes = 1.1 MB
+    with pytest.raises(ValueError, match="bytes of shared memory"):
+        numba_gemm.matmul(a, b, algorithm="tiled", config=huge)
+
+
+def test_config_argument_is_checked(rng):
+    a, b = make_operands(8, 8, 8, np.float32, "row", rng)
+    with pytest.raises(TypeError, match="config must be a numba_gemm.TileConfig"):
+        numba_gemm.matmul(a, b, algorithm="tiled", config=(16, 16, 4))
+    with pytest.raises(ValueError, match="config applies to the tiled kernel"):
+        numba_gemm.matmul(a, b, algorithm="mnk", config=SIMULATOR_CONFIG)
+
+
+def test_config_shared_bytes_and_threads():
+    config = TileConfig(256, 128, 16, 16, 8, 3, 8)
+    assert config.threads == 256
+    assert config.shared_bytes(np.float32) == 3 * 16 * ((256 + 4) + (128 + 4)) * 4
+    assert config.label() == "256x128x16/t16x8/s3/g8"
