@@ -4,7 +4,8 @@
 # L2 measurement of CTA orders. The results table prints last; results go to
 # $NUMBA_GEMM_RESULTS_DIR (default benchmarks/results/), logs to the same folder
 # (default /tmp). PY selects the interpreter (default: python3 with the tree importable).
-# SKIP_TESTS=1 skips the test suite (to re-run only the measurements).
+# SKIP_TESTS=1 skips the test suite (to re-run only the measurements); BENCHMARKS picks
+# benchmark files (default: all of benchmarks/).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
@@ -19,7 +20,7 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   grep -E "^(FAILED|ERROR)|passed|failed" "$LOG_DIR/tests.log" | tail -n 20
   "$PY" -m numba_gemm demo
 fi
-"$PY" -m pytest -q -p no:cacheprovider benchmarks --benchmark-columns=median,min,rounds \
+"$PY" -m pytest -q -p no:cacheprovider ${BENCHMARKS:-benchmarks} --benchmark-columns=median,min,rounds \
   > "$LOG_DIR/benchmarks.log" 2>&1
 bench=$?
 grep -E "^(FAILED|ERROR)|passed|failed" "$LOG_DIR/benchmarks.log" | tail -n 5

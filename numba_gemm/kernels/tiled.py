@@ -139,9 +139,10 @@ class TileConfig:
                 f"/s{self.stages}/g{self.group_m}")
 
 
-# Shipped defaults, tuned on an NVIDIA H200 (``numba_gemm.tune`` can replace them per device).
+# Fallbacks when the tuning caches have nothing for a device: the H200's winner at 2048^3
+# to 8192^3 for float32 (numba_gemm/tuned.json holds the per-size winners).
 DEFAULT_CONFIGS = {
-    np.dtype(np.float32): TileConfig(128, 128, 8, 8, 8, 3, 8),
+    np.dtype(np.float32): TileConfig(128, 256, 16, 8, 16, 3, 8),
     np.dtype(np.float64): TileConfig(64, 64, 8, 4, 4, 3, 8),
 }
 
