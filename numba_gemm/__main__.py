@@ -142,6 +142,8 @@ def main(argv=None) -> int:
     p_bench.add_argument("--results", default=None,
                          help="a results JSON file or folder (default: benchmarks/results)")
     p_bench.add_argument("--device", default=None, help="only rows measured on this device")
+    p_bench.add_argument("--algorithm", action="append", default=None,
+                         help="only this algorithm (repeatable; jnp.matmul is cuBLAS)")
     p_bench.add_argument("--plot", default=None,
                          help="write a PNG of TFLOP/s against size (needs matplotlib: the 'plot' extra)")
     p_bench.set_defaults(func=bench)

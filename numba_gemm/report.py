@@ -35,7 +35,9 @@ def load_rows(source: str | Path | None = None, device: str | None = None) -> li
     newest: dict = {}
     for path in files:
         data = json.loads(path.read_text())
-        name = (data.get("device") or {}).get("name", "unknown")
+        if not isinstance(data.get("device"), dict) or not all("kind" in r for r in data.get("rows", [])):
+            continue  # not a benchmark run (e.g. the ncu L2 measurements beside them)
+        name = data["device"].get("name", "unknown")
         if device and name != device:
             continue
         for row in data["rows"]:
@@ -102,6 +104,8 @@ def plot(rows: list[dict], path: str | Path) -> Path:
 
 def main(args) -> int:
     rows = load_rows(args.results, args.device)
+    if args.algorithm:
+        rows = [r for r in rows if r["algorithm"] in args.algorithm]
     if not rows:
         print(f"no rows{' for ' + args.device if args.device else ''}")
         return 1

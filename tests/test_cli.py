@@ -1,4 +1,4 @@
-"""`python -m numba_gemm model` and `demo`, run as a user would."""
+"""`python -m numba_gemm model`, `demo`, `bench` and `tune`, run as a user would."""
 
 import os
 import subprocess
@@ -22,4 +22,26 @@ def test_demo_on_the_simulator():
     result = run("demo", "--size", "9", NUMBA_ENABLE_CUDASIM="1")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "simulator" in result.stdout and "FAILED" not in result.stdout
-    assert sum(line.startswith(("auto", "mnk", "nmk", "kmn", "knm")) for line in result.stdout.splitlines()) == 20
+    assert sum(line.startswith(("auto", "tiled", "mnk", "nmk", "kmn", "knm"))
+               for line in result.stdout.splitlines()) == 24
+
+
+def test_bench_prints_the_committed_results():
+    result = run("bench", "--algorithm", "tiled", "--algorithm", "jnp.matmul")
+    assert result.returncode == 0, result.stderr
+    assert "x cuBLAS" in result.stdout and "tiled" in result.stdout and "mnk" not in result.stdout
+
+
+def test_bench_plot_needs_matplotlib_or_draws(tmp_path):
+    import importlib.util
+
+    result = run("bench", "--plot", str(tmp_path / "plot.png"))
+    if importlib.util.find_spec("matplotlib") is None:
+        assert result.returncode != 0 and "pip install 'numba-gemm[plot]'" in result.stderr
+    else:
+        assert result.returncode == 0 and (tmp_path / "plot.png").stat().st_size > 0
+
+
+def test_tune_without_a_gpu_says_so():
+    result = run("tune", "--size", "64")
+    assert result.returncode == 2 and "GPU" in result.stderr

@@ -1,0 +1,65 @@
+"""The autotuner's cache: shape buckets, layout keys, storing winners and finding the nearest."""
+
+import json
+
+import numpy as np
+import pytest
+
+from numba_gemm import TileConfig
+from numba_gemm.autotune import (SEARCH_SPACE, SHIPPED, _load, _nearest, layout_key, shape_bucket, store,
+                                 tune)
+from numba_gemm.descriptor import describe, transpose_view
+
+
+def test_shape_buckets_round_up_to_powers_of_two_within_limits():
+    assert shape_bucket(1000, 1024, 1025) == (1024, 1024, 2048)
+    assert shape_bucket(1, 3, 100000) == (16, 16, 16384)
+
+
+def test_layout_keys():
+    a = np.ones((8, 4), np.float32)
+    assert layout_key(describe(a), describe(a.T)) == "row-col"
+    assert layout_key(describe(a[::2, ::2]), describe(transpose_view(a))) == "strided-col"
+
+
+def test_every_search_space_config_is_valid():
+    for dtype, space in SEARCH_SPACE.items():
+        for config in space:
+            config.check(dtype)
+
+
+def test_store_then_find_the_nearest_bucket(tmp_path):
+    path = tmp_path / "cache.json"
+    small, big = TileConfig(64, 64, 16, 4, 4, 3, 8), TileConfig(128, 256, 16, 8, 16, 3, 8)
+    for shape, config in (((1024,) * 3, small), ((8192,) * 3, big)):
+        store(path, "GPU X", "sm_90", np.float32, "row-row", shape,
+              {"config": config, "seconds": 1.0, "tflops": 2.0})
+    entries = _load(path)
+    assert json.loads(path.read_text())["format"] == 1
+    nearest = lambda bucket, device="GPU X", arch="sm_90", layout="row-row": _nearest(  # noqa: E731
+        entries, np.float32, layout, bucket, device, arch)
+    assert TileConfig(**nearest((1024, 2048, 1024))["config"]) == small
+    assert TileConfig(**nearest((4096, 8192, 8192))["config"]) == big
+    assert nearest((1024,) * 3, device="GPU Y")["device"] == "GPU X"  # same architecture
+    assert nearest((1024,) * 3, device="GPU Y", arch="sm_80") is None
+    assert nearest((1024,) * 3, layout="col-col") is None  # config_for then tries any layout
+    assert _nearest(entries, np.float64, "row-row", (1024,) * 3, "GPU X", "sm_90") is None
+
+
+def test_shipped_winners_are_valid_configs():
+    entries = _load(SHIPPED)
+    assert entries, "numba_gemm/tuned.json ships winners"
+    for entry in entries.values():
+        TileConfig(**entry["config"]).check(entry["dtype"])
+
+
+def test_unreadable_cache_is_reported(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="unreadable"):
+        _load(path)
+
+
+def test_tune_needs_a_gpu():
+    with pytest.raises(RuntimeError, match="GPU"):
+        tune(64, 64, 64)
