@@ -47,9 +47,10 @@ def test_tiled_matches_float64_reference(config, shape, layout, dtype, rng):
 
 
 @pytest.mark.parametrize("layout, expected", [
-    ("row", (("k", False), ("tile", True), ("n", True))),
-    ("col", (("tile", True), ("k", False), ("m", True))),
-    ("sliced", (("k", False), ("k", False), (None, False))),
+    ("row", (("k", True), ("tile", True), ("n", True))),  # A: 16-byte loads through registers
+    ("col", (("tile", True), ("k", True), ("m", True))),
+    ("b_col", (("k", True), ("k", True), ("n", True))),
+    ("sliced", (("k", False), ("k", False), (None, False))),  # element copies
 ])
 def test_layouts_select_vector_or_element_copies(layout, expected, rng):
     a, b = make_operands(48, 40, 24, np.float32, layout, rng)
@@ -57,11 +58,14 @@ def test_layouts_select_vector_or_element_copies(layout, expected, rng):
     assert operand_modes(describe(a, "a"), describe(b, "b"), describe(out, "out")) == expected
 
 
-def test_misaligned_rows_fall_back_to_element_copies(rng):
-    a, b = make_operands(21, 24, 13, np.float32, "col", rng)  # A's columns are 21 elements apart
-    modes = operand_modes(describe(a, "a"), describe(b, "b"), describe(poisoned((21, 24), np.float32), "c"))
-    assert modes[0] == ("tile", False)
-    check(numba_gemm.matmul(a, b, algorithm="tiled", config=SIMULATOR_CONFIG), a, b, np.float32)
+@pytest.mark.parametrize("layout, operand", [("col", 0), ("row", 0), ("col", 1), ("row", 1)])
+def test_misaligned_rows_fall_back_to_element_copies(layout, operand, rng):
+    M, N, K = (21, 22, 13) if layout == "col" else (22, 21, 13)  # 21- or 13-element strides
+    a, b = make_operands(M, N, K, np.float32, layout, rng)
+    modes = operand_modes(describe(a, "a"), describe(b, "b"), describe(poisoned((M, N), np.float32), "c"))
+    assert modes[operand][1] is False
+    for config in CONFIGS.values():
+        check(numba_gemm.matmul(a, b, algorithm="tiled", config=config), a, b, np.float32)
 
 
 def test_auto_runs_the_tiled_kernel_above_tiny_sizes():

@@ -162,17 +162,21 @@ def operand_modes(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc) -> tuple[tuple, t
     """The layout specialisation of each operand: (contiguous axis, 16-byte vectors allowed).
 
     For A and B the axis is ``"tile"`` when the tile axis (m of A, n of B) is
-    contiguous, else ``"k"``; for C it is ``"n"``, ``"m"`` or ``None``.
-    Vectors need the contiguous axis' neighbour stride and the base address
-    to be multiples of 16 bytes.
+    contiguous, else ``"k"`` (vectors then need k contiguous); for C it is
+    ``"n"``, ``"m"`` or ``None``. Vectors need the other stride and the base
+    address to be multiples of 16 bytes.
     """
     def vectorisable(desc: MatrixDesc, other_stride: int) -> bool:
         vec = VECTOR_BYTES // desc.dtype.itemsize
         return desc.address % VECTOR_BYTES == 0 and other_stride % vec == 0
 
+    def mode(desc: MatrixDesc, stride_x: int, stride_k: int, extent_x: int) -> tuple:
+        if stride_x == 1 and extent_x > 1:
+            return "tile", vectorisable(desc, stride_k)
+        return "k", stride_k == 1 and vectorisable(desc, stride_x)
+
     (stride_am, stride_ak), (stride_bk, stride_bn) = a.strides, b.strides
-    a_mode = ("tile", vectorisable(a, stride_ak)) if stride_am == 1 and a.shape[0] > 1 else ("k", False)
-    b_mode = ("tile", vectorisable(b, stride_bk)) if stride_bn == 1 and b.shape[1] > 1 else ("k", False)
+    a_mode, b_mode = mode(a, stride_am, stride_ak, a.shape[0]), mode(b, stride_bn, stride_bk, b.shape[1])
     stride_cm, stride_cn = c.strides
     if stride_cn == 1:
         c_mode = ("n", vectorisable(c, stride_cm))
@@ -239,6 +243,59 @@ def _tile_loader(config: TileConfig, dtype, block_x: int, mode: tuple):
                      valid)
 
     return first, load, step_k, step_x
+
+
+def _staged_loader(config: TileConfig, dtype, block_x: int):
+    """16-byte loads of a k-contiguous operand tile (row-major A, column-major B) through
+    registers: ``(first, fetch, put, step_x)`` device functions.
+
+    ``cp.async`` cannot transpose, and the tile is stored k-major, so these
+    operands take the classic route: ``fetch(regs, src, src_index, src_step,
+    x_left, k_left)`` loads the thread's vectors (along k) of the *next* tile
+    into registers before the current tile's FMAs; ``put(smem, dst, regs)``
+    stores them, element by element, down the k-major tile afterwards. Copy r
+    is copy 0 moved ``r * step_x`` along the tile axis; elements outside the
+    matrix are zeros.
+    """
+    vec = VECTOR_BYTES // np.dtype(dtype).itemsize
+    block_k, threads, row = config.block_k, config.threads, block_x + vec
+    runs = block_k // vec  # vectors along k in one tile row
+    copies = block_k * block_x // (vec * threads)
+    step_x = threads // runs
+    last_x = (copies - 1) * step_x
+
+    @cuda.jit(device=True)
+    def first(tid):
+        return (tid % runs) * vec, tid // runs
+
+    @cuda.jit(device=True)
+    def fetch(regs, src, src_index, src_step, x_left, k_left):
+        if k_left >= vec and x_left > last_x:  # every copy inside the matrix: whole vectors
+            for r in range(copies):
+                load_vector(regs, r * vec, src, src_index + r * src_step)
+        else:
+            for r in range(copies):
+                for e in range(vec):
+                    inside = k_left > e and x_left > r * step_x
+                    regs[r * vec + e] = src[src_index + r * src_step + e] if inside else 0
+
+    @cuda.jit(device=True)
+    def put(smem, dst, regs):
+        for r in range(copies):
+            for e in range(vec):
+                smem[dst + r * step_x + e * row] = regs[r * vec + e]
+
+    return first, fetch, put, step_x, copies * vec
+
+
+def _operand_loader(config: TileConfig, dtype, block_x: int, mode: tuple):
+    """(staged?, first, load or fetch, put, step_k, step_x, registers) for one operand."""
+    vec = VECTOR_BYTES // np.dtype(dtype).itemsize
+    if mode == ("k", True) and config.block_k % vec == 0:
+        first, fetch, put, step_x, registers = _staged_loader(config, dtype, block_x)
+        return True, first, fetch, put, 0, step_x, registers
+    first, load, step_k, step_x = _tile_loader(config, dtype, block_x, mode)
+    return False, first, load, load, step_k, step_x, 1  # put is unused: cp.async lands in place
 
 
 def _tile_storer(config: TileConfig, dtype, mode: tuple):
@@ -337,8 +394,10 @@ def _kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple, c
                 acc[i * THREAD_N + j] += a_frag[i] * b_frag[j]
 
     multiply_k_tile = _unrolled(k_step, BLOCK_K, "acc, a_frag, b_frag, smem, a_tile, b_tile")
-    first_a, load_a, A_STEP_K, A_STEP_M = _tile_loader(config, dtype, BLOCK_M, a_mode)
-    first_b, load_b, B_STEP_K, B_STEP_N = _tile_loader(config, dtype, BLOCK_N, b_mode)
+    A_STAGED, first_a, load_a, put_a, A_STEP_K, A_STEP_M, A_REGS = _operand_loader(
+        config, dtype, BLOCK_M, a_mode)
+    B_STAGED, first_b, load_b, put_b, B_STEP_K, B_STEP_N, B_REGS = _operand_loader(
+        config, dtype, BLOCK_N, b_mode)
     store_c = _tile_storer(config, dtype, c_mode)
     wait_for_oldest = cp_async_wait(STAGES - 2)
     tile_of_device = cuda.jit(device=True)(tile_of)
@@ -378,13 +437,24 @@ def _kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple, c
         b_dst = B_BASE + b_k * B_ROW + b_n
 
         # -- prologue: start copying the first STAGES - 1 k-tiles -------------------------
+        # (register-staged operands: k-tile 0 now, each later one a tile ahead, below)
+        a_regs = cuda.local.array(A_REGS, SCALAR)
+        b_regs = cuda.local.array(B_REGS, SCALAR)
+        if A_STAGED:
+            load_a(a_regs, a, a_src, a_step, M - m0 - a_m, K - a_k)
+            put_a(smem, a_dst, a_regs)
+        if B_STAGED:
+            load_b(b_regs, b, b_src, b_step, N - n0 - b_n, K - b_k)
+            put_b(smem, b_dst, b_regs)
         for s in range(STAGES - 1):
             if s < k_tiles:
                 k0 = s * BLOCK_K
-                load_a(smem, s * A_STAGE + a_dst, a, a_src + k0 * stride_ak, a_step,
-                       M - m0 - a_m, K - k0 - a_k)
-                load_b(smem, s * B_STAGE + b_dst, b, b_src + k0 * stride_bk, b_step,
-                       N - n0 - b_n, K - k0 - b_k)
+                if not A_STAGED:
+                    load_a(smem, s * A_STAGE + a_dst, a, a_src + k0 * stride_ak, a_step,
+                           M - m0 - a_m, K - k0 - a_k)
+                if not B_STAGED:
+                    load_b(smem, s * B_STAGE + b_dst, b, b_src + k0 * stride_bk, b_step,
+                           N - n0 - b_n, K - k0 - b_k)
             cp_async_commit()  # one group per stage, empty or not, keeps the count simple
 
         # -- main loop: wait for k-tile t, start k-tile t + STAGES - 1, multiply k-tile t -----
@@ -398,15 +468,29 @@ def _kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple, c
             if ahead < k_tiles:
                 ahead_stage = stage - 1 if stage > 0 else STAGES - 1  # = ahead % STAGES
                 k0 = ahead * BLOCK_K
-                load_a(smem, ahead_stage * A_STAGE + a_dst, a, a_src + k0 * stride_ak, a_step,
-                       M - m0 - a_m, K - k0 - a_k)
-                load_b(smem, ahead_stage * B_STAGE + b_dst, b, b_src + k0 * stride_bk, b_step,
-                       N - n0 - b_n, K - k0 - b_k)
+                if not A_STAGED:
+                    load_a(smem, ahead_stage * A_STAGE + a_dst, a, a_src + k0 * stride_ak,
+                           a_step, M - m0 - a_m, K - k0 - a_k)
+                if not B_STAGED:
+                    load_b(smem, ahead_stage * B_STAGE + b_dst, b, b_src + k0 * stride_bk,
+                           b_step, N - n0 - b_n, K - k0 - b_k)
             cp_async_commit()
+            # Register-staged operands: load k-tile t + 1 now, store it after the FMAs.
+            next_k0 = (t + 1) * BLOCK_K
+            if A_STAGED and t + 1 < k_tiles:
+                load_a(a_regs, a, a_src + next_k0, a_step, M - m0 - a_m, K - next_k0 - a_k)
+            if B_STAGED and t + 1 < k_tiles:
+                load_b(b_regs, b, b_src + next_k0, b_step, N - n0 - b_n, K - next_k0 - b_k)
             a_tile = stage * A_STAGE + thread_row * vec
             b_tile = B_BASE + stage * B_STAGE + thread_col * vec
             multiply_k_tile(acc, a_frag, b_frag, smem, a_tile, b_tile)
             stage = stage + 1 if stage < STAGES - 1 else 0
+            # The next stage's buffers were last read in iteration t + 1 - STAGES, which every
+            # thread finished before this iteration's barrier.
+            if A_STAGED and t + 1 < k_tiles:
+                put_a(smem, stage * A_STAGE + a_dst, a_regs)
+            if B_STAGED and t + 1 < k_tiles:
+                put_b(smem, stage * B_STAGE + b_dst, b_regs)
 
         # -- epilogue: registers -> C ------------------------------------------------------
         store_c(c, stride_cm, stride_cn, M, N, acc, m0 + thread_row * vec, n0 + thread_col * vec)
