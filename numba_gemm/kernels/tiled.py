@@ -11,7 +11,8 @@ Algorithm (one CTA per BLOCK_M x BLOCK_N tile of C, a 1-D grid):
 2. *Pipeline*: shared memory holds ``STAGES`` buffers of one BLOCK_K slice of A
    (stored k-major, ``As[k][m]``) and of B (``Bs[k][n]``). ``cp.async`` copies
    global -> shared without registers; ``STAGES - 1`` k-tiles are in flight
-   while the CTA multiplies the oldest. One barrier per k-tile.
+   while the CTA multiplies the oldest (register-staged operands, below: one).
+   One barrier per k-tile.
 3. *Register blocking*: each thread owns a THREAD_M x THREAD_N block of C in
    registers. Per k step it reads THREAD_M values of A and THREAD_N of B from
    shared memory as 16-byte vectors and does THREAD_M * THREAD_N FMAs. Its rows
@@ -22,17 +23,21 @@ Algorithm (one CTA per BLOCK_M x BLOCK_N tile of C, a 1-D grid):
    the edges.
 
 Edges are handled in the kernel: copies of elements outside A or B zero-fill
-shared memory (``cp.async``'s source size), so the k sum stays exact and out-of-
-range rows and columns are simply not stored. No operand is padded or copied.
+shared memory (``cp.async``'s source size; register-staged loads load zeros),
+so the k sum stays exact, and out-of-range rows and columns are simply not
+stored. No operand is padded or copied.
 
 Layouts are compile-time specialisations (``_kernel``'s key), never copies:
 
 - an operand whose tile axis (m for A, n for B) is contiguous and 16-byte
-  aligned is copied as 16-byte vectors straight into its k-major tile;
-- otherwise (k contiguous, i.e. row-major A or column-major B, or any other
-  strides) each thread copies single elements with lanes running along the
-  contiguous axis, so the warp's global reads still coalesce; shared rows are
-  padded by one vector so that these transposing writes avoid bank conflicts.
+  aligned is copied by 16-byte ``cp.async`` straight into its k-major tile;
+- one whose k axis is contiguous and aligned (row-major A, column-major B)
+  is loaded as 16-byte vectors into registers one k-tile ahead and stored down
+  the k-major tile after the current tile's FMAs (``cp.async`` cannot transpose);
+- otherwise (misaligned rows, other strides) each thread copies single
+  elements by ``cp.async`` with lanes along the contiguous axis, so the warp's
+  global reads still coalesce. Shared rows are padded by one vector so that
+  transposing writes avoid bank conflicts.
 
 Constraints (checked by ``TileConfig.check`` with the reason): tiles divide
 into whole thread blocks and whole 16-byte vectors; a launch needs
