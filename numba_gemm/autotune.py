@@ -169,13 +169,6 @@ def _config_for(dtype, layout: str, bucket, user_cache: Path, *stamps) -> TileCo
     return DEFAULT_CONFIGS[dtype]
 
 
-def _sampled_error(a, b, out, rows: np.ndarray) -> float:
-    """Relative error of ``rows`` of the device result against float64 NumPy."""
-    a_host, b_host, c_host = a.copy_to_host(), b.copy_to_host(), out.copy_to_host()
-    ref = a_host[rows].astype(np.float64) @ b_host.astype(np.float64)
-    return float(np.linalg.norm(c_host[rows] - ref) / np.linalg.norm(ref))
-
-
 def tune(M: int, N: int, K: int | None = None, dtype=np.float32, layout: str = "row", *,
          configs=None, min_time: float = 0.02, reps: int = 7, save: bool | str | Path = True,
          progress=print) -> list[dict]:
@@ -193,7 +186,7 @@ def tune(M: int, N: int, K: int | None = None, dtype=np.float32, layout: str = "
     if simulated():
         raise RuntimeError("tune() times kernels on a GPU; the CUDA simulator has no timings")
     from . import matmul
-    from .testing import make_operands, poisoned, tolerance
+    from .testing import make_operands, poisoned, reference, relative_error, tolerance
     from .timing import median_seconds
 
     K = M if K is None else K
@@ -207,6 +200,7 @@ def tune(M: int, N: int, K: int | None = None, dtype=np.float32, layout: str = "
     a, b = make_operands(M, N, K, dtype, layout, rng, to_device=True)
     out = poisoned((M, N), dtype, to_device=True, layout=layout)
     rows = np.unique(rng.integers(0, M, size=min(M, 64)))
+    expected = reference(a, b, rows)  # float64, once for all candidates
     flops = 2 * M * N * K
     results = []
     progress(f"tuning {M}x{N}x{K} {dtype.name} {layout} on {device}: {len(candidates)} configs")
@@ -226,7 +220,7 @@ def tune(M: int, N: int, K: int | None = None, dtype=np.float32, layout: str = "
 
         run()  # compiles
         resources = kernel_resources(config, describe(a, "a"), describe(b, "b"), describe(out, "out"))
-        error = _sampled_error(a, b, out, rows)
+        error = relative_error(out.copy_to_host()[rows], expected)
         if not error <= tolerance(dtype, K):
             raise AssertionError(f"{config.label()} computed a wrong product "
                                  f"(relative error {error:.2e}); not timing it")

@@ -11,7 +11,8 @@ import numpy as np
 
 from .descriptor import transpose_view
 
-__all__ = ["LAYOUTS", "check_layouts", "make_operands", "poisoned", "reference", "relative_error", "tolerance"]
+__all__ = ["LAYOUTS", "assert_product", "check_layouts", "make_operands", "poisoned", "reference",
+           "relative_error", "tolerance"]
 
 # Layouts: name -> (layout of A, of B, of C). "col" matrices are transposed views of
 # row-major arrays (BLAS's "T"); "sliced" ones are strided views with an offset.
@@ -76,15 +77,22 @@ def _host(x) -> np.ndarray:
     return x.copy_to_host() if hasattr(x, "copy_to_host") else np.asarray(x)
 
 
-def reference(a, b) -> np.ndarray:
-    """A @ B in float64 on the host."""
-    return _host(a).astype(np.float64) @ _host(b).astype(np.float64)
+def reference(a, b, rows=None) -> np.ndarray:
+    """A @ B in float64 on the host; only the given ``rows`` of it, if any."""
+    a = _host(a) if rows is None else _host(a)[rows]
+    return a.astype(np.float64) @ _host(b).astype(np.float64)
 
 
 def relative_error(out, ref: np.ndarray) -> float:
     """||out - ref||_F / ||ref||_F; NaN if any element of ``out`` is NaN."""
     diff = _host(out).astype(np.float64) - ref
     return float(np.linalg.norm(diff) / np.linalg.norm(ref))
+
+
+def assert_product(out, a, b, dtype) -> None:
+    """Assert ``out`` is A @ B within :func:`tolerance` (float64 reference; NaN fails)."""
+    error = relative_error(out, reference(a, b))
+    assert error <= tolerance(dtype, a.shape[1]), f"relative error {error:.3e}"
 
 
 def tolerance(dtype, K: int) -> float:
