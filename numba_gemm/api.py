@@ -7,11 +7,11 @@ from typing import Any
 import numpy as np
 
 from .descriptor import MatrixDesc, describe
-from .kernels.loop_orders import LOOP_ORDERS, launch_loop_order
-from .kernels.tiled import TileConfig, launch_tiled
-from .launch import allocate_output, device_operand, simulated
+from .kernels.loop_orders import LOOP_ORDERS, plan_loop_order
+from .kernels.tiled import TileConfig, plan_tiled
+from .launch import KernelLaunch, allocate_output, device_operand, launch_kernel, simulated
 
-__all__ = ["ALGORITHMS", "matmul", "choose_algorithm"]
+__all__ = ["ALGORITHMS", "matmul", "choose_algorithm", "check_algorithm", "plan", "execute"]
 
 ALGORITHMS = ("auto", "tiled") + tuple(LOOP_ORDERS)
 
@@ -70,16 +70,35 @@ def _check_output(out: MatrixDesc, shape: tuple[int, int], dtype: np.dtype, on_d
                              f"kernels read {x.name} while writing out, so pass a separate output")
 
 
-def _launch(algorithm: str, config: TileConfig | None, a: MatrixDesc, b: MatrixDesc,
-            out: MatrixDesc, stream) -> None:
-    if algorithm == "tiled":
-        if config is None:
-            from .autotune import config_for
+def check_algorithm(algorithm: str, config: TileConfig | None) -> None:
+    """``ValueError``/``TypeError`` for an unknown algorithm or a config it cannot take."""
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {', '.join(map(repr, ALGORITHMS))}; got {algorithm!r}")
+    if config is not None:
+        if not isinstance(config, TileConfig):
+            raise TypeError(f"config must be a numba_gemm.TileConfig; got {type(config).__name__}")
+        if algorithm not in ("tiled", "auto"):
+            raise ValueError(f"config applies to the tiled kernel; algorithm={algorithm!r} takes none")
 
-            config = config_for(a, b, out)
-        launch_tiled(config, a, b, out, stream)
-    else:
-        launch_loop_order(algorithm, a, b, out, stream)
+
+def plan(a: MatrixDesc, b: MatrixDesc, out: MatrixDesc, algorithm: str = "auto",
+         config: TileConfig | None = None) -> KernelLaunch:
+    """The launch that computes ``out = a @ b`` (for each of ``out.batch`` products) on
+    validated operands: the algorithm (``"auto"``: :func:`choose_algorithm`), the tile
+    config (by default the tuned one) and the launch geometry.
+
+    The one place these are decided: :func:`matmul` executes the plan through
+    Numba, ``jax_bridge`` hands the same plan to XLA.
+    """
+    if algorithm == "auto":
+        algorithm = "tiled" if config is not None else choose_algorithm(a, b)
+    if algorithm != "tiled":
+        return plan_loop_order(algorithm, a, b, out)
+    if config is None:
+        from .autotune import config_for
+
+        config = config_for(a, b, out)
+    return plan_tiled(config, a, b, out)
 
 
 def matmul(a: Any, b: Any, out: Any = None, *, algorithm: str = "auto",
@@ -106,13 +125,7 @@ def matmul(a: Any, b: Any, out: Any = None, *, algorithm: str = "auto",
     stream). Foreign device arrays offering DLPack are ordered before it;
     device results are not synchronised, as with any kernel launch.
     """
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {', '.join(map(repr, ALGORITHMS))}; got {algorithm!r}")
-    if config is not None:
-        if not isinstance(config, TileConfig):
-            raise TypeError(f"config must be a numba_gemm.TileConfig; got {type(config).__name__}")
-        if algorithm not in ("tiled", "auto"):
-            raise ValueError(f"config applies to the tiled kernel; algorithm={algorithm!r} takes none")
+    check_algorithm(algorithm, config)
     a_desc, b_desc = describe(a, "a", stream), describe(b, "b", stream)
     _check_operands(a_desc, b_desc)
     shape, dtype, on_device = (a_desc.shape[0], b_desc.shape[1]), a_desc.dtype, a_desc.on_device
@@ -121,20 +134,25 @@ def matmul(a: Any, b: Any, out: Any = None, *, algorithm: str = "auto",
     else:
         out_desc = describe(out, "out", stream)
         _check_output(out_desc, shape, dtype, on_device, (a_desc, b_desc))
-    if algorithm == "auto":
-        algorithm = "tiled" if config is not None else choose_algorithm(a_desc, b_desc)
-    if algorithm == "tiled" and config is not None:
+    if config is not None:
         config.check(dtype)
+    execute(a_desc, b_desc, out_desc, algorithm, config, stream)
+    return out_desc.source
 
-    if on_device or simulated():
-        _launch(algorithm, config, a_desc, b_desc, out_desc, stream)
-        return out_desc.source
-    # NumPy operands on a GPU: run on device copies of their spans, copy the result back.
-    result = allocate_output(shape, dtype, True, stream=stream)
-    _launch(algorithm, config, device_operand(a_desc, stream), device_operand(b_desc, stream),
-            result, stream)
-    host = result.source.copy_to_host(stream=stream)
+
+def execute(a: MatrixDesc, b: MatrixDesc, out: MatrixDesc, algorithm: str = "auto",
+            config: TileConfig | None = None, stream: Any = 0) -> None:
+    """Compute ``out = a @ b`` on validated operands in one memory space: on the GPU (or
+    the simulator) in place; host operands on a GPU on device copies of their spans,
+    the result copied back into ``out``."""
+    if out.on_device or simulated():
+        launch_kernel(plan(a, b, out, algorithm, config), stream)
+        return
+    # Host operands on a GPU: device copies of every span, out's too, so that copying its
+    # span back leaves the elements between its rows as they were.
+    device_out = device_operand(out, stream)
+    launch_kernel(plan(device_operand(a, stream), device_operand(b, stream), device_out, algorithm,
+                       config), stream)
+    device_out.data.copy_to_host(out.data, stream=stream)
     if stream:
         stream.synchronize()  # an asynchronous copy must land before NumPy reads it
-    np.copyto(out_desc.source, host)
-    return out_desc.source

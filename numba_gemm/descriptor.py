@@ -44,6 +44,10 @@ class MatrixDesc:
     (NumPy on the host; on the device a Numba array, built on first use by
     :meth:`buffer`, since building one costs more than a kernel launch);
     ``source`` is the caller's object, kept alive for as long as the descriptor is.
+
+    A batch of matrices (``jax_bridge``'s batched products) adds ``batch``
+    matrices ``batch_stride`` elements apart; ``batch_stride`` 0 broadcasts one
+    matrix to the whole batch. ``span`` then covers every matrix of the batch.
     """
 
     name: str
@@ -54,6 +58,8 @@ class MatrixDesc:
     on_device: bool
     address: int
     source: Any
+    batch: int = 1
+    batch_stride: int = 0
 
     def buffer(self):
         """``data``, the 1-D array of ``span`` elements from (0, 0), built on first use."""
@@ -66,8 +72,9 @@ class MatrixDesc:
 
     @functools.cached_property
     def span(self) -> int:
-        """Elements from (0, 0) to (rows-1, cols-1) inclusive."""
-        return 1 + sum((n - 1) * s for n, s in zip(self.shape, self.strides))
+        """Elements from (0, 0) of the first matrix to (rows-1, cols-1) of the last, inclusive."""
+        return 1 + sum((n - 1) * s for n, s in zip((self.batch, *self.shape),
+                                                   (self.batch_stride, *self.strides)))
 
     @property
     def layout(self) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import struct
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numba import cuda
@@ -19,11 +19,12 @@ from numba import cuda
 from .descriptor import MatrixDesc, describe
 
 __all__ = ["cdiv", "simulated", "device_operand", "allocate_output", "shared_memory_limit",
-           "launch_kernel", "STATIC_SHARED_LIMIT"]
+           "KernelLaunch", "kernel_launch", "launch_kernel", "kernel_signature", "STATIC_SHARED_LIMIT", "MAX_GRID_YZ"]
 
 # The simulator has no limit of its own; report Hopper's (227 KB per block, opt-in).
 SIMULATED_SHARED_LIMIT = 227 * 1024
 STATIC_SHARED_LIMIT = 48 * 1024  # what a kernel gets without opting in
+MAX_GRID_YZ = 65535  # CUDA's limit on gridDim.y and gridDim.z
 
 
 def cdiv(a: int, b: int) -> int:
@@ -67,8 +68,39 @@ def _device_shared_limit(device_id: int) -> int:
     return cuda.get_current_device().MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
 
 
+@dataclass(frozen=True)
+class KernelLaunch:
+    """One kernel launch, fully decided: what every launch path executes.
+
+    ``grid`` is (x, y, z); ``block`` the threads of a 1-D block; ``shared`` the
+    bytes of dynamic shared memory; ``args`` the kernel's arguments in order:
+    :class:`MatrixDesc` values (passed as 1-D buffers from element (0, 0) of
+    the first matrix) and ints (int64). Inputs come before the output, as
+    XLA's kernel-call custom call (``jax_bridge``) requires.
+    """
+
+    kernel: object
+    grid: tuple[int, int, int]
+    block: int
+    shared: int
+    args: tuple
+
+    def arg_kinds(self) -> tuple:
+        """The dtype of each array argument, ``None`` for each int: what the compiled code depends on."""
+        return tuple(a.dtype if isinstance(a, MatrixDesc) else None for a in self.args)
+
+
+def kernel_launch(kernel, grid, block: int, shared: int, args: tuple) -> KernelLaunch:
+    """A :class:`KernelLaunch`, with the grid checked against CUDA's limits."""
+    grid = _dims3(grid)
+    if grid[1] > MAX_GRID_YZ or grid[2] > MAX_GRID_YZ:
+        raise ValueError(f"the launch needs a grid of {grid} blocks; CUDA allows at most "
+                         f"{MAX_GRID_YZ} along y and z (for a batched product: the batch size)")
+    return KernelLaunch(kernel, grid, block, shared, tuple(args))
+
+
 @functools.cache
-def _signature(kernel, arg_kinds: tuple) -> tuple:
+def kernel_signature(kernel, arg_kinds: tuple) -> tuple:
     """Numba's types for a launch: a 1-D C-contiguous array per dtype, int64 per None."""
     return tuple(kernel.typeof_pyval(np.empty(0, kind) if kind is not None else np.int64(0))
                  for kind in arg_kinds)
@@ -126,9 +158,8 @@ def _stream_handle(stream) -> int:
 _BUFFER_POINTER, _BUFFER_SIZE, _END = 1, 2, 0
 
 
-def launch_kernel(kernel, grid, block, stream, shared: int, args: tuple) -> None:
-    """Launch the Numba kernel ``kernel`` with ``args``: :class:`MatrixDesc` values, passed as
-    1-D buffers from element (0, 0), and ints, passed as int64.
+def launch_kernel(launch: KernelLaunch, stream=0) -> None:
+    """Run ``launch`` on ``stream`` (a Numba stream, a CUstream handle as an int, or 0).
 
     Numba's own launch types and converts every argument on every call (tens
     of microseconds per array measured on an H200, more than a 1024^3 GEMM
@@ -137,16 +168,17 @@ def launch_kernel(kernel, grid, block, stream, shared: int, args: tuple) -> None
     data pointer, shape, stride in bytes; per int: an int64; all 8 bytes) and
     calls ``cuLaunchKernel`` directly. On the simulator it is Numba's launch.
     """
+    args, shared = launch.args, launch.shared
     if simulated():
-        kernel[grid, block, stream, shared](
+        launch.kernel[launch.grid, launch.block, stream, shared](
             *(a.buffer() if isinstance(a, MatrixDesc) else a for a in args))
         return
     from cuda.bindings import driver as cu
 
-    key = (kernel, tuple(a.dtype if isinstance(a, MatrixDesc) else None for a in args))
+    key = (launch.kernel, launch.arg_kinds())
     compiled = _compiled.get(key)
     if compiled is None:
-        compiled = _compiled[key] = _Compiled(kernel, _signature(*key))
+        compiled = _compiled[key] = _Compiled(launch.kernel, kernel_signature(*key))
     if shared > compiled.shared_allowed:
         compiled.allow_shared(shared)
     values = []
@@ -160,7 +192,7 @@ def launch_kernel(kernel, grid, block, stream, shared: int, args: tuple) -> None
     size = ctypes.c_size_t(8 * len(values))
     extra = (ctypes.c_void_p * 5)(_BUFFER_POINTER, ctypes.addressof(params), _BUFFER_SIZE,
                                   ctypes.addressof(size), _END)
-    _checked(cu.cuLaunchKernel(compiled.function, *_dims3(grid), *_dims3(block), shared,
+    _checked(cu.cuLaunchKernel(compiled.function, *launch.grid, launch.block, 1, 1, shared,
                                _stream_handle(stream), None, ctypes.addressof(extra)),
              "cuLaunchKernel")
 

@@ -2,6 +2,8 @@
 
 Shapes: A is M x K, B is K x N, C = A @ B is M x N; each matrix is a 1-D buffer
 plus element strides, indexed as in the seed: ``A(i, k) = a[i*stride_am + k*stride_ak]``.
+A batch of products runs in one launch, one grid z slice per product, each
+operand offset by its batch stride (0 broadcasts it).
 
 The seed's nest ``for x: for y: for z: C(i,j) += A(i,k) * B(k,j)`` has two
 parallel loops (i over M, j over N) and one reduction (k). On a GPU the two
@@ -57,15 +59,15 @@ import functools
 from numba import cuda
 
 from ..descriptor import MatrixDesc
-from ..launch import cdiv, launch_kernel
+from ..launch import MAX_GRID_YZ, KernelLaunch, cdiv, kernel_launch
 from .ptx import load_from_l2
 
-__all__ = ["LOOP_ORDERS", "BLOCK_FAST", "BLOCK_SLOW", "launch_loop_order"]
+__all__ = ["LOOP_ORDERS", "BLOCK_FAST", "BLOCK_SLOW", "plan_loop_order"]
 
-# Thread block: one warp along the innermost parallel loop, 8 warps along the other.
+# Thread block (1-D, as XLA's kernel-call launches): one warp along the innermost
+# parallel loop, 8 warps along the other.
 BLOCK_FAST = 32
 BLOCK_SLOW = 8
-MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y
 
 # order -> (k loop outermost?, consecutive threads along n?)
 LOOP_ORDERS = {
@@ -81,19 +83,20 @@ def _kernel(k_outer: bool, threads_along_n: bool):
     """Compile-time specialisation of the one loop-order kernel body."""
 
     @cuda.jit
-    def loop_order_kernel(a, stride_am, stride_ak, b, stride_bk, stride_bn,
-                          c, stride_cm, stride_cn, M, N, K):
-        fast = cuda.blockIdx.x * BLOCK_FAST + cuda.threadIdx.x
-        slow = cuda.blockIdx.y * BLOCK_SLOW + cuda.threadIdx.y
+    def loop_order_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn,
+                          c, stride_cb, stride_cm, stride_cn, M, N, K):
+        fast = cuda.blockIdx.x * BLOCK_FAST + cuda.threadIdx.x % BLOCK_FAST
+        slow = cuda.blockIdx.y * BLOCK_SLOW + cuda.threadIdx.x // BLOCK_FAST
         if threads_along_n:
             i, j = slow, fast
         else:
             i, j = fast, slow
         if i >= M or j >= N:
             return
-        a_row = i * stride_am
-        b_col = j * stride_bn
-        c_ij = i * stride_cm + j * stride_cn
+        pid_batch = cuda.blockIdx.z
+        a_row = pid_batch * stride_ab + i * stride_am
+        b_col = pid_batch * stride_bb + j * stride_bn
+        c_ij = pid_batch * stride_cb + i * stride_cm + j * stride_cn
         if k_outer:
             # The partial sum lives in C: store after every k step, reload before the
             # next (an L2 load the compiler cannot replace by the value just stored).
@@ -110,16 +113,18 @@ def _kernel(k_outer: bool, threads_along_n: bool):
     return loop_order_kernel
 
 
-def launch_loop_order(order: str, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, stream=0) -> None:
-    """Launch ``order`` on validated device operands: C (M x N) = A (M x K) @ B (K x N)."""
+def plan_loop_order(order: str, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc) -> KernelLaunch:
+    """The launch of ``order`` on validated operands: C (M x N) = A (M x K) @ B (K x N), for
+    each of ``c.batch`` products."""
     k_outer, threads_along_n = LOOP_ORDERS[order]
     (M, K), N = a.shape, b.shape[1]
     fast, slow = (N, M) if threads_along_n else (M, N)
-    grid = (cdiv(fast, BLOCK_FAST), cdiv(slow, BLOCK_SLOW))
-    if grid[1] > MAX_GRID_Y:
+    grid = (cdiv(fast, BLOCK_FAST), cdiv(slow, BLOCK_SLOW), c.batch)
+    if grid[1] > MAX_GRID_YZ:
         raise ValueError(
             f"{order}: {'M' if threads_along_n else 'N'} = {slow} exceeds this kernel's limit of "
-            f"{MAX_GRID_Y * BLOCK_SLOW} (CUDA's grid y extent of {MAX_GRID_Y} blocks of {BLOCK_SLOW})"
+            f"{MAX_GRID_YZ * BLOCK_SLOW} (CUDA's grid y extent of {MAX_GRID_YZ} blocks of {BLOCK_SLOW})"
         )
-    launch_kernel(_kernel(k_outer, threads_along_n), grid, (BLOCK_FAST, BLOCK_SLOW), stream, 0,
-                  (a, *a.strides, b, *b.strides, c, *c.strides, M, N, K))
+    return kernel_launch(_kernel(k_outer, threads_along_n), grid, BLOCK_FAST * BLOCK_SLOW, 0,
+                         (a, a.batch_stride, *a.strides, b, b.batch_stride, *b.strides,
+                          c, c.batch_stride, *c.strides, M, N, K))

@@ -3,7 +3,9 @@
 Shapes: C (M x N) = A (M x K) @ B (K x N), each a 1-D buffer plus element
 strides as in ``loop_orders``. Any M, N, K >= 1; float32 or float64.
 
-Algorithm (one CTA per BLOCK_M x BLOCK_N tile of C, a 1-D grid):
+Algorithm (one CTA per BLOCK_M x BLOCK_N tile of C; grid x runs over the
+tiles, grid y over the products of a batch, each operand offset by its batch
+stride):
 
 1. *Which tile*: program id -> ``(pid_m, pid_n)`` through seed 004's grouped
    ordering (``numba_gemm.ordering.tile_of``), so CTAs that run together share
@@ -53,11 +55,11 @@ import numpy as np
 from numba import cuda
 
 from ..descriptor import MatrixDesc
-from ..launch import STATIC_SHARED_LIMIT, cdiv, launch_kernel, shared_memory_limit
+from ..launch import STATIC_SHARED_LIMIT, KernelLaunch, cdiv, kernel_launch, shared_memory_limit
 from ..ordering import tile_of
 from .ptx import cp_async, cp_async_commit, cp_async_wait, load_vector, store_vector
 
-__all__ = ["TileConfig", "DEFAULT_CONFIGS", "launch_tiled", "operand_modes", "kernel_resources"]
+__all__ = ["TileConfig", "DEFAULT_CONFIGS", "plan_tiled", "operand_modes", "kernel_resources"]
 
 VECTOR_BYTES = 16  # one 128-bit load or store
 MAX_THREADS = 1024
@@ -168,12 +170,13 @@ def operand_modes(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc) -> tuple[tuple, t
 
     For A and B the axis is ``"tile"`` when the tile axis (m of A, n of B) is
     contiguous, else ``"k"`` (vectors then need k contiguous); for C it is
-    ``"n"``, ``"m"`` or ``None``. Vectors need the other stride and the base
-    address to be multiples of 16 bytes.
+    ``"n"``, ``"m"`` or ``None``. Vectors need the other stride, the batch
+    stride and the base address to be multiples of 16 bytes.
     """
     def vectorisable(desc: MatrixDesc, other_stride: int) -> bool:
         vec = VECTOR_BYTES // desc.dtype.itemsize
-        return desc.address % VECTOR_BYTES == 0 and other_stride % vec == 0
+        return (desc.address % VECTOR_BYTES == 0 and other_stride % vec == 0
+                and desc.batch_stride % vec == 0)
 
     def mode(desc: MatrixDesc, stride_x: int, stride_k: int, extent_x: int) -> tuple:
         if stride_x == 1 and extent_x > 1:
@@ -306,8 +309,9 @@ def _operand_loader(config: TileConfig, dtype, block_x: int, mode: tuple):
 def _tile_storer(config: TileConfig, dtype, mode: tuple):
     """Device function: write a thread's THREAD_M x THREAD_N accumulator block into C.
 
-    ``store(c, stride_cm, stride_cn, M, N, acc, row0, col0)``: ``acc[i * THREAD_N + j]``
-    holds C(row0 + (i // vec) * span_m + i % vec, col0 + (j // vec) * span_n + j % vec).
+    ``store(c, c0, stride_cm, stride_cn, M, N, acc, row0, col0)``: ``acc[i * THREAD_N + j]``
+    holds C(row0 + (i // vec) * span_m + i % vec, col0 + (j // vec) * span_n + j % vec);
+    C(m, n) is ``c[c0 + m * stride_cm + n * stride_cn]``.
     Written as straight-line code (one piece per 16-byte vector of C), since a
     rolled loop would index ``acc`` at run time and push it out of registers.
     """
@@ -320,7 +324,7 @@ def _tile_storer(config: TileConfig, dtype, mode: tuple):
     along_n = vectorised and axis == "n"
 
     @cuda.jit(device=True)
-    def store_piece(c, stride_cm, stride_cn, M, N, acc, row0, col0, piece):
+    def store_piece(c, c0, stride_cm, stride_cn, M, N, acc, row0, col0, piece):
         if along_m:  # piece = (column j, vector v of vec rows)
             j, v = piece // (thread_m // vec), piece % (thread_m // vec)
             m = row0 + v * span_m
@@ -330,25 +334,25 @@ def _tile_storer(config: TileConfig, dtype, mode: tuple):
                     column = cuda.local.array(vec, scalar)
                     for e in range(vec):
                         column[e] = acc[(v * vec + e) * thread_n + j]
-                    store_vector(c, m + n * stride_cn, column, 0)
+                    store_vector(c, c0 + m + n * stride_cn, column, 0)
                 else:
                     for e in range(vec):
                         if m + e < M:
-                            c[(m + e) + n * stride_cn] = acc[(v * vec + e) * thread_n + j]
+                            c[c0 + (m + e) + n * stride_cn] = acc[(v * vec + e) * thread_n + j]
         else:  # piece = (row i, vector w of vec columns)
             i, w = piece // (thread_n // vec), piece % (thread_n // vec)
             m = row0 + (i // vec) * span_m + i % vec
             n = col0 + w * span_n
             if m < M:
                 if along_n and n + vec <= N:
-                    store_vector(c, m * stride_cm + n, acc, i * thread_n + w * vec)
+                    store_vector(c, c0 + m * stride_cm + n, acc, i * thread_n + w * vec)
                 else:
                     for f in range(vec):
                         if n + f < N:
-                            c[m * stride_cm + (n + f) * stride_cn] = acc[i * thread_n + w * vec + f]
+                            c[c0 + m * stride_cm + (n + f) * stride_cn] = acc[i * thread_n + w * vec + f]
 
     return _unrolled(store_piece, thread_m * thread_n // vec,
-                     "c, stride_cm, stride_cn, M, N, acc, row0, col0")
+                     "c, c0, stride_cm, stride_cn, M, N, acc, row0, col0")
 
 
 def _unrolled(step, count: int, params: str):
@@ -408,8 +412,8 @@ def _kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple, c
     tile_of_device = cuda.jit(device=True)(tile_of)
 
     @cuda.jit
-    def tiled_kernel(a, stride_am, stride_ak, b, stride_bk, stride_bn,
-                     c, stride_cm, stride_cn, M, N, K):
+    def tiled_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn,
+                     c, stride_cb, stride_cm, stride_cn, M, N, K):
         smem = cuda.shared.array(0, dtype)
         acc = cuda.local.array(ACC_SIZE, SCALAR)
         a_frag = cuda.local.array(THREAD_M, SCALAR)
@@ -419,6 +423,7 @@ def _kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple, c
         grid_m = (M + BLOCK_M - 1) // BLOCK_M
         grid_n = (N + BLOCK_N - 1) // BLOCK_N
         pid_m, pid_n = tile_of_device(cuda.blockIdx.x, grid_m, grid_n, GROUP_M)
+        pid_batch = cuda.blockIdx.y
         m0 = pid_m * BLOCK_M
         n0 = pid_n * BLOCK_N
         tid = cuda.threadIdx.x
@@ -433,11 +438,11 @@ def _kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple, c
 
         # -- this thread's first copy of each operand tile, at k = 0 ------------------------
         a_k, a_m = first_a(tid)
-        a_src = a_k * stride_ak + (m0 + a_m) * stride_am
+        a_src = pid_batch * stride_ab + a_k * stride_ak + (m0 + a_m) * stride_am
         a_step = A_STEP_K * stride_ak + A_STEP_M * stride_am
         a_dst = a_k * A_ROW + a_m
         b_k, b_n = first_b(tid)
-        b_src = b_k * stride_bk + (n0 + b_n) * stride_bn
+        b_src = pid_batch * stride_bb + b_k * stride_bk + (n0 + b_n) * stride_bn
         b_step = B_STEP_K * stride_bk + B_STEP_N * stride_bn
         b_dst = B_BASE + b_k * B_ROW + b_n
 
@@ -498,13 +503,15 @@ def _kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple, c
                 put_b(smem, stage * B_STAGE + b_dst, b_regs)
 
         # -- epilogue: registers -> C ------------------------------------------------------
-        store_c(c, stride_cm, stride_cn, M, N, acc, m0 + thread_row * vec, n0 + thread_col * vec)
+        store_c(c, pid_batch * stride_cb, stride_cm, stride_cn, M, N, acc, m0 + thread_row * vec,
+                n0 + thread_col * vec)
 
     return tiled_kernel
 
 
-def launch_tiled(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, stream=0) -> None:
-    """Launch the tiled kernel on validated device operands: C (M x N) = A (M x K) @ B (K x N)."""
+def plan_tiled(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc) -> KernelLaunch:
+    """The tiled kernel's launch on validated operands: C (M x N) = A (M x K) @ B (K x N), for
+    each of ``c.batch`` products."""
     config.check(a.dtype)
     (M, K), N = a.shape, b.shape[1]
     shared = config.shared_bytes(a.dtype)
@@ -512,9 +519,10 @@ def launch_tiled(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc
         raise ValueError(f"tile config {config.label()} needs {shared} bytes of shared memory per "
                          f"block for {a.dtype}; this device allows {limit}")
     kernel = _kernel(config, a.dtype, *operand_modes(a, b, c))
-    grid = cdiv(M, config.block_m) * cdiv(N, config.block_n)
-    launch_kernel(kernel, grid, config.threads, stream, shared,
-                  (a, *a.strides, b, *b.strides, c, *c.strides, M, N, K))
+    grid = (cdiv(M, config.block_m) * cdiv(N, config.block_n), c.batch)
+    return kernel_launch(kernel, grid, config.threads, shared,
+                         (a, a.batch_stride, *a.strides, b, b.batch_stride, *b.strides,
+                          c, c.batch_stride, *c.strides, M, N, K))
 
 
 def kernel_resources(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc) -> dict:
@@ -523,6 +531,6 @@ def kernel_resources(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: Matrix
     compiles it if needed)."""
     kernel = _kernel(config, a.dtype, *operand_modes(a, b, c))
     array, index = kernel.typeof_pyval(np.empty(0, a.dtype)), kernel.typeof_pyval(np.int64(0))
-    compiled = kernel.compile((array, index, index) * 3 + (index,) * 3)
+    compiled = kernel.compile((array, index, index, index) * 3 + (index,) * 3)
     return {"registers": compiled.regs_per_thread, "local_bytes": compiled.local_mem_per_thread,
             "shared_bytes": config.shared_bytes(a.dtype)}
