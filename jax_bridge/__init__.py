@@ -1,9 +1,23 @@
-"""jax_bridge: numba-gemm's kernels inside ``jax.jit``, with ``grad`` and ``vmap``.
+"""jax_bridge: numba-gemm's kernels inside ``jax.jit``, differentiable and batchable.
 
-Not built yet: its JAX primitives (abstract evaluation, custom-call and
-buffer-callback lowerings, AD and batching rules) land with the JAX-bridge
-issue. Until then, JAX arrays on the GPU can be passed to
-``numba_gemm.matmul`` directly (through DLPack, zero-copy), outside ``jit``.
+    >>> import jax, jax_bridge
+    >>> c = jax.jit(jax_bridge.matmul)(a, b)                   # a (M, K), b (K, N)
+    >>> c = jax_bridge.matmul(a, b, transpose_b=True)          # a @ b.T, no copy
+    >>> dense = flax.linen.Dense(128, dot_general=jax_bridge.dot_general)
+
+One JAX primitive (``primitive.gemm_p``) computes every contraction that is a
+single strided, batched GEMM (``mapping``): abstract evaluation with errors
+at trace time, JVP and transpose rules whose products are the same kernels
+with transposes expressed as strides, and a batching rule that folds
+``vmap`` into the launch. Lowerings (``lowering``): on the GPU, XLA launches
+the Numba-compiled kernel itself (``"native"``) or Python does through
+``buffer_callback`` (``"callback"``); on the CPU the kernels run on the Numba
+CUDA simulator (set ``NUMBA_ENABLE_CUDASIM=1`` before Numba is imported).
 """
 
-__all__: list[str] = []
+from . import lowering as _lowering  # noqa: F401  (registers the lowerings)
+from .mapping import StridedGemm, strided_gemm
+from .primitive import ALGORITHMS, LOWERINGS, dot_general, gemm_p, make_dot_general, matmul
+
+__all__ = ["matmul", "dot_general", "make_dot_general", "gemm_p", "strided_gemm", "StridedGemm",
+           "ALGORITHMS", "LOWERINGS"]

@@ -1,0 +1,203 @@
+"""Lowerings of ``gemm_p``: XLA launches the kernel (GPU), Python launches it (GPU, CPU).
+
+All three run the launch that ``numba_gemm.api.plan`` decides (algorithm,
+tile config, grid, shared memory), on descriptors built from the strides of
+``jax_bridge.mapping.strided_gemm``: the kernels, configs and geometry are
+``numba_gemm.matmul``'s own.
+
+- **GPU, ``lowering="native"``** (default): the kernel's PTX goes into XLA's
+  kernel-call custom call (``triton_kernel_call_ffi``, jaxlib's, the one
+  jax-triton and Pallas use). XLA loads and launches it on its own stream; no
+  Python runs per call and the launch is captured in XLA's command buffers.
+  Numba passes an array argument as 7 parameters (meminfo, parent, item
+  count, item size, data pointer, shape, stride in bytes): the data pointer
+  is an XLA buffer (inputs, then the output), the rest are constants. The
+  kernels take their matrices as 1-D buffers, so this is the whole ABI.
+- **GPU, ``lowering="callback"``**: ``jax.experimental.buffer_callback``;
+  Python launches the kernel on XLA's stream with the buffers' device
+  pointers (zero-copy). ~100 us of Python per call; a cross-check.
+- **CPU**: the same callback with host buffers, run on the Numba CUDA
+  simulator (``NUMBA_ENABLE_CUDASIM=1``), or on a GPU through copies when
+  Numba sees one.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import threading
+import zlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental.buffer_callback import buffer_callback
+from jax.interpreters import mlir
+from jax.interpreters.mlir import ir
+
+from .mapping import StridedGemm, strided_gemm
+from .primitive import gemm_p
+
+__all__ = ["kernel_call", "ptx_for"]
+
+KERNEL_CALL_TARGET = "triton_kernel_call_ffi"
+# XLA aligns every buffer to at least 16 bytes; the kernel call checks the pointers.
+BUFFER_ALIGNMENT = 16
+
+
+def _descs(gemm: StridedGemm, dtype, on_device: bool, arrays=(None, None, None),
+           addresses=(0, 0, 0)):
+    """MatrixDesc values for A, B and C of ``gemm``: 1-D ``arrays`` (or none, for a launch
+    that XLA fills in) at ``addresses`` (0 = XLA's aligned buffers)."""
+    from numba_gemm.descriptor import MatrixDesc
+
+    dtype = np.dtype(dtype)
+    shapes = ((gemm.m, gemm.k), (gemm.k, gemm.n), (gemm.m, gemm.n))
+    strides = (gemm.lhs, gemm.rhs, gemm.out)
+    return tuple(
+        MatrixDesc(name, shape, (stride[1], stride[2]), dtype, array, on_device, address, array,
+                   batch=gemm.batch, batch_stride=stride[0])
+        for name, shape, stride, array, address in zip(("lhs", "rhs", "out"), shapes, strides,
+                                                       arrays, addresses))
+
+
+def _zeros(ctx, out_aval):
+    """An empty output, or an empty contraction (k = 0): zeros, no launch."""
+    return mlir.lower_fun(lambda *_: jnp.zeros(out_aval.shape, out_aval.dtype),
+                          multiple_results=False)
+
+
+# -- native: XLA's kernel call -----------------------------------------------------------
+
+def _max_ptx_version() -> tuple[int, int] | None:
+    """The newest PTX ISA the driver JIT-compiles (CUDA 13.x: 9.x), or None if unknown."""
+    from numba.cuda.cudadrv.driver import driver
+
+    major, minor = driver.get_version()
+    return (major - 4, minor) if major >= 13 else None
+
+
+@functools.cache
+def ptx_for(kernel, arg_kinds: tuple) -> tuple[str, str]:
+    """(PTX, entry name) of a kernel specialisation, compiled once, for the current GPU.
+
+    Numba's NVVM may stamp a PTX version newer than the driver's JIT accepts
+    (XLA loads PTX through the driver); the kernels use no newer feature, so
+    the version line is lowered to the driver's.
+    """
+    from numba import cuda
+    from numba_gemm.launch import kernel_signature
+
+    compiled = kernel.compile(kernel_signature(kernel, arg_kinds))
+    cc = cuda.get_current_device().compute_capability
+    ptx = compiled.inspect_asm(cc)
+    newest = _max_ptx_version()
+    version = re.search(r"^\.version (\d+)\.(\d+)", ptx, re.M)
+    if newest and version and tuple(map(int, version.groups())) > newest:
+        ptx = ptx.replace(version.group(0), ".version {}.{}".format(*newest), 1)
+    entry = re.search(r"\.entry\s+([^\s(]+)\s*\(", ptx)
+    if entry is None:
+        raise RuntimeError("no .entry in the PTX Numba produced")
+    return ptx, entry.group(1)
+
+
+@functools.cache
+def _triton_kernel(kernel, arg_kinds: tuple, threads: int, shared: int):
+    """jaxlib's kernel object for one specialisation and block size."""
+    from jax._src.lib import gpu_triton
+    from numba import cuda
+
+    if threads % 32:
+        raise ValueError(f"XLA's kernel call launches whole warps; this launch has {threads} "
+                         "threads per block (use lowering='callback' or another config)")
+    ptx, name = ptx_for(kernel, arg_kinds)
+    major, minor = cuda.get_current_device().compute_capability
+    # (name, num_warps, num_ctas, dynamic shared bytes, ptx, ttir, compute capability)
+    return gpu_triton.TritonKernel(name, threads // 32, 1, shared, ptx, "", major * 10 + minor), name
+
+
+def kernel_call(launch) -> tuple[object, str]:
+    """(``TritonKernelCall``, kernel name) for a ``numba_gemm.launch.KernelLaunch`` whose
+    matrices are XLA's buffers, in order."""
+    from jax._src.lib import gpu_triton
+    from numba_gemm.descriptor import MatrixDesc
+
+    kernel, name = _triton_kernel(launch.kernel, launch.arg_kinds(), launch.block, launch.shared)
+
+    def scalar(value: int):
+        return gpu_triton.create_scalar_parameter(int(value), "i64")
+
+    params = []
+    for arg in launch.args:
+        if isinstance(arg, MatrixDesc):  # Numba's array: meminfo, parent, nitems, itemsize,
+            span, itemsize = arg.span, arg.dtype.itemsize  # data, shape, stride (bytes)
+            params += [scalar(0), scalar(0), scalar(span), scalar(itemsize),
+                       gpu_triton.create_array_parameter(0, BUFFER_ALIGNMENT), scalar(span),
+                       scalar(itemsize)]
+        else:
+            params.append(scalar(arg))
+    return gpu_triton.TritonKernelCall(kernel, *launch.grid, params), name
+
+
+def _native(ctx, lhs, rhs, gemm: StridedGemm, algorithm: str, config):
+    from numba_gemm.api import plan
+
+    launch = plan(*_descs(gemm, ctx.avals_in[0].dtype, on_device=True), algorithm, config)
+    call, name = kernel_call(launch)
+    opaque = zlib.compress(call.to_proto(name, b""))
+    return jax.ffi.ffi_lowering(
+        KERNEL_CALL_TARGET,
+        backend_config={"name": ir.StringAttr.get(name), "opaque": ir.StringAttr.get(opaque)},
+    )(ctx, lhs, rhs)
+
+
+# -- callbacks: Python launches the kernel ------------------------------------------------
+
+_SIMULATOR = threading.Lock()  # the simulator breaks under concurrent launches
+
+
+def _run_on_device(gemm: StridedGemm, algorithm: str, config, ctx, out, lhs, rhs) -> None:
+    from numba_gemm.api import plan
+    from numba_gemm.launch import launch_kernel
+
+    addresses = [x.__cuda_array_interface__["data"][0] for x in (lhs, rhs, out)]
+    descs = _descs(gemm, out.dtype, on_device=True, addresses=addresses)
+    launch_kernel(plan(*descs, algorithm, config), ctx.stream)
+
+
+def _run_on_host(gemm: StridedGemm, algorithm: str, config, ctx, out, lhs, rhs) -> None:
+    from numba_gemm.api import execute
+
+    arrays = [np.asarray(x).reshape(-1) for x in (lhs, rhs, out)]
+    descs = _descs(gemm, arrays[2].dtype, on_device=False, arrays=arrays,
+                   addresses=[x.ctypes.data for x in arrays])
+    with _SIMULATOR:
+        execute(*descs, algorithm, config)
+
+
+def _callback(run, ctx, lhs, rhs, gemm: StridedGemm, algorithm: str, config):
+    out_aval = ctx.avals_out[0]
+    callback = functools.partial(run, gemm, algorithm, config)
+    call = buffer_callback(callback, jax.ShapeDtypeStruct(out_aval.shape, out_aval.dtype))
+    return mlir.lower_fun(call, multiple_results=False)(ctx, lhs, rhs)
+
+
+# -- registration -------------------------------------------------------------------------
+
+def _lowering(platform: str):
+    def lower(ctx, lhs, rhs, *, dimension_numbers, algorithm, lowering, config):
+        out_aval, lhs_shape = ctx.avals_out[0], ctx.avals_in[0].shape
+        if out_aval.size == 0 or any(lhs_shape[a] == 0 for a in dimension_numbers[0][0]):
+            return _zeros(ctx, out_aval)(ctx, lhs, rhs)
+        gemm = strided_gemm(lhs_shape, ctx.avals_in[1].shape, dimension_numbers)
+        if platform == "cpu":
+            return _callback(_run_on_host, ctx, lhs, rhs, gemm, algorithm, config)
+        if lowering == "callback":
+            return _callback(_run_on_device, ctx, lhs, rhs, gemm, algorithm, config)
+        return _native(ctx, lhs, rhs, gemm, algorithm, config)
+
+    return lower
+
+
+mlir.register_lowering(gemm_p, _lowering("cpu"), platform="cpu")
+mlir.register_lowering(gemm_p, _lowering("cuda"), platform="cuda")

@@ -1,0 +1,264 @@
+"""The ``numba_gemm_dot`` primitive: abstract evaluation, differentiation and batching.
+
+``gemm_p`` computes ``lax.dot_general(lhs, rhs, dimension_numbers)`` for the
+contractions that ``jax_bridge.mapping`` maps onto one strided, batched GEMM,
+with numba-gemm's kernels (lowerings: ``jax_bridge.lowering``). The user-facing
+functions are :func:`matmul`, :func:`dot_general` and :func:`make_dot_general`.
+
+- *Abstract evaluation* checks ranks, dtypes, axes and extents at trace time
+  and names the offending argument.
+- *Differentiation*: the product is bilinear, so its JVP is two products and
+  its transpose (the VJP) is a product of the cotangent with the other
+  operand. The operands are ordered so that the result comes out in the
+  operand's own axis order: for ``C = A @ B`` the gradients are
+  ``dA = dC @ B^T`` and ``dB = A^T @ dC``, with the transposes expressed as
+  strides. No transpose op appears unless a layout admits no such order.
+- *Batching*: ``vmap`` adds a batch axis to the dimension numbers (or a free
+  axis, when one operand is unbatched); the mapping folds it into the
+  kernel's batch loop or into m / n, so a vmapped product is one launch.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import jax
+from jax import lax
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching
+
+from .mapping import free_axes, output_shape, strided_gemm
+
+__all__ = ["gemm_p", "matmul", "dot_general", "make_dot_general", "ALGORITHMS", "LOWERINGS",
+           "SUPPORTED_DTYPES"]
+
+ALGORITHMS = ("auto", "tiled", "mnk", "nmk", "kmn", "knm")  # numba_gemm.ALGORITHMS, without Numba
+LOWERINGS = ("native", "callback")
+SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+gemm_p = Primitive("numba_gemm_dot")
+
+
+def _normalise(dimension_numbers, lhs_ndim: int, rhs_ndim: int):
+    """Dimension numbers as tuples of non-negative ints, or a ``ValueError`` saying what is wrong."""
+    try:
+        (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
+        groups = [tuple(int(a) for a in axes)
+                  for axes in (lhs_contract, rhs_contract, lhs_batch, rhs_batch)]
+    except (TypeError, ValueError):
+        raise ValueError("dimension_numbers must be ((lhs_contracting, rhs_contracting), "
+                         f"(lhs_batch, rhs_batch)); got {dimension_numbers!r}") from None
+    for name, axes, ndim in zip(("lhs contracting", "rhs contracting", "lhs batch", "rhs batch"),
+                                groups, (lhs_ndim, rhs_ndim, lhs_ndim, rhs_ndim)):
+        if any(not -ndim <= a < ndim for a in axes):
+            raise ValueError(f"{name} axes {axes} are out of range for a {ndim}-D operand")
+    lhs_contract, rhs_contract, lhs_batch, rhs_batch = (
+        tuple(a % ndim for a in axes)
+        for axes, ndim in zip(groups, (lhs_ndim, rhs_ndim, lhs_ndim, rhs_ndim)))
+    return (lhs_contract, rhs_contract), (lhs_batch, rhs_batch)
+
+
+def _check(lhs, rhs, dimension_numbers) -> None:
+    """Every trace-time check of a product; errors name the argument."""
+    for name, x in (("lhs", lhs), ("rhs", rhs)):
+        if np.dtype(x.dtype) not in SUPPORTED_DTYPES:
+            raise TypeError(f"{name} has dtype {x.dtype}; numba-gemm computes float32 and float64")
+    if lhs.dtype != rhs.dtype:
+        raise TypeError(f"lhs is {lhs.dtype} but rhs is {rhs.dtype}; cast one so both match")
+    (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
+    for kind, lhs_axes, rhs_axes in (("contracting", lhs_contract, rhs_contract),
+                                     ("batch", lhs_batch, rhs_batch)):
+        if len(lhs_axes) != len(rhs_axes):
+            raise ValueError(f"lhs has {len(lhs_axes)} {kind} axes {lhs_axes} but rhs has "
+                             f"{len(rhs_axes)} {rhs_axes}")
+        for l, r in zip(lhs_axes, rhs_axes):
+            if lhs.shape[l] != rhs.shape[r]:
+                raise ValueError(f"{kind} axis {l} of lhs {tuple(lhs.shape)} has extent "
+                                 f"{lhs.shape[l]} but its partner, axis {r} of rhs "
+                                 f"{tuple(rhs.shape)}, has {rhs.shape[r]}")
+    for name, x, axes in (("lhs", lhs, lhs_contract + lhs_batch), ("rhs", rhs, rhs_contract + rhs_batch)):
+        if len(set(axes)) != len(axes):
+            raise ValueError(f"{name}'s contracting and batch axes {axes} repeat an axis")
+    strided_gemm(lhs.shape, rhs.shape, dimension_numbers)  # NotImplementedError if not one GEMM
+
+
+def _abstract_eval(lhs, rhs, *, dimension_numbers, algorithm, lowering, config):
+    _check(lhs, rhs, dimension_numbers)
+    return jax.core.ShapedArray(output_shape(lhs.shape, rhs.shape, dimension_numbers), lhs.dtype)
+
+
+@functools.partial(jax.jit, static_argnames=("dimension_numbers", "algorithm", "lowering", "config"))
+def _compiled(lhs, rhs, **params):
+    return gemm_p.bind(lhs, rhs, **params)
+
+
+gemm_p.def_abstract_eval(_abstract_eval)
+gemm_p.def_impl(_compiled)  # outside jit: one cached executable per signature, as for lax ops
+
+
+# -- differentiation ---------------------------------------------------------------------
+
+def _transpose_lhs(ct, x, y, *, dimension_numbers, swap_ans=False, **params):
+    """The cotangent of lhs ``x`` given the output cotangent ``ct`` (lax's rule, with the
+    operand order chosen so that the product lands in x's axis order when it can)."""
+    x_aval = x.aval
+    if type(ct) is ad.Zero:
+        return ad.Zero(x_aval)
+    (x_contract, y_contract), (x_batch, y_batch) = dimension_numbers
+    y_ndim = np.ndim(y)
+    x_kept = free_axes(x_aval.ndim, x_contract, x_batch)
+    y_kept = free_axes(y_ndim, y_contract, y_batch)
+    n_batch = len(x_batch)
+    ans_batch = tuple(range(n_batch))
+    first_y = n_batch if swap_ans else n_batch + len(x_kept)  # where y's free axes sit in ct
+    ans_y = tuple(range(first_y, first_y + len(y_kept)))
+    x_contract_by_y = [x_contract[i] for i in np.argsort(y_contract)]
+    identity = list(range(x_aval.ndim))
+    candidates = (  # (operands, dimension numbers, x's axis at each result position)
+        ((ct, y), ((ans_y, tuple(y_kept)), (ans_batch, tuple(y_batch))),
+         list(x_batch) + x_kept + x_contract_by_y),
+        ((y, ct), ((tuple(y_kept), ans_y), (tuple(y_batch), ans_batch)),
+         list(x_batch) + x_contract_by_y + x_kept),
+    )
+    fallback = None
+    for operands, dims, axes in candidates:
+        try:
+            strided_gemm(np.shape(operands[0]), np.shape(operands[1]), dims)
+        except NotImplementedError:
+            continue
+        if axes == identity:
+            return gemm_p.bind(*operands, dimension_numbers=dims, **params)
+        fallback = fallback or (operands, dims, axes)
+    if fallback is None:  # no strided product at all: let lax compute this cotangent
+        operands, dims, axes = candidates[0]
+        return lax.transpose(lax.dot_general(*operands, dims, precision=lax.Precision.HIGHEST),
+                             tuple(np.argsort(axes)))
+    operands, dims, axes = fallback
+    return lax.transpose(gemm_p.bind(*operands, dimension_numbers=dims, **params),
+                         tuple(np.argsort(axes)))
+
+
+def _transpose_rhs(ct, x, y, *, dimension_numbers, **params):
+    (x_contract, y_contract), (x_batch, y_batch) = dimension_numbers
+    swapped = ((y_contract, x_contract), (y_batch, x_batch))
+    return _transpose_lhs(ct, y, x, dimension_numbers=swapped, swap_ans=True, **params)
+
+
+ad.defbilinear(gemm_p, _transpose_lhs, _transpose_rhs)
+
+
+# -- batching ----------------------------------------------------------------------------
+
+def _batch(args, dims, *, dimension_numbers, **params):
+    """vmap: the mapped axes join the contraction as a batch axis (both operands mapped) or
+    as a free axis (one mapped); the mapping folds it into the launch, never a loop."""
+    lhs, rhs = args
+    lhs_dim, rhs_dim = dims  # None: not mapped
+    (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
+
+    def shifted(axes, mapped):
+        return axes if mapped is None else tuple(a + (a >= mapped) for a in axes)
+
+    lhs_contract, lhs_batch = shifted(lhs_contract, lhs_dim), shifted(lhs_batch, lhs_dim)
+    rhs_contract, rhs_batch = shifted(rhs_contract, rhs_dim), shifted(rhs_batch, rhs_dim)
+    if lhs_dim is not None and rhs_dim is not None:
+        lhs_batch, rhs_batch = (lhs_dim,) + lhs_batch, (rhs_dim,) + rhs_batch
+        out_dim = 0
+    elif lhs_dim is not None:
+        out_dim = len(lhs_batch) + free_axes(np.ndim(lhs), lhs_contract, lhs_batch).index(lhs_dim)
+    else:
+        lhs_free = np.ndim(lhs) - len(lhs_contract) - len(lhs_batch)
+        out_dim = (len(rhs_batch) + lhs_free
+                   + free_axes(np.ndim(rhs), rhs_contract, rhs_batch).index(rhs_dim))
+    dims = ((lhs_contract, rhs_contract), (lhs_batch, rhs_batch))
+    return gemm_p.bind(lhs, rhs, dimension_numbers=dims, **params), out_dim
+
+
+batching.primitive_batchers[gemm_p] = _batch
+
+
+# -- user-facing functions ---------------------------------------------------------------
+
+def _options(algorithm: str, lowering: str, config) -> dict:
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {', '.join(map(repr, ALGORITHMS))}; got {algorithm!r}")
+    if lowering not in LOWERINGS:
+        raise ValueError(f"lowering must be one of {', '.join(map(repr, LOWERINGS))}; got {lowering!r}")
+    if config is not None:
+        from numba_gemm.api import check_algorithm
+
+        check_algorithm(algorithm, config)
+    return {"algorithm": algorithm, "lowering": lowering, "config": config}
+
+
+def _bind(lhs, rhs, dimension_numbers, options: dict):
+    lhs, rhs = jax.numpy.asarray(lhs), jax.numpy.asarray(rhs)
+    dims = _normalise(dimension_numbers, lhs.ndim, rhs.ndim)
+    return gemm_p.bind(lhs, rhs, dimension_numbers=dims, **options)
+
+
+def matmul(a, b, *, transpose_a: bool = False, transpose_b: bool = False, algorithm: str = "auto",
+           lowering: str = "native", config=None):
+    """``op(a) @ op(b)`` with numba-gemm's kernels, inside or outside ``jax.jit``.
+
+    ``a`` is (M, K), or (K, M) with ``transpose_a``; ``b`` is (K, N), or (N, K)
+    with ``transpose_b``; float32 or float64. The flags read the buffer
+    transposed through strides: no copy is made. ``algorithm`` is one of
+    ``numba_gemm.ALGORITHMS`` (``"auto"``: as ``numba_gemm.matmul`` decides);
+    ``config`` a ``numba_gemm.TileConfig`` for the tiled kernel. On the GPU
+    ``lowering="native"`` has XLA launch the kernel itself (no Python per
+    call); ``"callback"`` launches it from Python through ``buffer_callback``.
+    On the CPU both run the kernels on the Numba CUDA simulator.
+    Differentiable (``grad``, ``jvp``, ``vjp``) and batchable (``vmap``).
+    """
+    options = _options(algorithm, lowering, config)
+    for name, x in (("a", a), ("b", b)):
+        if np.ndim(x) != 2:
+            raise ValueError(f"{name} must be 2-D (a matrix), got shape {np.shape(x)}")
+    dims = (((0 if transpose_a else 1),), ((1 if transpose_b else 0),)), ((), ())
+    return _bind(a, b, dims, options)
+
+
+def make_dot_general(*, algorithm: str = "auto", lowering: str = "native", config=None,
+                     fallback: bool = False):
+    """A function with ``jax.lax.dot_general``'s signature that runs numba-gemm's kernels,
+    e.g. for ``flax.linen.Dense(..., dot_general=make_dot_general())``.
+
+    Contractions that are not one strided GEMM (``jax_bridge.mapping``), and
+    ``preferred_element_type`` other than the inputs' dtype, raise
+    ``NotImplementedError``; with ``fallback=True`` they run through
+    ``lax.dot_general`` instead. ``precision`` is accepted and has no effect:
+    the kernels always compute in full float32/float64 (never TF32).
+    """
+    options = _options(algorithm, lowering, config)
+
+    def numba_gemm_dot_general(lhs, rhs, dimension_numbers, precision=None,
+                               preferred_element_type=None, **kwargs):
+        lhs, rhs = jax.numpy.asarray(lhs), jax.numpy.asarray(rhs)
+        try:
+            if fallback and (lhs.dtype != rhs.dtype or np.dtype(lhs.dtype) not in SUPPORTED_DTYPES):
+                raise NotImplementedError(f"dtypes {lhs.dtype} and {rhs.dtype}")
+            if kwargs.get("out_sharding") is not None:
+                raise NotImplementedError("out_sharding is not supported")
+            if (preferred_element_type is not None
+                    and np.dtype(preferred_element_type) != np.dtype(lhs.dtype)):
+                raise NotImplementedError(
+                    f"preferred_element_type={np.dtype(preferred_element_type)} differs from the "
+                    f"inputs' {lhs.dtype}; the kernels return the inputs' dtype")
+            dims = _normalise(dimension_numbers, lhs.ndim, rhs.ndim)
+            if fallback:
+                strided_gemm(lhs.shape, rhs.shape, dims)
+            return gemm_p.bind(lhs, rhs, dimension_numbers=dims, **options)
+        except NotImplementedError:
+            if not fallback:
+                raise
+            return lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
+                                   preferred_element_type=preferred_element_type, **kwargs)
+
+    return numba_gemm_dot_general
+
+
+dot_general = make_dot_general()
+dot_general.__doc__ = ("``jax.lax.dot_general`` on numba-gemm's kernels (default options; "
+                       "see :func:`make_dot_general`).")
