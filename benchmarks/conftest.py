@@ -76,14 +76,17 @@ def record(device_info, request):
 
     Fields: kind ("peer" or "numba"), algorithm, layout, dtype, and either size
     (M = N = K) or M, N, K; optionally variant and anything else worth keeping.
+    ``calls``: products per benchmarked call (a chain inside one jit), to report
+    per product. ``baseline``: the algorithm of another row of this suite, shape and
+    dtype, to compare with besides cuBLAS (``vs_baseline``, ``over_baseline_s``).
     """
     suite = request.node.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
 
-    def _record(benchmark, **fields):
+    def _record(benchmark, calls: int = 1, **fields):
         stats = benchmark.stats
-        _ROWS.append({**fields, "suite": suite, "median_s": stats.stats.median,
-                      "min_s": stats.stats.min, "rounds": stats.stats.rounds,
-                      "iterations": stats.iterations})
+        _ROWS.append({**fields, "suite": suite, "median_s": stats.stats.median / calls,
+                      "min_s": stats.stats.min / calls, "calls": calls,
+                      "rounds": stats.stats.rounds, "iterations": stats.iterations})
 
     return _record
 
@@ -94,13 +97,21 @@ def _shape(row: dict) -> tuple[int, int, int]:
 
 
 def _with_ratios(rows: list[dict]) -> list[dict]:
-    """Add TFLOP/s and speed relative to the same-shape peer (cuBLAS via jnp.matmul)."""
-    peers = {(_shape(r), r["dtype"]): r["median_s"] for r in rows if r["kind"] == "peer"}
+    """Add TFLOP/s, speed relative to the same suite's same-shape peer (cuBLAS via
+    jnp.matmul) and, where a row names one, to its baseline row."""
+    peers = {(r["suite"], _shape(r), r["dtype"]): r["median_s"] for r in rows if r["kind"] == "peer"}
+    medians = {(r["suite"], _shape(r), r["dtype"], r["algorithm"], r.get("variant", "")): r["median_s"]
+               for r in rows}
     for r in rows:
         M, N, K = _shape(r)
         r["tflops"] = 2 * M * N * K / r["median_s"] / 1e12
-        peer = peers.get((_shape(r), r["dtype"]))
+        peer = peers.get((r["suite"], _shape(r), r["dtype"]))
         r["vs_peer"] = peer / r["median_s"] if peer else None
+        if r.get("baseline"):
+            base = medians[(r["suite"], _shape(r), r["dtype"], r["baseline"],
+                            r.get("baseline_variant", r.get("variant", "")))]
+            r["vs_baseline"] = base / r["median_s"]
+            r["over_baseline_s"] = r["median_s"] - base
     return rows
 
 
@@ -125,14 +136,22 @@ def pytest_sessionfinish(session, exitstatus):
     _SESSION["path"] = str(path)
 
 
+def _against_baseline(row: dict) -> str:
+    if not row.get("baseline"):
+        return ""
+    return (f"  {row['vs_baseline']:.3f}x {row['baseline']} "
+            f"({row['over_baseline_s'] * 1e6:+.2f} us per product)")
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter):
     if not _ROWS:
         return
     write = terminalreporter.write_line
     write("")
-    write(f"numba-gemm benchmarks on {_SESSION.get('device', {}).get('name')} "
-          f"(copy bandwidth {(_SESSION.get('copy_bandwidth_bytes_per_s') or 0) / 1e12:.2f} TB/s)")
+    bandwidth = _SESSION.get("copy_bandwidth_bytes_per_s")
+    write(f"numba-gemm benchmarks on {_SESSION.get('device', {}).get('name')}"
+          + (f" (copy bandwidth {bandwidth / 1e12:.2f} TB/s)" if bandwidth else ""))
     header = (f"{'algorithm':12} {'layout':7} {'variant':10} {'M x N x K':>17} {'ms':>9} {'TFLOP/s':>8} "
               f"{'x cuBLAS':>8} {'model ms: none':>14} {'vector':>8} {'full':>8}")
     write(header)
@@ -144,6 +163,6 @@ def pytest_terminal_summary(terminalreporter):
                         if c in model)
         write(f"{r['algorithm']:12} {r['layout']:7} {r.get('variant', ''):10} "
               f"{'x'.join(map(str, _shape(r))):>17} {r['median_s'] * 1e3:9.3f} "
-              f"{r['tflops']:8.3f} {ratio}{cells}")
+              f"{r['tflops']:8.3f} {ratio}{cells}{_against_baseline(r)}")
     if "path" in _SESSION:
         write(f"results: {_SESSION['path']}")

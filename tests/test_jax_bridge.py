@@ -1,0 +1,285 @@
+"""jax_bridge: numba-gemm's kernels as a JAX primitive under jit, grad, jvp, vjp and vmap.
+
+On the CPU (CI) the lowering runs the kernels on the Numba CUDA simulator;
+on a GPU machine the same tests run the native (XLA kernel call) and the
+callback lowering. References: float64 NumPy for values, jnp/lax at
+precision="highest" for derivatives.
+"""
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+from jax import lax  # noqa: E402
+
+import jax_bridge  # noqa: E402
+from jax_bridge.mapping import StridedGemm, strided_gemm  # noqa: E402
+from numba_gemm.testing import tolerance  # noqa: E402
+
+HIGHEST = lax.Precision.HIGHEST
+SHAPES = [(1, 1, 1), (5, 3, 7), (17, 13, 11), (2, 19, 1)]  # (M, N, K): 1, primes, tile edges
+TRANSPOSES = [(False, False), (True, False), (False, True), (True, True)]
+
+
+def ids(shape):
+    return "x".join(map(str, shape))
+
+
+def random(rng, *shape, dtype=np.float32):
+    return jnp.asarray(rng.standard_normal(shape).astype(dtype))
+
+
+def operands(rng, M, N, K, transpose_a=False, transpose_b=False, dtype=np.float32):
+    a = random(rng, *((K, M) if transpose_a else (M, K)), dtype=dtype)
+    b = random(rng, *((N, K) if transpose_b else (K, N)), dtype=dtype)
+    return a, b
+
+
+def assert_close(out, ref, K, dtype=np.float32):
+    out, ref = np.asarray(out, np.float64), np.asarray(ref, np.float64)
+    assert out.shape == ref.shape
+    error = np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30)
+    assert error <= 2 * tolerance(dtype, max(K, 1)), f"relative error {error:.3e}"
+
+
+def f64(x):
+    return np.asarray(x, np.float64)
+
+
+@pytest.fixture
+def poisoned_outputs(monkeypatch):
+    """On the simulator: fill every output buffer with NaN before the kernel runs, so an
+    element the kernel fails to write shows (XLA's fresh buffers may hold anything)."""
+    import numba_gemm.api
+
+    if jax.default_backend() != "cpu":
+        return
+    execute = numba_gemm.api.execute
+
+    def poisoning_execute(a, b, out, *args, **kwargs):
+        out.data[:] = np.nan
+        execute(a, b, out, *args, **kwargs)
+
+    monkeypatch.setattr(numba_gemm.api, "execute", poisoning_execute)
+
+
+# -- the mapping of dot_general onto one strided GEMM (pure Python) -------------------------
+
+def test_mapping_plain_and_transposed():
+    assert strided_gemm((5, 7), (7, 3), (((1,), (0,)), ((), ()))) == StridedGemm(
+        1, 5, 3, 7, lhs=(0, 7, 1), rhs=(0, 3, 1), out=(0, 3, 1))
+    # A stored (K, M), B stored (N, K): the transposes are strides.
+    assert strided_gemm((7, 5), (3, 7), (((0,), (1,)), ((), ()))) == StridedGemm(
+        1, 5, 3, 7, lhs=(0, 1, 5), rhs=(0, 1, 7), out=(0, 3, 1))
+
+
+def test_mapping_folds_axes():
+    # flax Dense on (batch, seq, features): m = batch * seq.
+    assert strided_gemm((2, 3, 7), (7, 4), (((2,), (0,)), ((), ()))).m == 6
+    # Its kernel gradient contracts (batch, seq): k = 6, one stride in both operands.
+    gemm = strided_gemm((2, 3, 7), (2, 3, 4), (((0, 1), (0, 1)), ((), ())))
+    assert (gemm.m, gemm.n, gemm.k, gemm.lhs[2], gemm.rhs[1]) == (7, 4, 6, 7, 4)
+    # A batch axis anywhere is a batch stride; an unbatched rhs has stride 0.
+    gemm = strided_gemm((5, 4, 7), (4, 7, 3), (((2,), (1,)), ((1,), (0,))))
+    assert (gemm.batch, gemm.lhs, gemm.rhs, gemm.out) == (4, (7, 28, 1), (21, 3, 1), (15, 3, 1))
+    # rhs free axes that do not fold into n become a batch with lhs broadcast.
+    gemm = strided_gemm((5, 7), (4, 7, 3), (((1,), (1,)), ((), ())))
+    assert (gemm.batch, gemm.m, gemm.n, gemm.lhs[0], gemm.rhs[0], gemm.out[0]) == (4, 5, 3, 0, 21, 3)
+
+
+def test_mapping_refuses_what_no_stride_expresses():
+    with pytest.raises(NotImplementedError, match="contracting axes"):
+        strided_gemm((3, 4, 5), (5, 6, 4), (((1, 2), (2, 0)), ((), ())))  # k axes in opposite orders
+    with pytest.raises(NotImplementedError, match="batch"):
+        strided_gemm((2, 5, 3, 7), (3, 7, 2, 4), (((3,), (1,)), ((0, 2), (2, 0))))
+
+
+# -- values --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("lowering", jax_bridge.LOWERINGS)
+@pytest.mark.parametrize("transpose_a,transpose_b", TRANSPOSES)
+@pytest.mark.parametrize("shape", SHAPES, ids=ids)
+def test_matmul_under_jit(shape, transpose_a, transpose_b, lowering, rng, poisoned_outputs):
+    M, N, K = shape
+    a, b = operands(rng, M, N, K, transpose_a, transpose_b)
+    fn = jax.jit(lambda x, y: jax_bridge.matmul(x, y, transpose_a=transpose_a,
+                                                transpose_b=transpose_b, lowering=lowering))
+    ref = (f64(a).T if transpose_a else f64(a)) @ (f64(b).T if transpose_b else f64(b))
+    assert_close(fn(a, b), ref, K)
+
+
+@pytest.mark.parametrize("algorithm", ["tiled", "mnk", "nmk", "kmn", "knm"])
+def test_every_algorithm(algorithm, rng, poisoned_outputs):
+    a, b = operands(rng, 17, 19, 13, transpose_a=True)
+    out = jax.jit(lambda x, y: jax_bridge.matmul(x, y, transpose_a=True, algorithm=algorithm))(a, b)
+    assert_close(out, f64(a).T @ f64(b), 13)
+
+
+def test_eager_call_and_float64(rng):
+    a, b = operands(rng, 6, 5, 4)
+    assert_close(jax_bridge.matmul(a, b), f64(a) @ f64(b), 4)
+    with jax.enable_x64(True):
+        a, b = operands(rng, 6, 5, 9, dtype=np.float64)
+        out = jax_bridge.matmul(a, b)
+        assert out.dtype == jnp.float64
+        assert_close(out, f64(a) @ f64(b), 9, np.float64)
+
+
+def test_empty_operands_give_zeros(rng):
+    a, b = random(rng, 0, 3), random(rng, 3, 4)
+    assert jax.jit(jax_bridge.matmul)(a, b).shape == (0, 4)
+    out = jax.jit(jax_bridge.matmul)(random(rng, 2, 0), random(rng, 0, 3))
+    np.testing.assert_array_equal(out, np.zeros((2, 3), np.float32))
+
+
+# -- derivatives -----------------------------------------------------------------------------
+
+def loss(matmul, transpose_a, transpose_b):
+    def fn(a, b):
+        c = matmul(a, b, transpose_a, transpose_b)
+        return jnp.sum(jnp.sin(c))  # a non-constant cotangent
+    return fn
+
+
+def ours(a, b, transpose_a, transpose_b):
+    return jax_bridge.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
+
+
+def theirs(a, b, transpose_a, transpose_b):
+    return jnp.matmul(a.T if transpose_a else a, b.T if transpose_b else b, precision=HIGHEST)
+
+
+@pytest.mark.parametrize("transpose_a,transpose_b", TRANSPOSES)
+def test_grad_matches_jnp_and_has_no_transpose(transpose_a, transpose_b, rng):
+    M, N, K = 7, 5, 6
+    a, b = operands(rng, M, N, K, transpose_a, transpose_b)
+    grad = jax.jit(jax.grad(loss(ours, transpose_a, transpose_b), argnums=(0, 1)))
+    expected = jax.grad(loss(theirs, transpose_a, transpose_b), argnums=(0, 1))(a, b)
+    for got, want, k in zip(grad(a, b), expected, (N, M)):
+        assert_close(got, want, k)
+    jaxpr = str(jax.make_jaxpr(jax.grad(loss(ours, transpose_a, transpose_b), argnums=(0, 1)))(a, b))
+    assert jaxpr.count("numba_gemm_dot") == 3 and "transpose" not in jaxpr
+    assert "transpose" not in grad.lower(a, b).as_text()
+
+
+def test_jvp_and_vjp(rng):
+    a, b = operands(rng, 4, 6, 5)
+    da, db = operands(rng, 4, 6, 5)
+    primal, tangent = jax.jvp(jax_bridge.matmul, (a, b), (da, db))
+    assert_close(primal, f64(a) @ f64(b), 5)
+    assert_close(tangent, f64(da) @ f64(b) + f64(a) @ f64(db), 10)
+    out, vjp = jax.vjp(jax_bridge.matmul, a, b)
+    ct = random(rng, 4, 6)
+    ga, gb = vjp(ct)
+    assert_close(ga, f64(ct) @ f64(b).T, 6)
+    assert_close(gb, f64(a).T @ f64(ct), 4)
+
+
+def test_second_order(rng):
+    a, b = operands(rng, 3, 4, 5)
+    hvp = jax.grad(lambda x: jnp.sum(jax.grad(lambda y: jnp.sum(jax_bridge.matmul(y, b) ** 2))(x)))
+    ref = jax.grad(lambda x: jnp.sum(jax.grad(
+        lambda y: jnp.sum(jnp.matmul(y, b, precision=HIGHEST) ** 2))(x)))
+    assert_close(hvp(a), ref(a), 20)
+
+
+# -- batching --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("in_axes", [(0, None), (None, 0), (0, 0), (1, 2), (2, None)],
+                         ids=lambda axes: f"in_axes={axes}")
+def test_vmap_is_one_launch(in_axes, rng, poisoned_outputs):
+    batch, M, N, K = 3, 5, 4, 6
+    a, b = operands(rng, M, N, K)
+    a_batched = random(rng, batch, M, K) if in_axes[0] is not None else a
+    b_batched = random(rng, batch, K, N) if in_axes[1] is not None else b
+    a_in = a_batched if in_axes[0] in (None, 0) else jnp.moveaxis(a_batched, 0, in_axes[0])
+    b_in = b_batched if in_axes[1] in (None, 0) else jnp.moveaxis(b_batched, 0, in_axes[1])
+    fn = jax.vmap(jax_bridge.matmul, in_axes=in_axes)
+    out = jax.jit(fn)(a_in, b_in)
+    assert_close(out, np.matmul(f64(a_batched), f64(b_batched)), K)
+    assert str(jax.make_jaxpr(fn)(a_in, b_in)).count("numba_gemm_dot") == 1
+
+
+def test_vmap_of_grad(rng):
+    a_batched, b = random(rng, 4, 3, 5), random(rng, 5, 2)
+    fn = jax.vmap(jax.grad(loss(ours, False, False), argnums=(0, 1)), in_axes=(0, None))
+    ref = jax.vmap(jax.grad(loss(theirs, False, False), argnums=(0, 1)), in_axes=(0, None))
+    for got, want in zip(jax.jit(fn)(a_batched, b), ref(a_batched, b)):
+        assert_close(got, want, 5)
+
+
+# -- dot_general ---------------------------------------------------------------------------------
+
+DOT_CASES = {  # name: (lhs shape, rhs shape, dimension numbers)
+    "dense_3d": ((2, 3, 7), (7, 4), (((2,), (0,)), ((), ()))),
+    "batched": ((3, 5, 7), (3, 7, 4), (((2,), (1,)), ((0,), (0,)))),
+    "batch_in_middle": ((5, 3, 7), (7, 3, 4), (((2,), (0,)), ((1,), (1,)))),
+    "two_contracting": ((4, 2, 3), (2, 3, 5), (((1, 2), (0, 1)), ((), ()))),
+}
+
+
+@pytest.mark.parametrize("case", list(DOT_CASES))
+def test_dot_general_matches_lax(case, rng, poisoned_outputs):
+    lhs_shape, rhs_shape, dims = DOT_CASES[case]
+    lhs, rhs = random(rng, *lhs_shape), random(rng, *rhs_shape)
+    out = jax.jit(lambda x, y: jax_bridge.dot_general(x, y, dims))(lhs, rhs)
+    ref = lax.dot_general(f64(lhs), f64(rhs), dims, precision=HIGHEST)
+    assert_close(out, ref, 7)
+    grads = jax.grad(lambda x, y: jnp.sum(jnp.sin(jax_bridge.dot_general(x, y, dims))), (0, 1))
+    expected = jax.grad(lambda x, y: jnp.sum(jnp.sin(lax.dot_general(x, y, dims, precision=HIGHEST))),
+                        (0, 1))
+    for got, want in zip(grads(lhs, rhs), expected(lhs, rhs)):
+        assert_close(got, want, 7)
+
+
+def test_dot_general_refuses_or_falls_back(rng):
+    lhs, rhs = random(rng, 3, 4, 5), random(rng, 5, 6, 4)
+    dims = (((1, 2), (2, 0)), ((), ()))
+    with pytest.raises(NotImplementedError, match="contracting axes"):
+        jax_bridge.dot_general(lhs, rhs, dims)
+    fallback = jax_bridge.make_dot_general(fallback=True)
+    assert_close(fallback(lhs, rhs, dims), lax.dot_general(f64(lhs), f64(rhs), dims), 20)
+    a, b = random(rng, 3, 4), random(rng, 4, 2)
+    dims = (((1,), (0,)), ((), ()))
+    with pytest.raises(NotImplementedError, match="preferred_element_type"):
+        jax_bridge.dot_general(a, b, dims, preferred_element_type=jnp.float16)
+    assert fallback(a, b, dims, preferred_element_type=jnp.float16).dtype == jnp.float16
+    assert fallback(a.astype(jnp.bfloat16), b.astype(jnp.bfloat16), dims).dtype == jnp.bfloat16
+
+
+def test_dot_general_in_a_dense_layer(rng):
+    """flax.linen.Dense calls dot_general(inputs, kernel, (((ndim-1,), (0,)), ((), ())),
+    precision=...): the bridge takes that call unchanged (with flax itself where installed)."""
+    x, w = random(rng, 2, 3, 6), random(rng, 6, 4)
+    out = jax_bridge.dot_general(x, w, (((x.ndim - 1,), (0,)), ((), ())), precision=None)
+    assert_close(out, f64(x) @ f64(w), 6)
+    assert_close(jax_bridge.dot_general(x, w, (((-1,), (-2,)), ((), ()))), f64(x) @ f64(w), 6)
+    nn = pytest.importorskip("flax.linen")
+    layer = nn.Dense(4, dot_general=jax_bridge.dot_general)
+    params = layer.init(jax.random.key(0), x)
+    reference = nn.Dense(4, precision=HIGHEST).apply(params, x)
+    assert_close(layer.apply(params, x), reference, 6)
+
+
+# -- errors at trace time, naming the argument ---------------------------------------------------
+
+def test_errors_name_the_argument(rng):
+    a, b = random(rng, 3, 4), random(rng, 4, 2)
+    with pytest.raises(ValueError, match="a must be 2-D"):
+        jax_bridge.matmul(random(rng, 2, 3, 4), b)
+    with pytest.raises(ValueError, match="extent 4 .* has 5"):
+        jax.jit(jax_bridge.matmul)(a, random(rng, 5, 2))
+    with pytest.raises(TypeError, match="rhs is float64|lhs is float32 but rhs"):
+        with jax.enable_x64(True):
+            jax.jit(jax_bridge.matmul)(a, jnp.asarray(np.ones((4, 2))))
+    with pytest.raises(TypeError, match="lhs has dtype int32"):
+        jax_bridge.matmul(jnp.ones((3, 4), jnp.int32), jnp.ones((4, 2), jnp.int32))
+    with pytest.raises(ValueError, match="algorithm must be one of"):
+        jax_bridge.matmul(a, b, algorithm="fast")
+    with pytest.raises(ValueError, match="lowering must be one of"):
+        jax_bridge.matmul(a, b, lowering="python")
+    with pytest.raises(ValueError, match="out of range"):
+        jax_bridge.dot_general(a, b, (((2,), (0,)), ((), ())))
+    with pytest.raises(ValueError, match="dimension_numbers must be"):
+        jax_bridge.dot_general(a, b, ((1,), (0,)))
