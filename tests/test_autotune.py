@@ -9,6 +9,7 @@ from numba_gemm import TileConfig
 from numba_gemm.autotune import (SEARCH_SPACE, SHIPPED, _load, _nearest, layout_key, shape_bucket, store,
                                  tune)
 from numba_gemm.descriptor import describe, transpose_view
+from numba_gemm.launch import simulated
 
 
 def test_shape_buckets_round_up_to_powers_of_two_within_limits():
@@ -60,6 +61,7 @@ def test_unreadable_cache_is_reported(tmp_path):
         _load(path)
 
 
+@pytest.mark.skipif(not simulated(), reason="checks the refusal on the simulator")
 def test_tune_needs_a_gpu():
     with pytest.raises(RuntimeError, match="GPU"):
         tune(64, 64, 64)

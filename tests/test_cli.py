@@ -43,5 +43,5 @@ def test_bench_plot_needs_matplotlib_or_draws(tmp_path):
 
 
 def test_tune_without_a_gpu_says_so():
-    result = run("tune", "--size", "64")
+    result = run("tune", "--size", "64", NUMBA_ENABLE_CUDASIM="1")  # no GPU, even on a GPU machine
     assert result.returncode == 2 and "GPU" in result.stderr
