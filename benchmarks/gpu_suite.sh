@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine, from the repository root: the whole test suite on the real GPU
-# (gpu-marked tests included), the demo, the benchmarks, and (where ncu exists) the
+# (gpu-marked tests included), the demo, the benchmarks, the MLP trained through
+# jax_bridge against lax, and (where ncu exists) the
 # L2 measurement of CTA orders. The results table prints last; results go to
 # $NUMBA_GEMM_RESULTS_DIR (default benchmarks/results/), logs to the same folder
 # (default /tmp). PY selects the interpreter (default: python3 with the tree importable).
@@ -24,6 +25,9 @@ fi
   > "$LOG_DIR/benchmarks.log" 2>&1
 bench=$?
 grep -E "^(FAILED|ERROR)|passed|failed" "$LOG_DIR/benchmarks.log" | tail -n 5
+"$PY" benchmarks/mlp_training.py --results "$RESULTS" > "$LOG_DIR/mlp_training.log" 2>&1
+mlp=$?
+grep -E "largest relative|Error" "$LOG_DIR/mlp_training.log"
 l2=0
 if command -v ncu > /dev/null; then
   ncu --clock-control none --kernel-name regex:tiled --csv \
@@ -34,5 +38,5 @@ if command -v ncu > /dev/null; then
   l2=$?
 fi
 "$PY" -m numba_gemm bench --results "$RESULTS"
-echo "tests exit $tests, benchmarks exit $bench, l2 exit $l2"
-[ "$tests" = 0 ] && [ "$bench" = 0 ] && [ "$l2" = 0 ]
+echo "tests exit $tests, benchmarks exit $bench, mlp exit $mlp, l2 exit $l2"
+[ "$tests" = 0 ] && [ "$bench" = 0 ] && [ "$mlp" = 0 ] && [ "$l2" = 0 ]

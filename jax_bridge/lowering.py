@@ -175,6 +175,16 @@ def _run_on_host(gemm: StridedGemm, algorithm: str, config, ctx, out, lhs, rhs) 
         execute(*descs, algorithm, config)
 
 
+def _check_host_backend() -> None:
+    """Host buffers run on the simulator, or on a GPU through copies: one must exist."""
+    from numba import cuda
+
+    if not cuda.config.ENABLE_CUDASIM and not cuda.is_available():
+        raise RuntimeError("jax_bridge on the CPU runs numba-gemm's kernels on the Numba CUDA "
+                           "simulator: set NUMBA_ENABLE_CUDASIM=1 before Numba is imported "
+                           "(no CUDA GPU was found either)")
+
+
 def _callback(run, ctx, lhs, rhs, gemm: StridedGemm, algorithm: str, config):
     out_aval = ctx.avals_out[0]
     callback = functools.partial(run, gemm, algorithm, config)
@@ -191,6 +201,7 @@ def _lowering(platform: str):
             return _zeros(ctx, out_aval)(ctx, lhs, rhs)
         gemm = strided_gemm(lhs_shape, ctx.avals_in[1].shape, dimension_numbers)
         if platform == "cpu":
+            _check_host_backend()
             return _callback(_run_on_host, ctx, lhs, rhs, gemm, algorithm, config)
         if lowering == "callback":
             return _callback(_run_on_device, ctx, lhs, rhs, gemm, algorithm, config)

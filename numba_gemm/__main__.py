@@ -76,7 +76,46 @@ def demo(args) -> int:
                   f"{seconds * 1e3:8.3f}ms {2 * M * N * K / seconds / 1e12:8.3g}{'' if ok else '  FAILED'}")
     print("layouts: row = A, B, C row-major; col = all column-major (transposed views); "
           "a_col / b_col = only A / only B column-major")
+    failures += _demo_bridge(M, N, K, rng, simulated, reps)
     return 1 if failures else 0
+
+
+def _demo_bridge(M: int, N: int, K: int, rng, simulated: bool, reps: int) -> int:
+    """The same products through ``jax_bridge`` inside ``jax.jit``; returns the failures."""
+    import jax
+    import numpy as np
+
+    import jax_bridge
+
+    from .testing import tolerance
+    from .timing import median_seconds
+
+    lowerings = ("simulator",) if simulated else jax_bridge.LOWERINGS
+    print(f"\njax_bridge.matmul inside jax.jit (JAX on {jax.default_backend()}; transposes are "
+          "flags, read through strides)")
+    header = f"{'lowering':9} {'M x N x K':>16} {'flags':7} {'rel. error':>10} {'time':>10} {'TFLOP/s':>8}"
+    print(header)
+    print("-" * len(header))
+    failures = 0
+    for lowering in lowerings:
+        for transpose_a, transpose_b in ((False, False), (True, True), (True, False), (False, True)):
+            a = rng.standard_normal((K, M) if transpose_a else (M, K)).astype(np.float32)
+            b = rng.standard_normal((N, K) if transpose_b else (K, N)).astype(np.float32)
+            fn = jax.jit(lambda x, y: jax_bridge.matmul(
+                x, y, transpose_a=transpose_a, transpose_b=transpose_b,
+                lowering="native" if lowering == "simulator" else lowering))
+            x, y = jax.device_put(a), jax.device_put(b)
+            seconds = median_seconds(lambda: fn(x, y).block_until_ready(), warmup=1, reps=reps)
+            ref = (a.T if transpose_a else a).astype(np.float64) @ (b.T if transpose_b else b)
+            out = np.asarray(fn(x, y), np.float64)
+            error = float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
+            ok = error <= tolerance(np.float32, K)
+            failures += not ok
+            flags = f"{'T' if transpose_a else 'N'}{'T' if transpose_b else 'N'}"
+            print(f"{lowering:9} {f'{M} x {N} x {K}':>16} {flags:7} {error:10.2e} "
+                  f"{seconds * 1e3:8.3f}ms {2 * M * N * K / seconds / 1e12:8.3g}{'' if ok else '  FAILED'}")
+    print("flags: N / T = a, b as stored / transposed (transpose_a, transpose_b)")
+    return failures
 
 
 def model(args) -> int:

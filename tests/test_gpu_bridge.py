@@ -69,6 +69,18 @@ def test_native_hlo_is_a_kernel_call_and_grad_has_no_transpose(rng):
         assert relative_error(got, f64(want)) <= 1e-5
 
 
+def test_native_chain_is_captured_in_a_command_buffer(rng):
+    x = jnp.asarray(rng.standard_normal((64, 64), dtype=np.float32))
+
+    def chain(x):
+        for _ in range(10):
+            x = jax_bridge.matmul(x, x) / 64
+        return x
+
+    hlo = jax.jit(chain).lower(x).compile().as_text()
+    assert hlo.count("triton_kernel_call_ffi") == 10 and "command_buffer" in hlo
+
+
 def test_vmap_on_gpu_is_one_kernel_call(rng):
     a = jnp.asarray(rng.standard_normal((16, 300, 200), dtype=np.float32))
     b = jnp.asarray(rng.standard_normal((16, 200, 100), dtype=np.float32))

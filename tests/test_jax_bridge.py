@@ -283,3 +283,19 @@ def test_errors_name_the_argument(rng):
         jax_bridge.dot_general(a, b, (((2,), (0,)), ((), ())))
     with pytest.raises(ValueError, match="dimension_numbers must be"):
         jax_bridge.dot_general(a, b, ((1,), (0,)))
+
+
+def test_cpu_without_the_simulator_says_how_to_enable_it():
+    import os
+    import subprocess
+    import sys
+
+    from numba import cuda
+
+    if cuda.is_available() and not cuda.config.ENABLE_CUDASIM:
+        pytest.skip("a GPU is present: host buffers run on it")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    code = "import jax.numpy as jnp, jax_bridge; jax_bridge.matmul(jnp.ones((2, 2)), jnp.ones((2, 2)))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                            env={**env, "JAX_PLATFORMS": "cpu"})
+    assert result.returncode != 0 and "NUMBA_ENABLE_CUDASIM=1" in result.stderr
