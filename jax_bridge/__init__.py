@@ -15,9 +15,9 @@ the Numba-compiled kernel itself (``"native"``) or Python does through
 CUDA simulator (set ``NUMBA_ENABLE_CUDASIM=1`` before Numba is imported).
 """
 
-from . import lowering as _lowering  # noqa: F401  (registers the lowerings)
+from . import lowering, mapping, primitive  # importing lowering registers the lowerings
 from .mapping import StridedGemm, strided_gemm
 from .primitive import ALGORITHMS, LOWERINGS, dot_general, gemm_p, make_dot_general, matmul
 
 __all__ = ["matmul", "dot_general", "make_dot_general", "gemm_p", "strided_gemm", "StridedGemm",
-           "ALGORITHMS", "LOWERINGS"]
+           "ALGORITHMS", "LOWERINGS", "lowering", "mapping", "primitive"]
