@@ -185,6 +185,15 @@ def _check_host_backend() -> None:
                            "(no CUDA GPU was found either)")
 
 
+def _check_device_backend() -> None:
+    from numba import cuda
+
+    if cuda.config.ENABLE_CUDASIM:
+        raise RuntimeError("JAX runs this product on the GPU but Numba is in simulator mode "
+                           "(NUMBA_ENABLE_CUDASIM=1), which takes host buffers: unset it, or run "
+                           "JAX on the CPU (JAX_PLATFORMS=cpu)")
+
+
 def _callback(run, ctx, lhs, rhs, gemm: StridedGemm, algorithm: str, config):
     out_aval = ctx.avals_out[0]
     callback = functools.partial(run, gemm, algorithm, config)
@@ -203,6 +212,7 @@ def _lowering(platform: str):
         if platform == "cpu":
             _check_host_backend()
             return _callback(_run_on_host, ctx, lhs, rhs, gemm, algorithm, config)
+        _check_device_backend()
         if lowering == "callback":
             return _callback(_run_on_device, ctx, lhs, rhs, gemm, algorithm, config)
         return _native(ctx, lhs, rhs, gemm, algorithm, config)

@@ -28,12 +28,13 @@ def gpu_present() -> bool:
 
 
 def _use_simulator_without_gpu() -> bool:
-    """Select the simulator (before Numba loads) when there is no GPU; True if simulated."""
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-        return True
-    if gpu_present():
-        return False
-    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+    """Select the simulator (before Numba loads) when there is no GPU; True if simulated.
+    Simulated kernels take host buffers, so JAX then runs on the CPU too."""
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+        if gpu_present():
+            return False
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
     return True
 
 
