@@ -17,7 +17,7 @@ CUDA simulator (set ``NUMBA_ENABLE_CUDASIM=1`` before Numba is imported).
 
 from . import lowering, mapping, primitive  # importing lowering registers the lowerings
 from .mapping import StridedGemm, strided_gemm
-from .primitive import ALGORITHMS, LOWERINGS, dot_general, gemm_p, make_dot_general, matmul
+from .primitive import LOWERINGS, dot_general, gemm_p, make_dot_general, matmul
 
 __all__ = ["matmul", "dot_general", "make_dot_general", "gemm_p", "strided_gemm", "StridedGemm",
-           "ALGORITHMS", "LOWERINGS", "lowering", "mapping", "primitive"]
+           "LOWERINGS", "lowering", "mapping", "primitive"]
