@@ -124,7 +124,7 @@ def pytest_sessionfinish(session, exitstatus):
     slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
     out_dir = Path(os.environ.get("NUMBA_GEMM_RESULTS_DIR", Path(__file__).parent / "results"))
     out_dir.mkdir(parents=True, exist_ok=True)
-    suites = "+".join(sorted({r["suite"] for r in rows}))
+    suites = "-".join(sorted({r["suite"] for r in rows}))  # no "+": some tools refuse it in names
     path = out_dir / f"{now:%Y-%m-%d}-{slug}-{suites}.json"
     payload = {"date": now.isoformat(timespec="seconds"), "device": _SESSION.get("device"),
                "versions": _versions(), "copy_bandwidth_bytes_per_s": _SESSION.get("copy_bandwidth_bytes_per_s"),
