@@ -61,7 +61,7 @@ def _descs(gemm: StridedGemm, dtype, on_device: bool, arrays=(None, None, None),
                                                        arrays, addresses))
 
 
-def _zeros(ctx, out_aval):
+def _zeros(out_aval):
     """An empty output, or an empty contraction (k = 0): zeros, no launch."""
     return mlir.lower_fun(lambda *_: jnp.zeros(out_aval.shape, out_aval.dtype),
                           multiple_results=False)
@@ -121,21 +121,13 @@ def kernel_call(launch) -> tuple[object, str]:
     matrices are XLA's buffers, in order."""
     from jax._src.lib import gpu_triton
     from numba_gemm.descriptor import MatrixDesc
+    from numba_gemm.launch import numba_parameters
 
     kernel, name = _triton_kernel(launch.kernel, launch.arg_kinds(), launch.block, launch.shared)
-
-    def scalar(value: int):
-        return gpu_triton.create_scalar_parameter(int(value), "i64")
-
-    params = []
-    for arg in launch.args:
-        if isinstance(arg, MatrixDesc):  # Numba's array: meminfo, parent, nitems, itemsize,
-            span, itemsize = arg.span, arg.dtype.itemsize  # data, shape, stride (bytes)
-            params += [scalar(0), scalar(0), scalar(span), scalar(itemsize),
-                       gpu_triton.create_array_parameter(0, BUFFER_ALIGNMENT), scalar(span),
-                       scalar(itemsize)]
-        else:
-            params.append(scalar(arg))
+    # Each data pointer is the next XLA buffer; every other parameter is a constant.
+    params = [gpu_triton.create_array_parameter(0, BUFFER_ALIGNMENT) if isinstance(v, MatrixDesc)
+              else gpu_triton.create_scalar_parameter(int(v), "i64")
+              for v in numba_parameters(launch.args)]
     return gpu_triton.TritonKernelCall(kernel, *launch.grid, params), name
 
 
@@ -207,7 +199,7 @@ def _lowering(platform: str):
     def lower(ctx, lhs, rhs, *, dimension_numbers, algorithm, lowering, config):
         out_aval, lhs_shape = ctx.avals_out[0], ctx.avals_in[0].shape
         if out_aval.size == 0 or any(lhs_shape[a] == 0 for a in dimension_numbers[0][0]):
-            return _zeros(ctx, out_aval)(ctx, lhs, rhs)
+            return _zeros(out_aval)(ctx, lhs, rhs)
         gemm = strided_gemm(lhs_shape, ctx.avals_in[1].shape, dimension_numbers)
         if platform == "cpu":
             _check_host_backend()

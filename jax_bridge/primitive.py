@@ -28,12 +28,13 @@ from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching
 
+from numba_gemm.descriptor import SUPPORTED_DTYPES
+
 from .mapping import free_axes, output_shape, strided_gemm
 
-__all__ = ["gemm_p", "matmul", "dot_general", "make_dot_general", "LOWERINGS", "SUPPORTED_DTYPES"]
+__all__ = ["gemm_p", "matmul", "dot_general", "make_dot_general", "LOWERINGS"]
 
 LOWERINGS = ("native", "callback")
-SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 gemm_p = Primitive("numba_gemm_dot")
 

@@ -88,7 +88,7 @@ def _demo_bridge(M: int, N: int, K: int, rng, simulated: bool, reps: int) -> int
 
     import jax_bridge
 
-    from .testing import tolerance
+    from .testing import relative_error, tolerance
     from .timing import median_seconds
 
     lowerings = ("simulator",) if simulated else jax_bridge.LOWERINGS
@@ -108,8 +108,7 @@ def _demo_bridge(M: int, N: int, K: int, rng, simulated: bool, reps: int) -> int
             x, y = jax.device_put(a), jax.device_put(b)
             seconds = median_seconds(lambda: fn(x, y).block_until_ready(), warmup=1, reps=reps)
             ref = (a.T if transpose_a else a).astype(np.float64) @ (b.T if transpose_b else b)
-            out = np.asarray(fn(x, y), np.float64)
-            error = float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
+            error = relative_error(fn(x, y), ref)
             ok = error <= tolerance(np.float32, K)
             failures += not ok
             flags = f"{'T' if transpose_a else 'N'}{'T' if transpose_b else 'N'}"

@@ -19,7 +19,7 @@ from numba import cuda
 from .descriptor import MatrixDesc, describe
 
 __all__ = ["cdiv", "simulated", "device_operand", "allocate_output", "shared_memory_limit",
-           "KernelLaunch", "kernel_launch", "launch_kernel", "kernel_signature", "STATIC_SHARED_LIMIT", "MAX_GRID_YZ"]
+           "KernelLaunch", "kernel_launch", "launch_kernel", "kernel_signature", "numba_parameters", "STATIC_SHARED_LIMIT", "MAX_GRID_YZ"]
 
 # The simulator has no limit of its own; report Hopper's (227 KB per block, opt-in).
 SIMULATED_SHARED_LIMIT = 227 * 1024
@@ -99,6 +99,21 @@ def kernel_launch(kernel, grid, block: int, shared: int, args: tuple) -> KernelL
     return KernelLaunch(kernel, grid, block, shared, tuple(args))
 
 
+def numba_parameters(args: tuple) -> list:
+    """The kernel parameters of ``args`` in Numba's layout, every one 8 bytes: per array
+    meminfo (0), parent (0), item count, item size, data pointer, shape, stride in bytes
+    (1-D buffers of ``span`` elements); per int the int. The data pointer is left as the
+    :class:`MatrixDesc` itself, for the launcher to fill in (an address, or XLA's buffer)."""
+    values = []
+    for a in args:
+        if isinstance(a, MatrixDesc):
+            span, itemsize = a.span, a.dtype.itemsize
+            values += (0, 0, span, itemsize, a, span, itemsize)
+        else:
+            values.append(a)
+    return values
+
+
 @functools.cache
 def kernel_signature(kernel, arg_kinds: tuple) -> tuple:
     """Numba's types for a launch: a 1-D C-contiguous array per dtype, int64 per None."""
@@ -164,9 +179,8 @@ def launch_kernel(launch: KernelLaunch, stream=0) -> None:
     Numba's own launch types and converts every argument on every call (tens
     of microseconds per array measured on an H200, more than a 1024^3 GEMM
     takes). This compiles once per argument signature, packs Numba's parameter
-    layout into one buffer (per array: meminfo, parent, item count, item size,
-    data pointer, shape, stride in bytes; per int: an int64; all 8 bytes) and
-    calls ``cuLaunchKernel`` directly. On the simulator it is Numba's launch.
+    layout (:func:`numba_parameters`) into one buffer and calls
+    ``cuLaunchKernel`` directly. On the simulator it is Numba's launch.
     """
     args, shared = launch.args, launch.shared
     if simulated():
@@ -181,13 +195,7 @@ def launch_kernel(launch: KernelLaunch, stream=0) -> None:
         compiled = _compiled[key] = _Compiled(launch.kernel, kernel_signature(*key))
     if shared > compiled.shared_allowed:
         compiled.allow_shared(shared)
-    values = []
-    for a in args:
-        if isinstance(a, MatrixDesc):
-            span, itemsize = a.span, a.dtype.itemsize
-            values += (0, 0, span, itemsize, a.address, span, itemsize)
-        else:
-            values.append(a)
+    values = [v.address if isinstance(v, MatrixDesc) else v for v in numba_parameters(args)]
     params = ctypes.create_string_buffer(struct.pack(f"{len(values)}q", *values), 8 * len(values))
     size = ctypes.c_size_t(8 * len(values))
     extra = (ctypes.c_void_p * 5)(_BUFFER_POINTER, ctypes.addressof(params), _BUFFER_SIZE,

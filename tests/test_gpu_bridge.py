@@ -12,7 +12,7 @@ jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 
 import jax_bridge  # noqa: E402
-from numba_gemm.testing import tolerance  # noqa: E402
+from numba_gemm.testing import relative_error, tolerance  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -21,10 +21,6 @@ SHAPES = [(1024, 1024, 1024), (1000, 1023, 517), (1, 1024, 997), (997, 1, 1024),
 
 def f64(x):
     return np.asarray(x, np.float64)
-
-
-def relative_error(out, ref):
-    return float(np.linalg.norm(f64(out) - ref) / np.linalg.norm(ref))
 
 
 @pytest.mark.parametrize("lowering", jax_bridge.LOWERINGS)
