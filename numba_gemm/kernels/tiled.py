@@ -59,7 +59,8 @@ from ..launch import STATIC_SHARED_LIMIT, KernelLaunch, cdiv, kernel_launch, sha
 from ..ordering import tile_of
 from .ptx import cp_async, cp_async_commit, cp_async_wait, load_vector, store_vector
 
-__all__ = ["TileConfig", "DEFAULT_CONFIGS", "plan_tiled", "operand_modes", "kernel_resources"]
+__all__ = ["TileConfig", "DEFAULT_CONFIGS", "SharedLayout", "RESIDENT", "mainloop", "plan_tiled",
+           "operand_modes", "kernel_resources"]
 
 VECTOR_BYTES = 16  # one 128-bit load or store
 MAX_THREADS = 1024
@@ -370,25 +371,40 @@ def _unrolled(step, count: int, params: str):
     return cuda.jit(device=True)(namespace["unrolled"])
 
 
-@functools.cache
-def _kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple, c_mode: tuple):
-    """Compile-time specialisation of the tiled kernel for one config, dtype and layout."""
-    config.check(dtype)
+@dataclass(frozen=True)
+class SharedLayout:
+    """Where a CTA's tiles sit in its dynamic shared memory (element offsets).
+
+    ``stages`` k-major A tiles of ``a_row``-element rows, then ``stages`` B tiles,
+    then (kernels that keep an A operand resident, e.g. the fused triple product)
+    ``resident_k`` rows of a resident A operand laid out like the A stages.
+    """
+
+    a_row: int
+    b_row: int
+    a_stage: int
+    b_stage: int
+    b_base: int
+    resident_base: int
+
+    @staticmethod
+    def of(config: TileConfig, dtype) -> "SharedLayout":
+        vec = VECTOR_BYTES // np.dtype(dtype).itemsize
+        a_row, b_row = config.block_m + vec, config.block_n + vec
+        a_stage, b_stage = config.block_k * a_row, config.block_k * b_row
+        b_base = config.stages * a_stage
+        return SharedLayout(a_row, b_row, a_stage, b_stage, b_base, b_base + config.stages * b_stage)
+
+
+def _k_tile_multiplier(config: TileConfig, dtype: np.dtype):
+    """Device function ``multiply(acc, a_frag, b_frag, smem, a_tile, b_tile)``: the FMAs of
+    one k-tile, BLOCK_K outer products written out (see :func:`_unrolled`)."""
     vec = VECTOR_BYTES // dtype.itemsize
-    BLOCK_M, BLOCK_N, BLOCK_K = config.block_m, config.block_n, config.block_k
-    THREAD_M, THREAD_N, STAGES, GROUP_M = (config.thread_m, config.thread_n, config.stages,
-                                           config.group_m)
-    THREADS_N = config.threads_n
-    ACC_SIZE = THREAD_M * THREAD_N  # shapes of local arrays must be literal constants
-    WARP_N, WARP_M = _warp_shape(config)
-    WARPS_N = THREADS_N // WARP_N
+    THREAD_M, THREAD_N = config.thread_m, config.thread_n
+    layout = SharedLayout.of(config, dtype)
+    A_ROW, B_ROW = layout.a_row, layout.b_row
     # A thread's fragment: THREAD_M // vec runs of vec rows, SPAN_M apart (likewise n).
-    SPAN_M, SPAN_N = BLOCK_M // (THREAD_M // vec), BLOCK_N // (THREAD_N // vec)
-    # Shared memory: STAGES k-major A tiles, then STAGES k-major B tiles, rows padded by a vector.
-    A_ROW, B_ROW = BLOCK_M + vec, BLOCK_N + vec
-    A_STAGE, B_STAGE = BLOCK_K * A_ROW, BLOCK_K * B_ROW
-    B_BASE = STAGES * A_STAGE
-    SCALAR = dtype.type  # the scalar class, e.g. np.float32
+    SPAN_M, SPAN_N = config.block_m // (THREAD_M // vec), config.block_n // (THREAD_N // vec)
 
     @cuda.jit(device=True)
     def k_step(acc, a_frag, b_frag, smem, a_tile, b_tile, kk):
@@ -402,69 +418,98 @@ def _kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple, c
             for j in range(THREAD_N):
                 acc[i * THREAD_N + j] += a_frag[i] * b_frag[j]
 
-    multiply_k_tile = _unrolled(k_step, BLOCK_K, "acc, a_frag, b_frag, smem, a_tile, b_tile")
-    A_STAGED, first_a, load_a, put_a, A_STEP_K, A_STEP_M, A_REGS = _operand_loader(
-        config, dtype, BLOCK_M, a_mode)
+    return _unrolled(k_step, config.block_k, "acc, a_frag, b_frag, smem, a_tile, b_tile")
+
+
+RESIDENT = ("resident", False)  # operand mode: A already sits k-major in shared memory
+
+
+@functools.cache
+def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple):
+    """Device functions ``(thread_tile, accumulate)``: a CTA's k loop, shared by every kernel
+    that multiplies tiles (``tiled`` here, the fused triple product in ``triple``).
+
+    ``thread_tile(tid) -> (thread_row, thread_col)``: where this thread's register
+    block sits in the CTA tile, in units of 16-byte vectors.
+
+    ``accumulate(acc, a_frag, b_frag, a_regs, b_regs, smem, a, a0, stride_am, stride_ak,
+    b, b0, stride_bk, stride_bn, m_left, n_left, K, thread_row, thread_col)`` sets ``acc``
+    to this thread's block of A-tile @ B-tile, where the A tile is ``a[a0 + m * stride_am
+    + k * stride_ak]`` for m < min(BLOCK_M, m_left), k < K (likewise B from ``b0``, with
+    n < min(BLOCK_N, n_left)). With ``a_mode == RESIDENT`` the A tile is not loaded: it
+    already sits k-major in ``smem`` at ``SharedLayout.resident_base`` (K <= its rows),
+    and ``a``, ``a0`` and A's strides are ignored. Starts with a barrier, so it may run
+    again on the same shared memory.
+    """
+    config.check(dtype)
+    vec = VECTOR_BYTES // dtype.itemsize
+    BLOCK_M, BLOCK_N, BLOCK_K = config.block_m, config.block_n, config.block_k
+    THREAD_M, THREAD_N, STAGES = config.thread_m, config.thread_n, config.stages
+    WARP_N, WARP_M = _warp_shape(config)
+    WARPS_N = config.threads_n // WARP_N
+    layout = SharedLayout.of(config, dtype)
+    A_ROW, B_ROW, A_STAGE, B_STAGE = layout.a_row, layout.b_row, layout.a_stage, layout.b_stage
+    B_BASE, RESIDENT_BASE = layout.b_base, layout.resident_base
+    A_RESIDENT = a_mode == RESIDENT
+    multiply_k_tile = _k_tile_multiplier(config, dtype)
+    if A_RESIDENT:
+        A_STAGED, first_a, load_a, put_a, A_STEP_K, A_STEP_M = False, None, None, None, 0, 0
+        A_REGS = 1
+    else:
+        A_STAGED, first_a, load_a, put_a, A_STEP_K, A_STEP_M, A_REGS = _operand_loader(
+            config, dtype, BLOCK_M, a_mode)
     B_STAGED, first_b, load_b, put_b, B_STEP_K, B_STEP_N, B_REGS = _operand_loader(
         config, dtype, BLOCK_N, b_mode)
-    store_c = _tile_storer(config, dtype, c_mode)
     wait_for_oldest = cp_async_wait(STAGES - 2)
-    tile_of_device = cuda.jit(device=True)(tile_of)
 
-    @cuda.jit
-    def tiled_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn,
-                     c, stride_cb, stride_cm, stride_cn, M, N, K):
-        smem = cuda.shared.array(0, dtype)
-        acc = cuda.local.array(ACC_SIZE, SCALAR)
-        a_frag = cuda.local.array(THREAD_M, SCALAR)
-        b_frag = cuda.local.array(THREAD_N, SCALAR)
-
-        # -- which C tile, and where this thread sits in it --------------------------------
-        grid_m = (M + BLOCK_M - 1) // BLOCK_M
-        grid_n = (N + BLOCK_N - 1) // BLOCK_N
-        pid_m, pid_n = tile_of_device(cuda.blockIdx.x, grid_m, grid_n, GROUP_M)
-        pid_batch = cuda.blockIdx.y
-        m0 = pid_m * BLOCK_M
-        n0 = pid_n * BLOCK_N
-        tid = cuda.threadIdx.x
+    @cuda.jit(device=True)
+    def thread_tile(tid):
         warp = tid // (WARP_M * WARP_N)
         lane = tid % (WARP_M * WARP_N)
-        thread_row = (warp // WARPS_N) * WARP_M + lane // WARP_N
-        thread_col = (warp % WARPS_N) * WARP_N + lane % WARP_N
+        return ((warp // WARPS_N) * WARP_M + lane // WARP_N,
+                (warp % WARPS_N) * WARP_N + lane % WARP_N)
+
+    @cuda.jit(device=True)
+    def accumulate(acc, a_frag, b_frag, a_regs, b_regs, smem, a, a0, stride_am, stride_ak,
+                   b, b0, stride_bk, stride_bn, m_left, n_left, K, thread_row, thread_col):
+        tid = cuda.threadIdx.x
         for i in range(THREAD_M):  # nested: NVVM unrolls short loops, and a rolled loop
             for j in range(THREAD_N):  # would index acc at run time, forcing it out of registers
                 acc[i * THREAD_N + j] = 0
         k_tiles = (K + BLOCK_K - 1) // BLOCK_K
+        # Every thread is done with the shared buffers of any previous use.
+        cuda.syncthreads()
 
         # -- this thread's first copy of each operand tile, at k = 0 ------------------------
-        a_k, a_m = first_a(tid)
-        a_src = pid_batch * stride_ab + a_k * stride_ak + (m0 + a_m) * stride_am
-        a_step = A_STEP_K * stride_ak + A_STEP_M * stride_am
-        a_dst = a_k * A_ROW + a_m
+        if not A_RESIDENT:
+            a_k, a_m = first_a(tid)
+            a_src = a0 + a_k * stride_ak + a_m * stride_am
+            a_step = A_STEP_K * stride_ak + A_STEP_M * stride_am
+            a_dst = a_k * A_ROW + a_m
+            a_x_left = m_left - a_m
         b_k, b_n = first_b(tid)
-        b_src = pid_batch * stride_bb + b_k * stride_bk + (n0 + b_n) * stride_bn
+        b_src = b0 + b_k * stride_bk + b_n * stride_bn
         b_step = B_STEP_K * stride_bk + B_STEP_N * stride_bn
         b_dst = B_BASE + b_k * B_ROW + b_n
+        b_x_left = n_left - b_n
 
         # -- prologue: start copying the first STAGES - 1 k-tiles -------------------------
         # (register-staged operands: k-tile 0 now, each later one a tile ahead, below)
-        a_regs = cuda.local.array(A_REGS, SCALAR)
-        b_regs = cuda.local.array(B_REGS, SCALAR)
         if A_STAGED:
-            load_a(a_regs, a, a_src, a_step, M - m0 - a_m, K - a_k)
+            load_a(a_regs, a, a_src, a_step, a_x_left, K - a_k)
             put_a(smem, a_dst, a_regs)
         if B_STAGED:
-            load_b(b_regs, b, b_src, b_step, N - n0 - b_n, K - b_k)
+            load_b(b_regs, b, b_src, b_step, b_x_left, K - b_k)
             put_b(smem, b_dst, b_regs)
         for s in range(STAGES - 1):
             if s < k_tiles:
                 k0 = s * BLOCK_K
-                if not A_STAGED:
+                if not A_STAGED and not A_RESIDENT:
                     load_a(smem, s * A_STAGE + a_dst, a, a_src + k0 * stride_ak, a_step,
-                           M - m0 - a_m, K - k0 - a_k)
+                           a_x_left, K - k0 - a_k)
                 if not B_STAGED:
                     load_b(smem, s * B_STAGE + b_dst, b, b_src + k0 * stride_bk, b_step,
-                           N - n0 - b_n, K - k0 - b_k)
+                           b_x_left, K - k0 - b_k)
             cp_async_commit()  # one group per stage, empty or not, keeps the count simple
 
         # -- main loop: wait for k-tile t, start k-tile t + STAGES - 1, multiply k-tile t -----
@@ -478,20 +523,23 @@ def _kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple, c
             if ahead < k_tiles:
                 ahead_stage = stage - 1 if stage > 0 else STAGES - 1  # = ahead % STAGES
                 k0 = ahead * BLOCK_K
-                if not A_STAGED:
+                if not A_STAGED and not A_RESIDENT:
                     load_a(smem, ahead_stage * A_STAGE + a_dst, a, a_src + k0 * stride_ak,
-                           a_step, M - m0 - a_m, K - k0 - a_k)
+                           a_step, a_x_left, K - k0 - a_k)
                 if not B_STAGED:
                     load_b(smem, ahead_stage * B_STAGE + b_dst, b, b_src + k0 * stride_bk,
-                           b_step, N - n0 - b_n, K - k0 - b_k)
+                           b_step, b_x_left, K - k0 - b_k)
             cp_async_commit()
             # Register-staged operands: load k-tile t + 1 now, store it after the FMAs.
             next_k0 = (t + 1) * BLOCK_K
             if A_STAGED and t + 1 < k_tiles:
-                load_a(a_regs, a, a_src + next_k0, a_step, M - m0 - a_m, K - next_k0 - a_k)
+                load_a(a_regs, a, a_src + next_k0, a_step, a_x_left, K - next_k0 - a_k)
             if B_STAGED and t + 1 < k_tiles:
-                load_b(b_regs, b, b_src + next_k0, b_step, N - n0 - b_n, K - next_k0 - b_k)
-            a_tile = stage * A_STAGE + thread_row * vec
+                load_b(b_regs, b, b_src + next_k0, b_step, b_x_left, K - next_k0 - b_k)
+            if A_RESIDENT:
+                a_tile = RESIDENT_BASE + t * A_STAGE + thread_row * vec
+            else:
+                a_tile = stage * A_STAGE + thread_row * vec
             b_tile = B_BASE + stage * B_STAGE + thread_col * vec
             multiply_k_tile(acc, a_frag, b_frag, smem, a_tile, b_tile)
             stage = stage + 1 if stage < STAGES - 1 else 0
@@ -501,6 +549,48 @@ def _kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple, c
                 put_a(smem, stage * A_STAGE + a_dst, a_regs)
             if B_STAGED and t + 1 < k_tiles:
                 put_b(smem, stage * B_STAGE + b_dst, b_regs)
+
+    return thread_tile, accumulate
+
+
+@functools.cache
+def _kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple, c_mode: tuple):
+    """Compile-time specialisation of the tiled kernel for one config, dtype and layout."""
+    vec = VECTOR_BYTES // dtype.itemsize
+    BLOCK_M, BLOCK_N, GROUP_M = config.block_m, config.block_n, config.group_m
+    THREAD_M, THREAD_N = config.thread_m, config.thread_n
+    ACC_SIZE = THREAD_M * THREAD_N  # shapes of local arrays must be literal constants
+    SCALAR = dtype.type  # the scalar class, e.g. np.float32
+    thread_tile, accumulate = mainloop(config, dtype, a_mode, b_mode)
+    A_REGS, B_REGS = (_operand_loader(config, dtype, block, mode)[-1]
+                      for block, mode in ((BLOCK_M, a_mode), (BLOCK_N, b_mode)))
+    store_c = _tile_storer(config, dtype, c_mode)
+    tile_of_device = cuda.jit(device=True)(tile_of)
+
+    @cuda.jit
+    def tiled_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn,
+                     c, stride_cb, stride_cm, stride_cn, M, N, K):
+        smem = cuda.shared.array(0, dtype)
+        acc = cuda.local.array(ACC_SIZE, SCALAR)
+        a_frag = cuda.local.array(THREAD_M, SCALAR)
+        b_frag = cuda.local.array(THREAD_N, SCALAR)
+        a_regs = cuda.local.array(A_REGS, SCALAR)
+        b_regs = cuda.local.array(B_REGS, SCALAR)
+
+        # -- which C tile (grouped order), and where this thread sits in it ----------------
+        grid_m = (M + BLOCK_M - 1) // BLOCK_M
+        grid_n = (N + BLOCK_N - 1) // BLOCK_N
+        pid_m, pid_n = tile_of_device(cuda.blockIdx.x, grid_m, grid_n, GROUP_M)
+        pid_batch = cuda.blockIdx.y
+        m0 = pid_m * BLOCK_M
+        n0 = pid_n * BLOCK_N
+        thread_row, thread_col = thread_tile(cuda.threadIdx.x)
+
+        # -- k loop: acc = A[m0:, :] @ B[:, n0:] ---------------------------------------------
+        accumulate(acc, a_frag, b_frag, a_regs, b_regs, smem,
+                   a, pid_batch * stride_ab + m0 * stride_am, stride_am, stride_ak,
+                   b, pid_batch * stride_bb + n0 * stride_bn, stride_bk, stride_bn,
+                   M - m0, N - n0, K, thread_row, thread_col)
 
         # -- epilogue: registers -> C ------------------------------------------------------
         store_c(c, pid_batch * stride_cb, stride_cm, stride_cn, M, N, acc, m0 + thread_row * vec,
