@@ -11,7 +11,7 @@ simulator (``NUMBA_ENABLE_CUDASIM``) before Numba is imported, and
 from importlib import import_module
 
 __all__ = ["ALGORITHMS", "MatrixDesc", "TileConfig", "cdiv", "choose_algorithm", "describe", "matmul",
-           "model", "ordering", "transpose_view", "tune"]
+           "model", "ordering", "transpose_view", "triple", "tune"]
 
 _HOME = {
     "ALGORITHMS": "api",
@@ -23,6 +23,7 @@ _HOME = {
     "cdiv": "launch",
     "TileConfig": "kernels.tiled",
     "tune": "autotune",
+    "triple": "chain",
 }
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -11,7 +11,8 @@ from .kernels.loop_orders import LOOP_ORDERS, plan_loop_order
 from .kernels.tiled import TileConfig, plan_tiled
 from .launch import KernelLaunch, allocate_output, device_operand, launch_kernel, simulated
 
-__all__ = ["ALGORITHMS", "matmul", "choose_algorithm", "check_algorithm", "plan", "execute"]
+__all__ = ["ALGORITHMS", "matmul", "choose_algorithm", "check_algorithm", "check_pair", "check_output",
+           "plan", "execute", "run_in_memory_space"]
 
 ALGORITHMS = ("auto", "tiled") + tuple(LOOP_ORDERS)
 
@@ -36,22 +37,24 @@ def choose_algorithm(a: MatrixDesc, b: MatrixDesc) -> str:
     return "mnk"
 
 
-def _check_operands(a: MatrixDesc, b: MatrixDesc) -> None:
+def check_pair(a: MatrixDesc, b: MatrixDesc) -> None:
+    """Errors naming both operands unless ``a @ b`` is defined: inner sizes, dtypes, memory space."""
+    x, y = a.name, b.name
     if a.shape[1] != b.shape[0]:
         raise ValueError(
-            f"inner dimensions differ: a is {a.shape[0]}x{a.shape[1]} and b is "
-            f"{b.shape[0]}x{b.shape[1]}; a's columns must equal b's rows"
+            f"inner dimensions differ: {x} is {a.shape[0]}x{a.shape[1]} and {y} is "
+            f"{b.shape[0]}x{b.shape[1]}; {x}'s columns must equal {y}'s rows"
         )
     if a.dtype != b.dtype:
-        raise TypeError(f"a is {a.dtype} but b is {b.dtype}; cast one so both dtypes match")
+        raise TypeError(f"{x} is {a.dtype} but {y} is {b.dtype}; cast one so both dtypes match")
     if a.on_device != b.on_device:
         where = {True: "on the GPU", False: "a host (NumPy) array"}
         raise TypeError(
-            f"a is {where[a.on_device]} but b is {where[b.on_device]}; pass both on the same side"
+            f"{x} is {where[a.on_device]} but {y} is {where[b.on_device]}; pass both on the same side"
         )
 
 
-def _check_output(out: MatrixDesc, shape: tuple[int, int], dtype: np.dtype, on_device: bool,
+def check_output(out: MatrixDesc, shape: tuple[int, int], dtype: np.dtype, on_device: bool,
                   inputs: tuple[MatrixDesc, ...]) -> None:
     if out.shape != shape:
         raise ValueError(f"out has shape {out.shape}; the product needs {shape}")
@@ -127,13 +130,13 @@ def matmul(a: Any, b: Any, out: Any = None, *, algorithm: str = "auto",
     """
     check_algorithm(algorithm, config)
     a_desc, b_desc = describe(a, "a", stream), describe(b, "b", stream)
-    _check_operands(a_desc, b_desc)
+    check_pair(a_desc, b_desc)
     shape, dtype, on_device = (a_desc.shape[0], b_desc.shape[1]), a_desc.dtype, a_desc.on_device
     if out is None:
         out_desc = allocate_output(shape, dtype, on_device, stream=stream)
     else:
         out_desc = describe(out, "out", stream)
-        _check_output(out_desc, shape, dtype, on_device, (a_desc, b_desc))
+        check_output(out_desc, shape, dtype, on_device, (a_desc, b_desc))
     if config is not None:
         config.check(dtype)
     execute(a_desc, b_desc, out_desc, algorithm, config, stream)
@@ -142,17 +145,25 @@ def matmul(a: Any, b: Any, out: Any = None, *, algorithm: str = "auto",
 
 def execute(a: MatrixDesc, b: MatrixDesc, out: MatrixDesc, algorithm: str = "auto",
             config: TileConfig | None = None, stream: Any = 0) -> None:
-    """Compute ``out = a @ b`` on validated operands in one memory space: on the GPU (or
-    the simulator) in place; host operands on a GPU on device copies of their spans,
-    the result copied back into ``out``."""
+    """Compute ``out = a @ b`` on validated operands in one memory space (see
+    :func:`run_in_memory_space`)."""
+    run_in_memory_space((a, b), out, lambda a, b, out: [plan(a, b, out, algorithm, config)],
+                        stream)
+
+
+def run_in_memory_space(inputs: tuple[MatrixDesc, ...], out: MatrixDesc,
+                        launches: Callable[..., list[KernelLaunch]], stream: Any = 0) -> None:
+    """Run ``launches(*inputs, out)`` in order: on the GPU (or the simulator) in place; host
+    operands on a GPU on device copies of their spans, the result copied back into ``out``."""
     if out.on_device or simulated():
-        launch_kernel(plan(a, b, out, algorithm, config), stream)
+        for launch in launches(*inputs, out):
+            launch_kernel(launch, stream)
         return
     # Host operands on a GPU: device copies of every span, out's too, so that copying its
     # span back leaves the elements between its rows as they were.
     device_out = device_operand(out, stream)
-    launch_kernel(plan(device_operand(a, stream), device_operand(b, stream), device_out, algorithm,
-                       config), stream)
+    for launch in launches(*(device_operand(x, stream) for x in inputs), device_out):
+        launch_kernel(launch, stream)
     device_out.data.copy_to_host(out.data, stream=stream)
     if stream:
         stream.synchronize()  # an asynchronous copy must land before NumPy reads it

@@ -59,8 +59,8 @@ from ..launch import STATIC_SHARED_LIMIT, KernelLaunch, cdiv, kernel_launch, sha
 from ..ordering import tile_of
 from .ptx import cp_async, cp_async_commit, cp_async_wait, load_vector, store_vector
 
-__all__ = ["TileConfig", "DEFAULT_CONFIGS", "SharedLayout", "RESIDENT", "mainloop", "plan_tiled",
-           "operand_modes", "kernel_resources"]
+__all__ = ["TileConfig", "DEFAULT_CONFIGS", "SharedLayout", "RESIDENT", "mainloop", "tile_storer",
+           "plan_tiled", "operand_modes", "kernel_resources"]
 
 VECTOR_BYTES = 16  # one 128-bit load or store
 MAX_THREADS = 1024
@@ -307,12 +307,15 @@ def _operand_loader(config: TileConfig, dtype, block_x: int, mode: tuple):
     return False, first, load, load, step_k, step_x, 1  # put is unused: cp.async lands in place
 
 
-def _tile_storer(config: TileConfig, dtype, mode: tuple):
-    """Device function: write a thread's THREAD_M x THREAD_N accumulator block into C.
+def tile_storer(config: TileConfig, dtype, mode: tuple, accumulate: bool = False):
+    """Device function: write (or, with ``accumulate``, atomically add) a thread's
+    THREAD_M x THREAD_N accumulator block into C.
 
     ``store(c, c0, stride_cm, stride_cn, M, N, acc, row0, col0)``: ``acc[i * THREAD_N + j]``
     holds C(row0 + (i // vec) * span_m + i % vec, col0 + (j // vec) * span_n + j % vec);
-    C(m, n) is ``c[c0 + m * stride_cm + n * stride_cn]``.
+    C(m, n) is ``c[c0 + m * stride_cm + n * stride_cn]``; elements outside M x N are skipped.
+    Pieces run along C's contiguous axis (``mode``), as 16-byte vectors where allowed
+    (plain stores only: the atomic adds are per element).
     Written as straight-line code (one piece per 16-byte vector of C), since a
     rolled loop would index ``acc`` at run time and push it out of registers.
     """
@@ -321,8 +324,15 @@ def _tile_storer(config: TileConfig, dtype, mode: tuple):
     thread_m, thread_n = config.thread_m, config.thread_n
     span_m, span_n = config.block_m // (thread_m // vec), config.block_n // (thread_n // vec)
     scalar = np.dtype(dtype).type
-    along_m = vectorised and axis == "m"  # column-major C: vectors run down a column
-    along_n = vectorised and axis == "n"
+    along_m = axis == "m"  # column-major C: pieces run down a column
+    use_vector = vectorised and not accumulate
+
+    @cuda.jit(device=True)
+    def put(c, index, value):
+        if accumulate:
+            cuda.atomic.add(c, index, value)
+        else:
+            c[index] = value
 
     @cuda.jit(device=True)
     def store_piece(c, c0, stride_cm, stride_cn, M, N, acc, row0, col0, piece):
@@ -331,7 +341,7 @@ def _tile_storer(config: TileConfig, dtype, mode: tuple):
             m = row0 + v * span_m
             n = col0 + (j // vec) * span_n + j % vec
             if n < N:
-                if m + vec <= M:
+                if use_vector and m + vec <= M:
                     column = cuda.local.array(vec, scalar)
                     for e in range(vec):
                         column[e] = acc[(v * vec + e) * thread_n + j]
@@ -339,18 +349,20 @@ def _tile_storer(config: TileConfig, dtype, mode: tuple):
                 else:
                     for e in range(vec):
                         if m + e < M:
-                            c[c0 + (m + e) + n * stride_cn] = acc[(v * vec + e) * thread_n + j]
+                            put(c, c0 + (m + e) * stride_cm + n * stride_cn,
+                                acc[(v * vec + e) * thread_n + j])
         else:  # piece = (row i, vector w of vec columns)
             i, w = piece // (thread_n // vec), piece % (thread_n // vec)
             m = row0 + (i // vec) * span_m + i % vec
             n = col0 + w * span_n
             if m < M:
-                if along_n and n + vec <= N:
+                if use_vector and n + vec <= N:
                     store_vector(c, c0 + m * stride_cm + n, acc, i * thread_n + w * vec)
                 else:
                     for f in range(vec):
                         if n + f < N:
-                            c[c0 + m * stride_cm + (n + f) * stride_cn] = acc[i * thread_n + w * vec + f]
+                            put(c, c0 + m * stride_cm + (n + f) * stride_cn,
+                                acc[i * thread_n + w * vec + f])
 
     return _unrolled(store_piece, thread_m * thread_n // vec,
                      "c, c0, stride_cm, stride_cn, M, N, acc, row0, col0")
@@ -564,7 +576,7 @@ def _kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple, c
     thread_tile, accumulate = mainloop(config, dtype, a_mode, b_mode)
     A_REGS, B_REGS = (_operand_loader(config, dtype, block, mode)[-1]
                       for block, mode in ((BLOCK_M, a_mode), (BLOCK_N, b_mode)))
-    store_c = _tile_storer(config, dtype, c_mode)
+    store_c = tile_storer(config, dtype, c_mode)
     tile_of_device = cuda.jit(device=True)(tile_of)
 
     @cuda.jit

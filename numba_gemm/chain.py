@@ -1,0 +1,188 @@
+"""``triple``: D = A @ B @ C (seed 003), naive, fused or as two tiled GEMMs, in either order."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+from numba import cuda
+
+from .api import check_output, check_pair, plan, run_in_memory_space
+from .descriptor import MatrixDesc, describe
+from .kernels.tiled import TileConfig
+from .kernels.triple import check_fused_config, plan_fused, plan_naive, sync_slots
+from .launch import KernelLaunch, allocate_output, simulated
+
+__all__ = ["TRIPLE_ALGORITHMS", "ORDERS", "triple", "choose_order", "fused_config", "plan_triple"]
+
+TRIPLE_ALGORITHMS = ("auto", "naive", "fused", "unfused")
+ORDERS = ("auto", "left", "right")
+
+# The fused kernel's tiles, largest first: the first that gives at least FILL_CTAS CTAs
+# (row blocks x chunks of the middle dimension) is used; small problems take the last.
+FUSED_CONFIGS = {
+    np.dtype(np.float32): (
+        TileConfig(128, 128, 16, 8, 8, 2, 1),
+        TileConfig(64, 64, 16, 4, 4, 3, 1),
+        TileConfig(32, 64, 16, 4, 4, 3, 1),
+    ),
+    np.dtype(np.float64): (
+        TileConfig(64, 64, 16, 4, 4, 2, 1),
+        TileConfig(32, 64, 16, 4, 4, 2, 1),
+    ),
+}
+FILL_CTAS = 2 * 132  # two waves of an H100/H200's SMs
+SIMULATOR_FUSED_CONFIG = TileConfig(16, 16, 4, 4, 4, 2, 1)  # 16 threads: simulator-sized
+
+
+def choose_order(M: int, K1: int, K2: int, N: int) -> str:
+    """``"left"`` for (A @ B) @ C, ``"right"`` for A @ (B @ C): the one with fewer
+    multiply-adds, as ``numpy.linalg.multi_dot`` chooses (ties go left)."""
+    left = M * K1 * K2 + M * K2 * N
+    right = K1 * K2 * N + M * K1 * N
+    return "left" if left <= right else "right"
+
+
+def fused_config(M: int, K2: int, dtype) -> TileConfig:
+    """The fused kernel's default tiles for an M-row product with middle dimension K2."""
+    if simulated():
+        return SIMULATOR_FUSED_CONFIG
+    configs = FUSED_CONFIGS[np.dtype(dtype)]
+    for config in configs:
+        if -(-M // config.block_m) * -(-K2 // config.block_n) >= FILL_CTAS:
+            return config
+    return configs[-1]
+
+
+def _transposed(desc: MatrixDesc) -> MatrixDesc:
+    """The same memory seen as the transposed matrix (no copy)."""
+    return replace(desc, shape=desc.shape[::-1], strides=desc.strides[::-1])
+
+
+class _Zeroed:
+    """Per-stream uint32 counters for the fused kernel, zero between launches (the kernel
+    leaves them zero); grown when a larger launch needs more. Buffers are never freed while
+    the process runs, so a launch still in flight never loses its counters."""
+
+    def __init__(self):
+        self._buffers: dict = {}
+
+    def get(self, count: int, stream) -> MatrixDesc:
+        key = (id(cuda.current_context()) if not simulated() else 0, _stream_key(stream))
+        held = self._buffers.get(key)
+        if held is None or held.span < count:
+            size = max(count, 1024, 2 * (held.span if held is not None else 0))
+            array = np.zeros(size, np.uint32)
+            if not simulated():
+                array = cuda.to_device(array, stream=stream)
+            held = self._buffers[key] = describe_counters(array)
+        return held
+
+
+def describe_counters(array) -> MatrixDesc:
+    """A MatrixDesc (n x 1) for a 1-D uint32 counter buffer: kernels take it as a 1-D array."""
+    if isinstance(array, np.ndarray):
+        address, on_device = array.ctypes.data, False
+    else:
+        address, on_device = array.__cuda_array_interface__["data"][0], True
+    return MatrixDesc("sync", (array.shape[0], 1), (1, 1), np.dtype(np.uint32), array, on_device,
+                      address, array)
+
+
+def _stream_key(stream) -> int:
+    handle = getattr(stream, "handle", stream)
+    return int(getattr(handle, "value", handle) or 0)
+
+
+_COUNTERS = _Zeroed()
+
+
+def check_triple_arguments(algorithm: str, order: str, config) -> None:
+    if algorithm not in TRIPLE_ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {', '.join(map(repr, TRIPLE_ALGORITHMS))}; "
+                         f"got {algorithm!r}")
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {', '.join(map(repr, ORDERS))}; got {order!r}")
+    if config is not None:
+        if not isinstance(config, TileConfig):
+            raise TypeError(f"config must be a numba_gemm.TileConfig; got {type(config).__name__}")
+        if algorithm not in ("fused", "auto"):
+            raise ValueError(f"config sets the fused kernel's tiles; algorithm={algorithm!r} takes none")
+
+
+def choose_triple_algorithm(M: int, K1: int, K2: int, N: int) -> str:
+    """``"auto"``: the fused kernel (one launch, no intermediate in memory) for every shape."""
+    return "fused"
+
+
+def plan_triple(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, out: MatrixDesc,
+                algorithm: str = "auto", order: str = "auto", config: TileConfig | None = None,
+                counters=None, scratch=None) -> list[KernelLaunch]:
+    """The launches that compute ``out = a @ b @ c`` on validated operands.
+
+    The one place that decides order, algorithm and tiles (``numba_gemm.triple``
+    runs the result, ``jax_bridge.triple`` hands it to XLA). The right order is
+    the left order of the transposed chain: D^T = (C^T @ B^T) @ A^T, on
+    transposed views. ``counters(count)`` gives the fused kernel's zeroed uint32
+    buffer, ``scratch(shape)`` the unfused pair's intermediate (both descriptors).
+    """
+    (M, K1), (K2, N) = a.shape, c.shape
+    if order == "auto":
+        order = choose_order(M, K1, K2, N)
+    if order == "right":
+        a, b, c, out = _transposed(c), _transposed(b), _transposed(a), _transposed(out)
+        (M, K1), (K2, N) = a.shape, c.shape
+    if algorithm == "auto":
+        algorithm = choose_triple_algorithm(M, K1, K2, N)
+    if algorithm == "naive":
+        return [plan_naive(a, b, c, out)]
+    if algorithm == "fused":
+        config = config or fused_config(M, K2, a.dtype)
+        check_fused_config(config, a.dtype)
+        return [plan_fused(config, a, b, c, out, counters(sync_slots(M, config)))]
+    intermediate = scratch((M, K2))
+    return [plan(a, b, intermediate, "tiled"), plan(intermediate, c, out, "tiled")]
+
+
+def triple(a: Any, b: Any, c: Any, out: Any = None, *, algorithm: str = "auto",
+           order: str = "auto", config: TileConfig | None = None, stream: Any = 0) -> Any:
+    """D = A @ B @ C for A (M x K1), B (K1 x K2), C (K2 x N): float32 or float64, any
+    positive strides, any sizes >= 1, all on the host or all on the GPU (as ``matmul``).
+
+    ``algorithm``:
+
+    - ``"fused"`` (``"auto"``): one launch; each CTA computes a block of the
+      intermediate into shared memory and multiplies it straight into D
+      (``numba_gemm.kernels.triple``). No size limit.
+    - ``"naive"``: seed 003's kernel, one block per row of D and one thread per
+      column; needs max(K2, N) <= 1024 (``ValueError`` otherwise).
+    - ``"unfused"``: two tiled GEMMs through an intermediate in global memory.
+
+    ``order``: ``"left"`` computes (A @ B) @ C, ``"right"`` A @ (B @ C);
+    ``"auto"`` the one with fewer multiply-adds (:func:`choose_order`).
+    ``config``: the fused kernel's :class:`~numba_gemm.TileConfig` (default:
+    :func:`fused_config`). The fused kernel adds the middle dimension's chunks
+    into D atomically, so D can differ in the last bits from run to run.
+    """
+    check_triple_arguments(algorithm, order, config)
+    a_desc, b_desc, c_desc = describe(a, "a", stream), describe(b, "b", stream), describe(c, "c", stream)
+    check_pair(a_desc, b_desc)
+    check_pair(b_desc, c_desc)
+    shape, dtype, on_device = (a_desc.shape[0], c_desc.shape[1]), a_desc.dtype, a_desc.on_device
+    if out is None:
+        out_desc = allocate_output(shape, dtype, on_device, stream=stream)
+    else:
+        out_desc = describe(out, "out", stream)
+        check_output(out_desc, shape, dtype, on_device, (a_desc, b_desc, c_desc))
+    if config is not None:
+        check_fused_config(config, dtype)
+
+    def launches(a, b, c, out):
+        return plan_triple(a, b, c, out, algorithm, order, config,
+                           counters=lambda count: _COUNTERS.get(count, stream),
+                           scratch=lambda shape: allocate_output(shape, dtype, True, "ab",
+                                                                 stream=stream))
+
+    run_in_memory_space((a_desc, b_desc, c_desc), out_desc, launches, stream)
+    return out_desc.source

@@ -1,0 +1,268 @@
+"""The triple product D = A @ B @ C of seed 003: the seed's naive kernel and a fused one.
+
+Shapes: A (M x K1), B (K1 x K2), C (K2 x N), D (M x N); each a 1-D buffer plus
+element strides, as in ``tiled``. Any sizes >= 1; float32 or float64. These
+kernels compute the left order, (A @ B) @ C; the right order A @ (B @ C) is the
+left order of the transposed chain, D^T = (C^T @ B^T) @ A^T, which the caller
+(``numba_gemm.triple``) builds from transposed views at no cost.
+
+**Why fuse** (seed 003's counts, N x N operands in float32): 2 N^3 multiply-adds
+over 3 N^2 elements read and N^2 written, 16 N^2 bytes, an intensity of about
+N / 16 multiply-adds per byte. Two separate GEMMs also write the intermediate
+T = A @ B and read it back: 24 N^2 bytes, a third more. At N = 512 that is 4 MB
+against 6 MB, about a microsecond either way at an H200's ~4 TB/s, while the
+arithmetic (268 M multiply-adds) takes ~10 us: the product is compute-bound from
+N of a few hundred on (ridge point near 14 multiply-adds per byte). So the bytes
+saved are not where the time goes at 512. What the fused kernel gains there is
+one launch instead of two, no intermediate buffer, and parallelism: a 512^3
+GEMM cut into the tiles that make it efficient has only 16-32 of them for 132
+SMs, while the fused kernel's split of the middle dimension gives 8x more CTAs.
+
+**naive** (seed 003's kernel, with strides and rectangular shapes): one block per
+row of D, one thread per column. The block computes its row of A @ B (K2 values,
+one per thread) into shared memory, synchronises, and each thread then takes the
+dot product of that row with its column of C. Limits: max(K2, N) threads per block
+(<= 1024) and K2 elements of shared memory.
+
+**fused** (no limit on any size): one launch; CTA ``(pid_m, pid_j)`` owns the
+BLOCK_M rows ``m0:`` of A and the BLOCK_N-wide chunk ``j0:`` of the middle
+dimension K2 (grid x = row blocks x chunks, chunk fastest).
+
+1. *Zero D's rows*: the first CTA of each row block to arrive (an atomic counter)
+   zeroes D[m0:m0+BLOCK_M, :] and raises the row block's ``ready`` flag.
+2. *Phase 1*: T = A[m0:, :] @ B[:, j0:j0+BLOCK_N] with the tiled kernel's k loop
+   (``tiled.mainloop``: cp.async pipeline, register blocking). T goes from registers
+   into shared memory, k-major: it is the A operand of phase 2 and never leaves the
+   SM.
+3. *Phase 2*: for every n-tile of D, acc = T @ C[j0:j0+BLOCK_N, n0:n0+BLOCK_N] with
+   the same k loop, T resident (``tiled.RESIDENT``) and C streamed through the
+   pipeline; acc is added into D with atomic adds (after waiting for ``ready``).
+   The chunks of a row block start at different n-tiles so their atomics spread
+   over D.
+4. *Depart*: the last CTA of a row block resets its three counters to zero, so the
+   counter buffer (``sync``, 3 per row block, zero before the launch) is zero
+   again afterwards and the next launch on the stream can reuse it.
+
+The wait in step 3 is for a peer that arrived earlier, so it holds as long as the
+CTAs of a row block (adjacent in the grid) are not starved by CTAs waiting behind
+them; a row block has at most cdiv(K2, BLOCK_N) CTAs, and one waits only after its
+own phase 1. The sum over chunks runs in atomic order: D is not bitwise
+reproducible from run to run (its error bound is that of any order).
+
+Every multiply-add of the unfused pair is done once; the extra work is D's
+zeroing (M * N stores) and cdiv(K2, BLOCK_N) atomic adds per element of D.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numba import cuda
+
+from ..descriptor import MatrixDesc
+from ..launch import STATIC_SHARED_LIMIT, KernelLaunch, cdiv, kernel_launch, shared_memory_limit
+from .tiled import (RESIDENT, VECTOR_BYTES, SharedLayout, TileConfig, mainloop, operand_modes,
+                    tile_storer, _operand_loader)
+
+__all__ = ["NAIVE_MAX_THREADS", "SYNC_PER_ROW_BLOCK", "plan_naive", "plan_fused",
+           "fused_shared_bytes", "check_fused_config", "sync_slots"]
+
+NAIVE_MAX_THREADS = 1024  # one thread per column of A @ B and of D
+SYNC_PER_ROW_BLOCK = 3  # arrived, ready, departed
+WARP = 32
+
+
+# --- naive: seed 003 -----------------------------------------------------------------------
+
+@functools.cache
+def _naive_kernel(dtype: np.dtype):
+    SCALAR = dtype.type
+
+    @cuda.jit
+    def naive_kernel(a, stride_am, stride_ak, b, stride_bk, stride_bn, c, stride_ck, stride_cn,
+                     d, stride_dm, stride_dn, K1, K2, N):
+        row_ab = cuda.shared.array(0, dtype)  # this block's row of A @ B
+        row = cuda.blockIdx.x
+        col = cuda.threadIdx.x
+        # Step 1: the block computes row `row` of A @ B, one element per thread.
+        if col < K2:
+            acc = SCALAR(0)
+            for k in range(K1):
+                acc += a[row * stride_am + k * stride_ak] * b[k * stride_bk + col * stride_bn]
+            row_ab[col] = acc
+        cuda.syncthreads()
+        # Step 2: that row times C gives row `row` of D.
+        if col < N:
+            acc = SCALAR(0)
+            for k in range(K2):
+                acc += row_ab[k] * c[k * stride_ck + col * stride_cn]
+            d[row * stride_dm + col * stride_dn] = acc
+
+    return naive_kernel
+
+
+def plan_naive(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, d: MatrixDesc) -> KernelLaunch:
+    """Seed 003's launch on validated operands: M blocks of max(K2, N) threads (rounded up
+    to whole warps), K2 elements of dynamic shared memory."""
+    (M, K1), (K2, N) = a.shape, c.shape
+    threads = cdiv(max(K2, N), WARP) * WARP
+    if threads > NAIVE_MAX_THREADS:
+        raise ValueError(f"algorithm='naive' runs one thread per column of A @ B and of D: "
+                         f"max(K2, N) = {max(K2, N)} is more than the {NAIVE_MAX_THREADS} threads "
+                         f"a block may have; use algorithm='fused', which has no size limit")
+    shared = K2 * a.dtype.itemsize
+    if shared > STATIC_SHARED_LIMIT and shared > (limit := shared_memory_limit()):
+        raise ValueError(f"algorithm='naive' keeps a row of A @ B ({K2} elements, {shared} bytes) "
+                         f"in shared memory; this device allows {limit} per block; use "
+                         f"algorithm='fused', which has no size limit")
+    return kernel_launch(_naive_kernel(a.dtype), M, threads, shared,
+                         (a, *a.strides, b, *b.strides, c, *c.strides, d, *d.strides, K1, K2, N))
+
+
+# --- fused: split middle dimension, intermediate in shared memory ----------------------------
+
+def fused_shared_bytes(config: TileConfig, dtype) -> int:
+    """Dynamic shared memory of the fused kernel: the pipeline's stages plus the resident T
+    (BLOCK_N rows of k, each BLOCK_M + one vector long)."""
+    layout = SharedLayout.of(config, dtype)
+    return (layout.resident_base + config.block_n * layout.a_row) * np.dtype(dtype).itemsize
+
+
+def check_fused_config(config: TileConfig, dtype) -> None:
+    """``ValueError`` if ``config`` cannot run the fused kernel (beyond the tiled kernel's rules)."""
+    config.check(dtype)
+    if config.block_n % config.block_k:
+        raise ValueError(f"the fused kernel needs block_n ({config.block_n}) to be a multiple of "
+                         f"block_k ({config.block_k}): phase 2 walks the resident T (block_n rows "
+                         f"of its k) in whole k-tiles")
+
+
+def sync_slots(M: int, config: TileConfig) -> int:
+    """How many uint32 counters the fused kernel's ``sync`` buffer needs (all zero at launch)."""
+    return SYNC_PER_ROW_BLOCK * cdiv(M, config.block_m)
+
+
+@functools.cache
+def _fused_kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple,
+                  c_mode: tuple, d_mode: tuple):
+    """Compile-time specialisation of the fused kernel for one config, dtype and layout."""
+    check_fused_config(config, dtype)
+    vec = VECTOR_BYTES // dtype.itemsize
+    BLOCK_M, BLOCK_N = config.block_m, config.block_n
+    THREAD_M, THREAD_N, THREADS = config.thread_m, config.thread_n, config.threads
+    ACC_SIZE = THREAD_M * THREAD_N
+    SCALAR = dtype.type
+    layout = SharedLayout.of(config, dtype)
+    T_BASE, T_ROW = layout.resident_base, layout.a_row
+    thread_tile, multiply_ab = mainloop(config, dtype, a_mode, b_mode)
+    _, multiply_tc = mainloop(config, dtype, RESIDENT, c_mode)
+    A_REGS = _operand_loader(config, dtype, BLOCK_M, a_mode)[-1]
+    B_REGS = _operand_loader(config, dtype, BLOCK_N, b_mode)[-1]
+    C_REGS = _operand_loader(config, dtype, BLOCK_N, c_mode)[-1]
+    keep_t = tile_storer(config, dtype, ("m", True))  # T(m, j) -> smem[T_BASE + j * T_ROW + m]
+    add_to_d = tile_storer(config, dtype, d_mode, accumulate=True)
+    ZERO_ALONG_M = d_mode[0] == "m"  # walk D's rows of the row block along its contiguous axis
+
+    @cuda.jit
+    def fused_kernel(a, stride_am, stride_ak, b, stride_bk, stride_bn, c, stride_ck, stride_cn,
+                     d, stride_dm, stride_dn, sync, M, K1, K2, N):
+        smem = cuda.shared.array(0, dtype)
+        token = cuda.shared.array(1, np.uint32)  # thread 0's atomic result, for the whole CTA
+        acc = cuda.local.array(ACC_SIZE, SCALAR)
+        a_frag = cuda.local.array(THREAD_M, SCALAR)
+        b_frag = cuda.local.array(THREAD_N, SCALAR)
+        a_regs = cuda.local.array(A_REGS, SCALAR)
+        b_regs = cuda.local.array(B_REGS, SCALAR)
+        c_regs = cuda.local.array(C_REGS, SCALAR)
+
+        chunks = (K2 + BLOCK_N - 1) // BLOCK_N
+        pid_m = cuda.blockIdx.x // chunks
+        pid_j = cuda.blockIdx.x - pid_m * chunks
+        m0 = pid_m * BLOCK_M
+        j0 = pid_j * BLOCK_N
+        tid = cuda.threadIdx.x
+        thread_row, thread_col = thread_tile(tid)
+        arrived = pid_m * 3
+        ready = arrived + 1
+        departed = arrived + 2
+
+        # -- 1. the row block's first CTA to arrive zeroes its rows of D --------------------
+        if tid == 0:
+            token[0] = cuda.atomic.add(sync, arrived, 1)
+        cuda.syncthreads()
+        if token[0] == 0:
+            rows = min(BLOCK_M, M - m0)
+            for e in range(tid, rows * N, THREADS):
+                if ZERO_ALONG_M:
+                    n = e // rows
+                    m = e - n * rows
+                else:
+                    m = e // N
+                    n = e - m * N
+                d[(m0 + m) * stride_dm + n * stride_dn] = 0
+            cuda.threadfence()  # the zeros reach L2 before the flag can be seen
+            cuda.syncthreads()
+            if tid == 0:
+                cuda.atomic.exch(sync, ready, 1)
+
+        # -- 2. phase 1: T = A[m0:, :] @ B[:, j0:], kept k-major in shared memory ------------
+        multiply_ab(acc, a_frag, b_frag, a_regs, b_regs, smem,
+                    a, m0 * stride_am, stride_am, stride_ak,
+                    b, j0 * stride_bn, stride_bk, stride_bn,
+                    M - m0, K2 - j0, K1, thread_row, thread_col)
+        keep_t(smem, T_BASE, 1, T_ROW, BLOCK_M, BLOCK_N, acc, thread_row * vec, thread_col * vec)
+
+        # -- 3. wait until this row block of D is zero ---------------------------------------
+        if tid == 0:
+            while cuda.atomic.add(sync, ready, 0) == 0:
+                pass
+            cuda.threadfence()
+        # (the barrier at the start of multiply_tc publishes T and the flag to every thread)
+
+        # -- 4. phase 2: D[m0:, :] += T @ C[j0:, :], one n-tile at a time --------------------
+        n_tiles = (N + BLOCK_N - 1) // BLOCK_N
+        first_tile = (pid_j * n_tiles) // chunks  # chunks start apart: their atomics spread
+        k_chunk = min(BLOCK_N, K2 - j0)
+        for s in range(n_tiles):
+            pid_n = first_tile + s
+            if pid_n >= n_tiles:
+                pid_n -= n_tiles
+            n0 = pid_n * BLOCK_N
+            multiply_tc(acc, a_frag, b_frag, a_regs, c_regs, smem,
+                        c, 0, 0, 0,  # A is the resident T: no source
+                        c, j0 * stride_ck + n0 * stride_cn, stride_ck, stride_cn,
+                        BLOCK_M, N - n0, k_chunk, thread_row, thread_col)
+            add_to_d(d, 0, stride_dm, stride_dn, M, N, acc, m0 + thread_row * vec,
+                     n0 + thread_col * vec)
+
+        # -- 5. depart: the row block's last CTA leaves its counters at zero -----------------
+        if tid == 0:
+            if cuda.atomic.add(sync, departed, 1) == chunks - 1:
+                sync[arrived] = 0
+                sync[ready] = 0
+                sync[departed] = 0
+
+    return fused_kernel
+
+
+def plan_fused(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, d: MatrixDesc,
+               sync: MatrixDesc) -> KernelLaunch:
+    """The fused kernel's launch on validated operands: D = (A @ B) @ C. ``sync`` is a uint32
+    buffer of at least :func:`sync_slots` counters, all zero (they are zero again after); it
+    comes after D, as an output scratch buffer, for XLA's kernel call."""
+    check_fused_config(config, a.dtype)
+    (M, K1), (K2, N) = a.shape, c.shape
+    if sync.span < sync_slots(M, config):
+        raise ValueError(f"sync holds {sync.span} counters; the launch needs {sync_slots(M, config)}")
+    shared = fused_shared_bytes(config, a.dtype)
+    if shared > STATIC_SHARED_LIMIT and shared > (limit := shared_memory_limit()):
+        raise ValueError(f"fused config {config.label()} needs {shared} bytes of shared memory per "
+                         f"block for {a.dtype}; this device allows {limit}")
+    a_mode, b_mode, _ = operand_modes(a, b, d)
+    _, c_mode, d_mode = operand_modes(b, c, d)
+    kernel = _fused_kernel(config, a.dtype, a_mode, b_mode, c_mode, d_mode)
+    grid = cdiv(M, config.block_m) * cdiv(K2, config.block_n)
+    return kernel_launch(kernel, grid, config.threads, shared,
+                         (a, *a.strides, b, *b.strides, c, *c.strides, d, *d.strides, sync,
+                          M, K1, K2, N))
