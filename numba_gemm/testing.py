@@ -11,7 +11,7 @@ import numpy as np
 
 from .descriptor import transpose_view
 
-__all__ = ["LAYOUTS", "assert_product", "check_layouts", "make_operands", "poisoned", "reference",
+__all__ = ["LAYOUTS", "CHAIN_LAYOUTS", "assert_product", "assert_triple", "make_chain", "check_layouts", "make_operands", "poisoned", "reference",
            "relative_error", "tolerance"]
 
 # Layouts: name -> (layout of A, of B, of C). "col" matrices are transposed views of
@@ -50,6 +50,23 @@ def make_operands(M: int, N: int, K: int, dtype=np.float32, layout: str = "row",
     a_layout, b_layout, _ = LAYOUTS[layout]
     return (_view(M, K, a_layout, rng.standard_normal, dtype, to_device),
             _view(K, N, b_layout, rng.standard_normal, dtype, to_device))
+
+
+# Layouts of A, B, C of a triple product (and of D: the last entry of LAYOUTS[name] or row).
+CHAIN_LAYOUTS = {
+    "row": ("row", "row", "row"),
+    "col": ("col", "col", "col"),
+    "sliced": ("sliced", "sliced", "sliced"),
+    "mixed": ("col", "sliced", "row"),
+}
+
+
+def make_chain(M: int, K1: int, K2: int, N: int, dtype=np.float32, layout: str = "row",
+               rng: np.random.Generator | None = None, to_device: bool = False):
+    """Fresh random A (M x K1), B (K1 x K2), C (K2 x N) in one of :data:`CHAIN_LAYOUTS`."""
+    rng = np.random.default_rng() if rng is None else rng
+    return tuple(_view(rows, cols, view, rng.standard_normal, dtype, to_device)
+                 for (rows, cols), view in zip(((M, K1), (K1, K2), (K2, N)), CHAIN_LAYOUTS[layout]))
 
 
 def poisoned(shape, dtype, to_device: bool = False, layout: str = "row"):
@@ -93,6 +110,14 @@ def assert_product(out, a, b, dtype) -> None:
     """Assert ``out`` is A @ B within :func:`tolerance` (float64 reference; NaN fails)."""
     error = relative_error(out, reference(a, b))
     assert error <= tolerance(dtype, a.shape[1]), f"relative error {error:.3e}"
+
+
+def assert_triple(out, a, b, c, dtype) -> None:
+    """Assert ``out`` is A @ B @ C within the sum of both products' :func:`tolerance`
+    (float64 reference; NaN fails)."""
+    error = relative_error(out, reference(a, b) @ _host(c).astype(np.float64))
+    bound = tolerance(dtype, a.shape[1]) + tolerance(dtype, b.shape[1])
+    assert error <= bound, f"relative error {error:.3e} > {bound:.3e}"
 
 
 def tolerance(dtype, K: int) -> float:

@@ -1,0 +1,165 @@
+"""The triple product D = A @ B @ C (seed 003) against PyTorch and JAX, N = 256 to 4096.
+
+    python benchmarks/triple_product.py [--sizes 256 512 ...] [--sweep] [--results DIR]
+
+Square float32 operands, true fp32 everywhere (no TF32): numba-gemm's
+``triple`` with ``algorithm="naive"`` (N <= 1024), ``"fused"`` and ``"unfused"``;
+PyTorch eager ``a @ b @ c`` (two cuBLAS sgemm launches, TF32 off) and
+``jax.jit(lambda a, b, c: a @ b @ c)`` at ``precision="highest"``. Every method
+is timed in the same run on the same GPU: back-to-back calls between two CUDA
+events after a context-wide synchronize, warm-up first, median of 15 rounds of
+at least 20 ms (``numba_gemm.timing``). numba-gemm's rows write into a given
+``out``; the ``fused, new out`` row lets ``triple`` allocate D on every call,
+as torch and JAX do (through their caching allocators). Each result is checked
+against a float64 product (torch on the GPU) before it is timed.
+
+``--sweep`` also times the fused kernel under each candidate tile config.
+Writes ``<DIR>/<date>-<device>-triple_product.json`` and prints a table last;
+``python -m numba_gemm bench`` turns the JSON into the README's table and plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import re
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+SIZES = (256, 512, 1024, 1536, 2048, 3072, 4096)
+ROUND_S = 0.02  # each timed round runs at least this long
+ROUNDS = 15
+
+SWEEP = (  # (block_m, block_n, block_k, thread_m, thread_n, stages, group_m)
+    (32, 32, 16, 4, 4, 3, 1), (32, 64, 16, 4, 4, 3, 1), (64, 32, 16, 4, 4, 3, 1),
+    (64, 64, 16, 4, 4, 3, 1), (64, 128, 16, 4, 8, 3, 1), (128, 64, 16, 8, 4, 3, 1),
+    (128, 128, 16, 8, 8, 2, 1), (128, 128, 16, 8, 8, 3, 1), (128, 128, 8, 8, 8, 3, 1),
+)
+
+
+def _versions() -> dict:
+    found = {"python": platform.python_version()}
+    for name in ("numba", "numba-cuda", "numpy", "jax", "jaxlib", "torch"):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def _per_call(fn) -> float:
+    """Median seconds per call of back-to-back calls (rounds of >= ROUND_S)."""
+    from numba_gemm.timing import device_clock, median_seconds
+
+    fn()
+    start = device_clock()
+    fn()
+    once = max(device_clock() - start, 1e-6)
+    calls = max(1, int(ROUND_S / once))
+    return median_seconds(fn, warmup=3, reps=ROUNDS, calls_per_rep=calls)
+
+
+def measure(n: int, sweep: bool, rng) -> list[dict]:
+    import jax
+    import jax.numpy as jnp
+    import torch
+    from numba import cuda
+
+    import numba_gemm
+    from numba_gemm.chain import fused_config
+    from numba_gemm.kernels.tiled import TileConfig
+    from numba_gemm.testing import tolerance
+
+    host = [rng.standard_normal((n, n)).astype(np.float32) for _ in range(3)]
+    a, b, c = (cuda.to_device(x) for x in host)
+    out = cuda.device_array((n, n), np.float32)
+    ta, tb, tc = (torch.from_numpy(x).cuda() for x in host)
+    ja, jb, jc = (jax.device_put(x) for x in host)
+    reference = ((ta.double() @ tb.double()) @ tc.double()).cpu().numpy()
+    bound = 2 * tolerance(np.float32, n)
+
+    highest = jax.lax.Precision.HIGHEST
+    jax_chain = jax.jit(lambda a, b, c: jnp.matmul(jnp.matmul(a, b, precision=highest), c,
+                                                   precision=highest))
+    methods = {
+        "torch": (lambda: ta @ tb @ tc, ""),
+        "jax": (lambda: jax_chain(ja, jb, jc), ""),
+        "unfused": (lambda: numba_gemm.triple(a, b, c, out, algorithm="unfused"), ""),
+        "fused": (lambda: numba_gemm.triple(a, b, c, out, algorithm="fused"),
+                  fused_config(n, n, np.float32).label()),
+        "fused, new out": (lambda: numba_gemm.triple(a, b, c, algorithm="fused"),
+                           fused_config(n, n, np.float32).label()),
+    }
+    if n <= 1024:
+        methods["naive"] = (lambda: numba_gemm.triple(a, b, c, out, algorithm="naive"), "")
+    if sweep:
+        for fields in SWEEP:
+            config = TileConfig(*fields)
+            methods[f"fused {config.label()}"] = (
+                lambda config=config: numba_gemm.triple(a, b, c, out, algorithm="fused",
+                                                        config=config), config.label())
+    rows = []
+    for name, (fn, config) in methods.items():
+        out.copy_to_device(np.full((n, n), np.nan, np.float32))  # poison: unwritten shows
+        result = fn()
+        result = result.cpu().numpy() if isinstance(result, torch.Tensor) else np.asarray(
+            result.copy_to_host() if hasattr(result, "copy_to_host") else result)
+        error = float(np.linalg.norm(result - reference) / np.linalg.norm(reference))
+        if not error <= bound:
+            raise AssertionError(f"{name} at N = {n}: relative error {error:.3e} > {bound:.1e}")
+        if name == "torch":
+            assert not torch.backends.cuda.matmul.allow_tf32
+        seconds = _per_call(fn)
+        rows.append({"size": n, "method": name, "config": config, "median_s": seconds,
+                     "relative_error": error})
+        print(f"N = {n:5d}  {name:40s} {seconds * 1e6:10.1f} us  error {error:.1e}", flush=True)
+    peers = {r["method"]: r["median_s"] for r in rows}
+    for r in rows:
+        for peer in ("torch", "jax", "unfused"):
+            r[f"speedup_vs_{peer}"] = peers[peer] / r["median_s"]
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
+    parser.add_argument("--sweep", action="store_true", help="also time candidate fused configs")
+    parser.add_argument("--results", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False  # true fp32, like precision="highest"
+    torch.backends.cudnn.allow_tf32 = False
+    from numba_gemm.timing import device_name
+
+    rng = np.random.default_rng(args.seed)
+    rows = [row for n in args.sizes for row in measure(n, args.sweep, rng)]
+    device = device_name()
+    now = datetime.datetime.now(datetime.timezone.utc)
+    slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
+    args.results.mkdir(parents=True, exist_ok=True)
+    path = args.results / f"{now:%Y-%m-%d}-{slug}-triple_product.json"
+    path.write_text(json.dumps({
+        "date": now.isoformat(timespec="seconds"), "device": device, "versions": _versions(),
+        "timing": "median over 15 rounds (>= 20 ms each) of back-to-back calls, per call; "
+                  "CUDA events after a context-wide synchronize (numba_gemm.timing); fp32, no TF32",
+        "rows": rows}, indent=1))
+
+    print(f"\nD = A @ B @ C, float32 (no TF32), on {device}: time per call and speed-up")
+    print(f"{'N':>5} {'method':40} {'us':>9} {'vs torch':>9} {'vs jax':>8} {'vs unfused':>11}")
+    for r in rows:
+        print(f"{r['size']:5d} {r['method']:40} {r['median_s'] * 1e6:9.1f} "
+              f"{r['speedup_vs_torch']:8.2f}x {r['speedup_vs_jax']:7.2f}x "
+              f"{r['speedup_vs_unfused']:10.2f}x")
+    print(f"results: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,86 @@
+"""The triple product on a real GPU (marker `gpu`): square up to 2048, N = 1025 past the naive
+kernel's limit, rectangular chains in both orders, layouts, float64 and foreign arrays."""
+
+import numpy as np
+import pytest
+
+import numba_gemm
+from numba_gemm.chain import _COUNTERS, FUSED_CONFIGS
+from numba_gemm.testing import assert_triple, make_chain, poisoned
+
+pytestmark = pytest.mark.gpu
+
+SQUARE = [64, 512, 1024, 1025, 2048]
+# (M, K1, K2, N): tall, wide, thin middle, thick middle, odd everywhere.
+RECTANGULAR = [(1000, 300, 517, 1023), (64, 2048, 128, 1500), (1500, 7, 1300, 33),
+               (333, 1111, 2000, 77), (1, 1024, 997, 1)]
+
+
+@pytest.mark.parametrize("algorithm", ["naive", "fused", "unfused"])
+@pytest.mark.parametrize("n", SQUARE)
+def test_square(n, algorithm, rng):
+    if algorithm == "naive" and n > 1024:
+        pytest.skip("past the naive kernel's 1024 threads: test_naive_refuses_past_its_limit")
+    a, b, c = make_chain(n, n, n, n, np.float32, "row", rng, to_device=True)
+    out = poisoned((n, n), np.float32, to_device=True)
+    numba_gemm.triple(a, b, c, out, algorithm=algorithm)
+    assert_triple(out, a, b, c, np.float32)
+
+
+def test_naive_refuses_past_its_limit(rng):
+    a, b, c = make_chain(1025, 1025, 1025, 1025, np.float32, "row", rng, to_device=True)
+    with pytest.raises(ValueError, match="use algorithm='fused'"):
+        numba_gemm.triple(a, b, c, algorithm="naive")
+
+
+@pytest.mark.parametrize("layout", ["row", "mixed", "sliced"])
+@pytest.mark.parametrize("order", ["left", "right"])
+@pytest.mark.parametrize("shape", RECTANGULAR, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("algorithm", ["fused", "unfused"])
+def test_rectangular(algorithm, shape, order, layout, rng):
+    a, b, c = make_chain(*shape, np.float32, layout, rng, to_device=True)
+    out = poisoned((shape[0], shape[3]), np.float32, to_device=True,
+                   layout="col" if layout == "mixed" else layout)
+    numba_gemm.triple(a, b, c, out, algorithm=algorithm, order=order)
+    assert_triple(out, a, b, c, np.float32)
+
+
+@pytest.mark.parametrize("config", FUSED_CONFIGS[np.dtype(np.float32)], ids=lambda c: c.label())
+def test_every_fused_config(config, rng):
+    a, b, c = make_chain(700, 333, 1000, 517, np.float32, "mixed", rng, to_device=True)
+    out = poisoned((700, 517), np.float32, to_device=True)
+    numba_gemm.triple(a, b, c, out, algorithm="fused", order="left", config=config)
+    assert_triple(out, a, b, c, np.float32)
+
+
+@pytest.mark.parametrize("algorithm", ["naive", "fused", "unfused"])
+def test_float64(algorithm, rng):
+    a, b, c = make_chain(300, 211, 401, 150, np.float64, "sliced", rng, to_device=True)
+    assert_triple(numba_gemm.triple(a, b, c, algorithm=algorithm), a, b, c, np.float64)
+
+
+def test_repeated_launches_keep_counters_zero(rng):
+    """Back-to-back launches of different shapes on one stream reuse the counters."""
+    chains = [make_chain(*s, np.float32, "row", rng, to_device=True)
+              for s in [(1000, 64, 1000, 1000), (130, 500, 70, 900), (2048, 32, 512, 64)]]
+    outs = [numba_gemm.triple(*chain, algorithm="fused", order="left") for chain in chains * 3]
+    for chain, out in zip(chains * 3, outs):
+        assert_triple(out, *chain, np.float32)
+    for counters in _COUNTERS._buffers.values():
+        assert not np.any(counters.data.copy_to_host())
+
+
+def test_host_arrays_on_gpu(rng):
+    a, b, c = make_chain(129, 65, 200, 33, np.float32, "sliced", rng)
+    out = poisoned((129, 33), np.float32, layout="sliced")
+    assert numba_gemm.triple(a, b, c, out, algorithm="fused") is out
+    assert_triple(out, a, b, c, np.float32)
+
+
+def test_torch_tensors(rng):
+    torch = pytest.importorskip("torch")
+    a = torch.randn(300, 200, device="cuda").T  # transposed view, no copy
+    b, c = torch.randn(300, 400, device="cuda"), torch.randn(400, 100, device="cuda")
+    out = torch.full((200, 100), float("nan"), device="cuda")
+    numba_gemm.triple(a, b, c, out)
+    assert_triple(out.cpu().numpy(), a.cpu().numpy(), b.cpu().numpy(), c.cpu().numpy(), np.float32)

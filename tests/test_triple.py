@@ -1,0 +1,144 @@
+"""The triple product D = A @ B @ C on the simulator: every algorithm, both orders, layouts,
+dtypes, edges, the fused kernel's counters, and every argument error.
+
+Simulated fused launches use 16 x 16 tiles, so these shapes span several row blocks,
+chunks of the middle dimension and n-tiles, with edges in each.
+"""
+
+import numpy as np
+import pytest
+
+import numba_gemm
+from numba_gemm import TileConfig
+from numba_gemm.chain import _COUNTERS, choose_order
+from numba_gemm.testing import CHAIN_LAYOUTS, assert_triple, make_chain, poisoned
+
+ALGORITHMS = ["naive", "fused", "unfused"]
+# (M, K1, K2, N): ones, primes, a middle dimension smaller than every tile, and shapes with
+# two row blocks, two chunks and two n-tiles of the simulator's 16 x 16 fused tiles.
+SHAPES = [(1, 1, 1, 1), (5, 7, 9, 3), (20, 35, 3, 16), (19, 9, 20, 17)]
+OUT_LAYOUT = {"row": "row", "col": "col", "sliced": "sliced", "mixed": "col"}
+
+
+def _ids(shape):
+    return "x".join(map(str, shape))
+
+
+@pytest.mark.parametrize("order", ["left", "right"])
+@pytest.mark.parametrize("shape", SHAPES, ids=_ids)
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_triple_matches_float64_reference(algorithm, shape, order, rng):
+    a, b, c = make_chain(*shape, np.float32, "mixed", rng)
+    out = poisoned((shape[0], shape[3]), np.float32, layout="col")  # NaN shows unwritten elements
+    assert numba_gemm.triple(a, b, c, out, algorithm=algorithm, order=order) is out
+    assert_triple(out, a, b, c, np.float32)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", list(CHAIN_LAYOUTS))
+@pytest.mark.parametrize("order", ["left", "right"])
+def test_fused_layouts_and_dtypes(order, layout, dtype, rng):
+    shape = (19, 9, 20, 17)
+    a, b, c = make_chain(*shape, dtype, layout, rng)
+    out = poisoned((shape[0], shape[3]), dtype, layout=OUT_LAYOUT[layout])
+    numba_gemm.triple(a, b, c, out, algorithm="fused", order=order)
+    assert_triple(out, a, b, c, dtype)
+
+
+@pytest.mark.parametrize("algorithm", ["naive", "unfused"])
+def test_float64_and_new_output(algorithm, rng):
+    a, b, c = make_chain(9, 17, 6, 13, np.float64, "sliced", rng)
+    d = numba_gemm.triple(a, b, c, algorithm=algorithm)
+    assert isinstance(d, np.ndarray) and d.shape == (9, 13) and d.dtype == np.float64
+    assert_triple(d, a, b, c, np.float64)
+
+
+def test_fused_with_an_explicit_config(rng):
+    # 32 threads, three stages, two 16-byte runs per thread along n: another specialisation.
+    config = TileConfig(block_m=16, block_n=32, block_k=8, thread_m=4, thread_n=4, stages=3,
+                        group_m=1)
+    a, b, c = make_chain(21, 13, 40, 35, np.float32, "row", rng)
+    out = poisoned((21, 35), np.float32)
+    numba_gemm.triple(a, b, c, out, algorithm="fused", order="left", config=config)
+    assert_triple(out, a, b, c, np.float32)
+
+
+def test_fused_leaves_its_counters_at_zero(rng):
+    # Consecutive launches of different shapes share the counter buffer: each must find it zero.
+    for shape in [(19, 9, 20, 17), (33, 5, 40, 3), (7, 3, 2, 9)]:
+        a, b, c = make_chain(*shape, np.float32, "row", rng)
+        out = poisoned((shape[0], shape[3]), np.float32)
+        numba_gemm.triple(a, b, c, out, algorithm="fused", order="left")
+        assert_triple(out, a, b, c, np.float32)
+        for counters in _COUNTERS._buffers.values():
+            data = counters.data
+            data = data.copy_to_host() if hasattr(data, "copy_to_host") else data
+            assert not np.any(data), "the fused kernel left a counter non-zero"
+
+
+@pytest.mark.parametrize("shape, expected", [
+    ((10, 100, 10, 100), "left"),    # (A @ B) is 10 x 10: cheap
+    ((100, 10, 100, 10), "right"),   # (B @ C) is 10 x 10: cheap
+    ((8, 8, 8, 8), "left"),          # ties go left
+])
+def test_order_by_flop_count(shape, expected):
+    M, K1, K2, N = shape
+    assert choose_order(M, K1, K2, N) == expected
+    left, right = M * K1 * K2 + M * K2 * N, K1 * K2 * N + M * K1 * N
+    assert (left <= right) == (expected == "left")
+
+
+def test_auto_is_correct_for_a_right_leaning_chain(rng):
+    a, b, c = make_chain(30, 3, 30, 2, np.float32, "row", rng)
+    assert choose_order(30, 3, 30, 2) == "right"
+    assert_triple(numba_gemm.triple(a, b, c), a, b, c, np.float32)
+
+
+def _chain(M=4, K1=5, K2=6, N=7, dtype=np.float32):
+    rng = np.random.default_rng(0)
+    return tuple(rng.standard_normal(s).astype(dtype) for s in [(M, K1), (K1, K2), (K2, N)])
+
+
+def test_naive_limit_points_to_fused():
+    a, b, c = _chain(2, 3, 1025, 4)
+    with pytest.raises(ValueError, match=r"max\(K2, N\) = 1025.*1024 threads.*'fused'"):
+        numba_gemm.triple(a, b, c, algorithm="naive", order="left")
+    a, b, c = _chain(2, 3, 4, 1500)
+    with pytest.raises(ValueError, match=r"max\(K2, N\) = 1500"):
+        numba_gemm.triple(a, b, c, algorithm="naive", order="left")
+
+
+@pytest.mark.parametrize("args, kwargs, error, message", [
+    ("mismatch_ab", {}, ValueError, "a is 4x5 and b is 6x6; a's columns must equal b's rows"),
+    ("mismatch_bc", {}, ValueError, "b is 5x6 and c is 7x7; b's columns must equal c's rows"),
+    ("dtype", {}, TypeError, "b is float32 but c is float64"),
+    ("rank", {}, ValueError, "c must be 2-D"),
+    ("ok", {"algorithm": "fast"}, ValueError, "algorithm must be one of 'auto', 'naive'"),
+    ("ok", {"order": "middle"}, ValueError, "order must be one of 'auto', 'left', 'right'"),
+    ("ok", {"algorithm": "unfused", "config": TileConfig()}, ValueError, "config sets the fused"),
+    ("ok", {"config": "big"}, TypeError, "config must be a numba_gemm.TileConfig"),
+    ("ok", {"algorithm": "fused", "config": TileConfig(64, 32, 64, 4, 4, 2, 1)}, ValueError,
+     "block_n"),
+])
+def test_argument_errors(args, kwargs, error, message):
+    a, b, c = _chain()
+    operands = {
+        "ok": (a, b, c),
+        "mismatch_ab": (a, np.ones((6, 6), np.float32), c),
+        "mismatch_bc": (a, b, np.ones((7, 7), np.float32)),
+        "dtype": (a, b, c.astype(np.float64)),
+        "rank": (a, b, c[None]),
+    }[args]
+    with pytest.raises(error, match=message.replace("(", r"\(")):
+        numba_gemm.triple(*operands, **kwargs)
+
+
+def test_output_errors():
+    a, b, c = _chain()
+    with pytest.raises(ValueError, match=r"out has shape \(4, 6\); the product needs \(4, 7\)"):
+        numba_gemm.triple(a, b, c, np.empty((4, 6), np.float32))
+    with pytest.raises(TypeError, match="out is float64"):
+        numba_gemm.triple(a, b, c, np.empty((4, 7), np.float64))
+    big = np.zeros((8, 7), np.float32)
+    with pytest.raises(ValueError, match="out overlaps c"):
+        numba_gemm.triple(a, b, big[:6], big[2:6])
