@@ -19,7 +19,7 @@ from numba import cuda
 from .descriptor import MatrixDesc, describe
 
 __all__ = ["cdiv", "simulated", "device_operand", "allocate_output", "shared_memory_limit",
-           "KernelLaunch", "kernel_launch", "launch_kernel", "kernel_signature", "numba_parameters", "STATIC_SHARED_LIMIT", "MAX_GRID_YZ"]
+           "KernelLaunch", "PreparedLaunch", "kernel_launch", "launch_kernel", "kernel_signature", "numba_parameters", "STATIC_SHARED_LIMIT", "MAX_GRID_YZ"]
 
 # The simulator has no limit of its own; report Hopper's (227 KB per block, opt-in).
 SIMULATED_SHARED_LIMIT = 227 * 1024
@@ -180,29 +180,42 @@ def launch_kernel(launch: KernelLaunch, stream=0) -> None:
     of microseconds per array measured on an H200, more than a 1024^3 GEMM
     takes). This compiles once per argument signature, packs Numba's parameter
     layout (:func:`numba_parameters`) into one buffer and calls
-    ``cuLaunchKernel`` directly. On the simulator it is Numba's launch.
+    ``cuLaunchKernel`` directly (:class:`PreparedLaunch`). On the simulator it is
+    Numba's launch.
     """
-    args, shared = launch.args, launch.shared
     if simulated():
-        launch.kernel[launch.grid, launch.block, stream, shared](
-            *(a.buffer() if isinstance(a, MatrixDesc) else a for a in args))
+        launch.kernel[launch.grid, launch.block, stream, launch.shared](
+            *(a.buffer() if isinstance(a, MatrixDesc) else a for a in launch.args))
         return
-    from cuda.bindings import driver as cu
+    PreparedLaunch(launch, stream)()
 
-    key = (launch.kernel, launch.arg_kinds())
-    compiled = _compiled.get(key)
-    if compiled is None:
-        compiled = _compiled[key] = _Compiled(launch.kernel, kernel_signature(*key))
-    if shared > compiled.shared_allowed:
-        compiled.allow_shared(shared)
-    values = [v.address if isinstance(v, MatrixDesc) else v for v in numba_parameters(args)]
-    params = ctypes.create_string_buffer(struct.pack(f"{len(values)}q", *values), 8 * len(values))
-    size = ctypes.c_size_t(8 * len(values))
-    extra = (ctypes.c_void_p * 5)(_BUFFER_POINTER, ctypes.addressof(params), _BUFFER_SIZE,
-                                  ctypes.addressof(size), _END)
-    _checked(cu.cuLaunchKernel(compiled.function, *launch.grid, launch.block, 1, 1, shared,
-                               _stream_handle(stream), None, ctypes.addressof(extra)),
-             "cuLaunchKernel")
+
+class PreparedLaunch:
+    """A :class:`KernelLaunch` on a GPU with everything resolved once: the compiled function
+    (opted in to its dynamic shared memory), the packed parameter buffer and the stream.
+    Calling it is one ``cuLaunchKernel``: what a repeated call of the same product needs."""
+
+    def __init__(self, launch: KernelLaunch, stream=0):
+        key = (launch.kernel, launch.arg_kinds())
+        compiled = _compiled.get(key)
+        if compiled is None:
+            compiled = _compiled[key] = _Compiled(launch.kernel, kernel_signature(*key))
+        if launch.shared > compiled.shared_allowed:
+            compiled.allow_shared(launch.shared)
+        values = [v.address if isinstance(v, MatrixDesc) else v for v in numba_parameters(launch.args)]
+        self._params = ctypes.create_string_buffer(struct.pack(f"{len(values)}q", *values),
+                                                   8 * len(values))
+        self._size = ctypes.c_size_t(8 * len(values))
+        self._extra = (ctypes.c_void_p * 5)(_BUFFER_POINTER, ctypes.addressof(self._params),
+                                            _BUFFER_SIZE, ctypes.addressof(self._size), _END)
+        self._arguments = (compiled.function, *launch.grid, launch.block, 1, 1, launch.shared,
+                           _stream_handle(stream), None, ctypes.addressof(self._extra))
+        self.launch = launch  # keeps the operands' owners alive as long as this is
+
+    def __call__(self) -> None:
+        from cuda.bindings import driver as cu
+
+        _checked(cu.cuLaunchKernel(*self._arguments), "cuLaunchKernel")
 
 
 def _dims3(dims) -> tuple[int, int, int]:
