@@ -217,8 +217,10 @@ _PREPARED: OrderedDict = OrderedDict()
 def _plan_key(a, b, c, out, algorithm, order, config, stream):
     """The prepared-launch cache key of a call, or None where the call is not cacheable
     (the simulator, a new output, anything but Numba device arrays)."""
+    if out is None or simulated():
+        return None
     from numba.cuda.cudadrv.devicearray import DeviceNDArray
 
-    if out is None or simulated() or not all(type(x) is DeviceNDArray for x in (a, b, c, out)):
+    if not all(type(x) is DeviceNDArray for x in (a, b, c, out)):
         return None
     return (id(a), id(b), id(c), id(out), algorithm, order, config, _stream_key(stream))
