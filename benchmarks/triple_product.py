@@ -3,7 +3,7 @@
     python benchmarks/triple_product.py [--sizes 256 512 ...] [--sweep] [--results DIR]
 
 Square float32 operands, true fp32 everywhere (no TF32): numba-gemm's
-``triple`` with ``algorithm="naive"`` (N <= 1024), ``"fused"`` and ``"unfused"``;
+``triple`` with ``algorithm="naive"`` (N <= 1024), ``"fused"``, ``"unfused"`` and ``"auto"``, and ``jax_bridge.triple`` in ``jax.jit``;
 PyTorch eager ``a @ b @ c`` (two cuBLAS sgemm launches, TF32 off) and
 ``jax.jit(lambda a, b, c: a @ b @ c)`` at ``precision="highest"``. Every method
 is timed in the same run on the same GPU: back-to-back calls between two CUDA
@@ -70,7 +70,8 @@ def measure(n: int, sweep: bool, rng) -> list[dict]:
     from numba import cuda
 
     import numba_gemm
-    from numba_gemm.chain import fused_config
+    import jax_bridge
+    from numba_gemm.chain import choose_triple_algorithm, fused_config
     from numba_gemm.kernels.tiled import TileConfig
     from numba_gemm.testing import tolerance
 
@@ -85,6 +86,7 @@ def measure(n: int, sweep: bool, rng) -> list[dict]:
     highest = jax.lax.Precision.HIGHEST
     jax_chain = jax.jit(lambda a, b, c: jnp.matmul(jnp.matmul(a, b, precision=highest), c,
                                                    precision=highest))
+    bridge_chain = jax.jit(jax_bridge.triple)
     methods = {
         "torch": (lambda: ta @ tb @ tc, ""),
         "jax": (lambda: jax_chain(ja, jb, jc), ""),
@@ -93,6 +95,9 @@ def measure(n: int, sweep: bool, rng) -> list[dict]:
                   fused_config(n, n, np.float32).label()),
         "fused, new out": (lambda: numba_gemm.triple(a, b, c, algorithm="fused"),
                            fused_config(n, n, np.float32).label()),
+        "auto": (lambda: numba_gemm.triple(a, b, c, out), choose_triple_algorithm(n, n, n, n)),
+        "jax_bridge.triple in jax.jit": (lambda: bridge_chain(ja, jb, jc),
+                                         choose_triple_algorithm(n, n, n, n)),
     }
     if n <= 1024:
         methods["naive"] = (lambda: numba_gemm.triple(a, b, c, out, algorithm="naive"), "")

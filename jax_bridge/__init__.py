@@ -4,6 +4,7 @@
     >>> c = jax.jit(jax_bridge.matmul)(a, b)                   # a (M, K), b (K, N)
     >>> c = jax_bridge.matmul(a, b, transpose_b=True)          # a @ b.T, no copy
     >>> dense = flax.linen.Dense(128, dot_general=jax_bridge.dot_general)
+    >>> d = jax.jit(jax_bridge.triple)(a, b, c)                # a @ b @ c, one fused kernel
 
 One JAX primitive (``primitive.gemm_p``) computes every contraction that is a
 single strided, batched GEMM (``mapping``): abstract evaluation with errors
@@ -18,6 +19,7 @@ CUDA simulator (set ``NUMBA_ENABLE_CUDASIM=1`` before Numba is imported).
 from . import lowering, mapping, primitive  # importing lowering registers the lowerings
 from .mapping import StridedGemm, strided_gemm
 from .primitive import LOWERINGS, dot_general, gemm_p, make_dot_general, matmul
+from .chain import triple, triple_p
 
-__all__ = ["matmul", "dot_general", "make_dot_general", "gemm_p", "strided_gemm", "StridedGemm",
+__all__ = ["matmul", "dot_general", "make_dot_general", "triple", "gemm_p", "triple_p", "strided_gemm", "StridedGemm",
            "LOWERINGS", "lowering", "mapping", "primitive"]

@@ -116,17 +116,19 @@ def _triton_kernel(kernel, arg_kinds: tuple, threads: int, shared: int):
     return gpu_triton.TritonKernel(name, threads // 32, 1, shared, ptx, "", major * 10 + minor), name
 
 
-def kernel_call(launch) -> tuple[object, str]:
+def kernel_call(launch, zeroed: tuple[str, ...] = ()) -> tuple[object, str]:
     """(``TritonKernelCall``, kernel name) for a ``numba_gemm.launch.KernelLaunch`` whose
-    matrices are XLA's buffers, in order."""
+    matrices are XLA's buffers, in order. Buffers of the matrices named in ``zeroed``
+    (scratch outputs the kernel needs zero) are zeroed by the kernel call before the launch."""
     from jax._src.lib import gpu_triton
     from numba_gemm.descriptor import MatrixDesc
     from numba_gemm.launch import numba_parameters
 
     kernel, name = _triton_kernel(launch.kernel, launch.arg_kinds(), launch.block, launch.shared)
     # Each data pointer is the next XLA buffer; every other parameter is a constant.
-    params = [gpu_triton.create_array_parameter(0, BUFFER_ALIGNMENT) if isinstance(v, MatrixDesc)
-              else gpu_triton.create_scalar_parameter(int(v), "i64")
+    params = [gpu_triton.create_array_parameter(
+                  v.span * v.dtype.itemsize if v.name in zeroed else 0, BUFFER_ALIGNMENT)
+              if isinstance(v, MatrixDesc) else gpu_triton.create_scalar_parameter(int(v), "i64")
               for v in numba_parameters(launch.args)]
     return gpu_triton.TritonKernelCall(kernel, *launch.grid, params), name
 

@@ -16,17 +16,19 @@ from .kernels.tiled import TileConfig
 from .kernels.triple import check_fused_config, plan_fused, plan_naive, sync_slots
 from .launch import KernelLaunch, PreparedLaunch, allocate_output, simulated
 
-__all__ = ["TRIPLE_ALGORITHMS", "ORDERS", "triple", "choose_order", "fused_config", "plan_triple"]
+__all__ = ["TRIPLE_ALGORITHMS", "ORDERS", "FUSED_UP_TO_MACS", "triple", "choose_order",
+           "choose_triple_algorithm", "fused_config", "plan_triple"]
 
 TRIPLE_ALGORITHMS = ("auto", "naive", "fused", "unfused")
 ORDERS = ("auto", "left", "right")
 
 # The fused kernel's tiles, largest first: the first that gives at least FILL_CTAS CTAs
 # (row blocks x chunks of the middle dimension) is used; small problems take the last.
+# float32: the fastest of 9 candidates at N = 512 (32 x 64) and at 1024 to 4096 (64 x 128)
+# on an H100 (benchmarks/triple_product.py --sweep).
 FUSED_CONFIGS = {
     np.dtype(np.float32): (
-        TileConfig(128, 128, 16, 8, 8, 2, 1),
-        TileConfig(64, 64, 16, 4, 4, 3, 1),
+        TileConfig(64, 128, 16, 4, 8, 3, 1),
         TileConfig(32, 64, 16, 4, 4, 3, 1),
     ),
     np.dtype(np.float64): (
@@ -34,7 +36,7 @@ FUSED_CONFIGS = {
         TileConfig(32, 64, 16, 4, 4, 2, 1),
     ),
 }
-FILL_CTAS = 2 * 132  # two waves of an H100/H200's SMs
+FILL_CTAS = 128  # about one per SM of an H100/H200 (132)
 SIMULATOR_FUSED_CONFIG = TileConfig(16, 16, 4, 4, 4, 2, 1)  # 16 threads: simulator-sized
 
 
@@ -113,9 +115,17 @@ def check_triple_arguments(algorithm: str, order: str, config) -> None:
             raise ValueError(f"config sets the fused kernel's tiles; algorithm={algorithm!r} takes none")
 
 
+# "auto" fuses up to this many multiply-adds (the chain's two products together): twice
+# those of N = 512. Measured on an H100 (benchmarks/triple_product.py): fused beats two tiled
+# GEMMs 1.6x at N = 512 and loses (0.6x) at N = 1024, where the tiled kernel fills the GPU
+# and the fused kernel's per-n-tile pipeline restarts and atomics cost more than they save.
+FUSED_UP_TO_MACS = 4 * 512 ** 3
+
+
 def choose_triple_algorithm(M: int, K1: int, K2: int, N: int) -> str:
-    """``"auto"``: the fused kernel (one launch, no intermediate in memory) for every shape."""
-    return "fused"
+    """``"auto"`` for the left-order chain (A @ B) @ C of these sizes: ``"fused"`` for small
+    chains, ``"unfused"`` (two tiled GEMMs) from :data:`FUSED_UP_TO_MACS` on."""
+    return "fused" if M * K1 * K2 + M * K2 * N <= FUSED_UP_TO_MACS else "unfused"
 
 
 def plan_triple(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, out: MatrixDesc,
@@ -154,9 +164,11 @@ def triple(a: Any, b: Any, c: Any, out: Any = None, *, algorithm: str = "auto",
 
     ``algorithm``:
 
-    - ``"fused"`` (``"auto"``): one launch; each CTA computes a block of the
-      intermediate into shared memory and multiplies it straight into D
-      (``numba_gemm.kernels.triple``). No size limit.
+    - ``"fused"``: one launch; each CTA computes a block of the intermediate into
+      shared memory and multiplies it straight into D (``numba_gemm.kernels.triple``).
+      No size limit.
+    - ``"auto"``: fused for small chains, unfused from :data:`FUSED_UP_TO_MACS`
+      multiply-adds on (:func:`choose_triple_algorithm`).
     - ``"naive"``: seed 003's kernel, one block per row of D and one thread per
       column; needs max(K2, N) <= 1024 (``ValueError`` otherwise).
     - ``"unfused"``: two tiled GEMMs through an intermediate in global memory.

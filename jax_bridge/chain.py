@@ -1,0 +1,207 @@
+"""``jax_bridge.triple``: D = A @ B @ C with ``numba_gemm.triple``'s kernels inside ``jax.jit``.
+
+One primitive, ``numba_gemm_triple`` (``triple_p``), over 2-D operands:
+
+- *Abstract evaluation* checks ranks, dtypes and the chain's inner sizes, naming
+  ``a``, ``b`` or ``c``.
+- *Lowering*: ``numba_gemm.chain.plan_triple`` decides order, algorithm and tiles,
+  as for ``numba_gemm.triple``. On the GPU the fused (or naive) kernel's PTX goes
+  into XLA's kernel call (as ``jax_bridge.lowering`` does for products); the
+  fused kernel's counters are a second, scratch output that the kernel call
+  zeroes before the launch. ``"unfused"`` lowers to two ``jax_bridge.matmul``
+  products. On the CPU the kernels run on the Numba CUDA simulator through a
+  buffer callback.
+- *Differentiation*: ``grad``/``vjp`` through a custom VJP whose cotangents are
+  triple products themselves: dA = G C^T B^T, dB = A^T G C^T, dC = B^T A^T G.
+- *Batching*: ``vmap`` computes the chain as two batched ``jax_bridge.matmul``
+  products (one launch each).
+"""
+
+from __future__ import annotations
+
+import functools
+import zlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental.buffer_callback import buffer_callback
+from jax.extend.core import Primitive
+from jax.interpreters import batching, mlir
+from jax.interpreters.mlir import ir
+
+from numba_gemm.descriptor import SUPPORTED_DTYPES
+
+from .lowering import (_SIMULATOR, KERNEL_CALL_TARGET, _check_device_backend, _check_host_backend,
+                       kernel_call)
+from .primitive import matmul
+
+__all__ = ["triple", "triple_p"]
+
+triple_p = Primitive("numba_gemm_triple")
+
+
+def _check(a, b, c) -> None:
+    for name, x in (("a", a), ("b", b), ("c", c)):
+        if x.ndim != 2:
+            raise ValueError(f"{name} must be 2-D (a matrix), got shape {tuple(x.shape)}")
+        if np.dtype(x.dtype) not in SUPPORTED_DTYPES:
+            raise TypeError(f"{name} has dtype {x.dtype}; supported: "
+                            + ", ".join(map(str, SUPPORTED_DTYPES)))
+    for (x, y), (p, q) in (((a, b), ("a", "b")), ((b, c), ("b", "c"))):
+        if x.shape[1] != y.shape[0]:
+            raise ValueError(f"inner dimensions differ: {p} is {x.shape[0]}x{x.shape[1]} and {q} is "
+                             f"{y.shape[0]}x{y.shape[1]}; {p}'s columns must equal {q}'s rows")
+        if x.dtype != y.dtype:
+            raise TypeError(f"{p} is {x.dtype} but {q} is {y.dtype}; cast one so both dtypes match")
+
+
+def _abstract_eval(a, b, c, *, algorithm, order, config):
+    _check(a, b, c)
+    return jax.core.ShapedArray((a.shape[0], c.shape[1]), a.dtype)
+
+
+@functools.partial(jax.jit, static_argnames=("algorithm", "order", "config"))
+def _compiled(a, b, c, **params):
+    return triple_p.bind(a, b, c, **params)
+
+
+triple_p.def_abstract_eval(_abstract_eval)
+triple_p.def_impl(_compiled)
+
+
+# -- lowerings ----------------------------------------------------------------------------
+
+def _row_major(name: str, shape, dtype):
+    from numba_gemm.descriptor import MatrixDesc
+
+    return MatrixDesc(name, tuple(shape), (shape[1], 1), np.dtype(dtype), None, True, 0, None)
+
+
+def _unfused(ctx, a, b, c, order: str):
+    def chain(a, b, c):
+        return matmul(matmul(a, b), c) if order == "left" else matmul(a, matmul(b, c))
+    return mlir.lower_fun(chain, multiple_results=False)(ctx, a, b, c)
+
+
+def _native(ctx, a, b, c, *, algorithm, order, config):
+    from numba_gemm.chain import choose_order, choose_triple_algorithm, plan_triple
+    from numba_gemm.descriptor import MatrixDesc
+
+    (M, K1), (K2, N) = ctx.avals_in[0].shape, ctx.avals_in[2].shape
+    order = choose_order(M, K1, K2, N) if order == "auto" else order
+    if algorithm == "auto":
+        algorithm = (choose_triple_algorithm(M, K1, K2, N) if order == "left"
+                     else choose_triple_algorithm(N, K2, K1, M))
+    if algorithm == "unfused":
+        return _unfused(ctx, a, b, c, order)
+    dtype = ctx.avals_in[0].dtype
+    descs = [_row_major(name, aval.shape, dtype)
+             for name, aval in zip(("a", "b", "c", "out"), (*ctx.avals_in, ctx.avals_out[0]))]
+    counters = []
+
+    def scratch_counters(count):
+        counters.append(MatrixDesc("sync", (count, 1), (1, 1), np.dtype(np.uint32), None, True, 0,
+                                   None))
+        return counters[0]
+
+    [launch] = plan_triple(*descs, algorithm, order, config, counters=scratch_counters)
+    call, name = kernel_call(launch, zeroed=("sync",))
+    # The kernel takes the chain's operands in the order it multiplies them: the right order
+    # is the left order of the transposed chain (C^T, B^T, A^T).
+    operands = (a, b, c) if order == "left" else (c, b, a)
+    avals_out = list(ctx.avals_out)
+    if counters:
+        avals_out.append(jax.core.ShapedArray((counters[0].shape[0],), np.uint32))
+    rule = jax.ffi.ffi_lowering(
+        KERNEL_CALL_TARGET,
+        backend_config={"name": ir.StringAttr.get(name),
+                        "opaque": ir.StringAttr.get(zlib.compress(call.to_proto(name, b"")))})
+    return rule(ctx.replace(avals_out=avals_out), *operands)[:1]
+
+
+def _run_on_host(algorithm, order, config, ctx, out, a, b, c) -> None:
+    import numba_gemm
+
+    with _SIMULATOR:
+        numba_gemm.triple(np.asarray(a), np.asarray(b), np.asarray(c), np.asarray(out),
+                          algorithm=algorithm, order=order, config=config)
+
+
+def _lower_cpu(ctx, a, b, c, *, algorithm, order, config):
+    _check_host_backend()
+    out_aval = ctx.avals_out[0]
+    call = buffer_callback(functools.partial(_run_on_host, algorithm, order, config),
+                           jax.ShapeDtypeStruct(out_aval.shape, out_aval.dtype))
+    return mlir.lower_fun(call, multiple_results=False)(ctx, a, b, c)
+
+
+def _lower_gpu(ctx, a, b, c, **params):
+    _check_device_backend()
+    return _native(ctx, a, b, c, **params)
+
+
+mlir.register_lowering(triple_p, _lower_cpu, platform="cpu")
+mlir.register_lowering(triple_p, _lower_gpu, platform="cuda")
+
+
+# -- batching: two batched products -----------------------------------------------------
+
+def _batch(args, dims, *, algorithm, order, config):
+    """vmap: the chain as two products, each vmapped by ``jax_bridge.matmul``'s own batching
+    rule (one launch each; an unmapped operand is broadcast by stride 0, not copied)."""
+    a, b, c = args
+    da, db, dc = dims  # None: not mapped
+    if order == "right":
+        bc, dbc = _product(b, db, c, dc)
+        return _product(a, da, bc, dbc)
+    ab, dab = _product(a, da, b, db)
+    return _product(ab, dab, c, dc)
+
+
+def _product(x, dx, y, dy):
+    if dx is None and dy is None:
+        return matmul(x, y), None
+    return jax.vmap(matmul, in_axes=(dx, dy))(x, y), 0
+
+
+batching.primitive_batchers[triple_p] = _batch
+
+
+# -- the user-facing function -----------------------------------------------------------
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _triple(a, b, c, algorithm, order, config):
+    return triple_p.bind(a, b, c, algorithm=algorithm, order=order, config=config)
+
+
+def _triple_fwd(a, b, c, algorithm, order, config):
+    return _triple(a, b, c, algorithm, order, config), (a, b, c)
+
+
+def _triple_bwd(algorithm, order, config, residuals, g):
+    a, b, c = residuals
+    return (_triple(g, c.T, b.T, algorithm, "auto", config),
+            _triple(a.T, g, c.T, algorithm, "auto", config),
+            _triple(b.T, a.T, g, algorithm, "auto", config))
+
+
+_triple.defvjp(_triple_fwd, _triple_bwd)
+
+
+def triple(a, b, c, *, algorithm: str = "auto", order: str = "auto", config=None):
+    """``a @ b @ c`` for 2-D ``a`` (M, K1), ``b`` (K1, K2), ``c`` (K2, N) with numba-gemm's
+    triple-product kernels (``numba_gemm.triple``), inside or outside ``jax.jit``.
+
+    ``algorithm``: ``"auto"``, ``"fused"``, ``"naive"`` or ``"unfused"``; ``order``:
+    ``"auto"`` (fewer multiply-adds), ``"left"`` or ``"right"``; ``config``: the fused
+    kernel's :class:`numba_gemm.TileConfig`. Errors (shapes, dtypes, arguments) are raised
+    at trace time. Differentiable with ``grad``/``vjp`` (not forward mode); ``vmap`` runs
+    two batched products.
+    """
+    from numba_gemm.chain import check_triple_arguments
+
+    check_triple_arguments(algorithm, order, config)
+    a, b, c = jnp.asarray(a), jnp.asarray(b), jnp.asarray(c)
+    _check(a, b, c)
+    return _triple(a, b, c, algorithm, order, config)
