@@ -6,7 +6,7 @@ import pytest
 
 import numba_gemm
 from numba_gemm.chain import _COUNTERS, FUSED_CONFIGS
-from numba_gemm.testing import assert_triple, make_chain, poisoned
+from numba_gemm.testing import assert_triple, make_chain, poisoned, relative_error
 
 pytestmark = pytest.mark.gpu
 
@@ -108,9 +108,12 @@ def test_jax_bridge_grad_and_right_order(rng):
     a, b, c = (jax.device_put(x) for x in make_chain(300, 20, 400, 10, np.float32, "row", rng))
     d = jax.jit(jax_bridge.triple)(a, b, c)  # auto: the right order is cheaper
     assert_triple(np.asarray(d), np.asarray(a), np.asarray(b), np.asarray(c), np.float32)
+    # A weighted sum: its gradients are products of the operands only (a loss like sum(sin(d))
+    # would amplify D's last-bit differences by cos at |d| ~ 100).
+    w = jax.device_put(rng.standard_normal((300, 10)).astype(np.float32))
     hi = jax.lax.Precision.HIGHEST
-    ours = jax.jit(jax.grad(lambda *x: jnp.sum(jnp.sin(jax_bridge.triple(*x))), argnums=(0, 1, 2)))
-    theirs = jax.grad(lambda a, b, c: jnp.sum(jnp.sin(jnp.matmul(jnp.matmul(a, b, precision=hi), c,
-                                                                 precision=hi))), argnums=(0, 1, 2))
+    ours = jax.jit(jax.grad(lambda *x: jnp.sum(w * jax_bridge.triple(*x)), argnums=(0, 1, 2)))
+    theirs = jax.grad(lambda a, b, c: jnp.sum(w * jnp.matmul(jnp.matmul(a, b, precision=hi), c,
+                                                             precision=hi)), argnums=(0, 1, 2))
     for x, y in zip(ours(a, b, c), theirs(a, b, c)):
-        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-4)
+        assert relative_error(np.asarray(x), np.asarray(y, np.float64)) <= 1e-5
