@@ -1,6 +1,7 @@
 """The triple product D = A @ B @ C (seed 003) against PyTorch and JAX, N = 256 to 4096.
 
     python benchmarks/triple_product.py [--sizes 256 512 ...] [--sweep] [--results DIR]
+    python benchmarks/triple_product.py --plot-from RESULTS.json [--plot PNG]
 
 Square float32 operands, true fp32 everywhere (no TF32): numba-gemm's
 ``triple`` with ``algorithm="naive"`` (N <= 1024), ``"fused"``, ``"unfused"`` and ``"auto"``, and ``jax_bridge.triple`` in ``jax.jit``;
@@ -15,7 +16,8 @@ against a float64 product (torch on the GPU) before it is timed.
 
 ``--sweep`` also times the fused kernel under each candidate tile config.
 Writes ``<DIR>/<date>-<device>-triple_product.json`` and prints a table last;
-``python -m numba_gemm bench`` turns the JSON into the README's table and plot.
+``--plot-from`` draws the README's plot (time per call against N) from such a file
+(needs matplotlib).
 """
 
 from __future__ import annotations
@@ -129,13 +131,51 @@ def measure(n: int, sweep: bool, rng) -> list[dict]:
     return rows
 
 
+PLOTTED = ("naive", "fused", "unfused", "torch", "jax", "jax_bridge.triple in jax.jit")
+LABELS = {"torch": "PyTorch eager a @ b @ c", "jax": "jax.jit(a @ b @ c), highest",
+          "naive": "naive (seed 003)", "fused": "fused", "unfused": "unfused (2 tiled GEMMs)",
+          "jax_bridge.triple in jax.jit": "jax_bridge.triple in jax.jit (auto)"}
+
+
+def plot(results: Path, path: Path) -> Path:
+    """Time per call against N, log-log, one line per method of :data:`PLOTTED`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = json.loads(results.read_text())
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for method in PLOTTED:
+        points = sorted((r["size"], r["median_s"] * 1e6) for r in data["rows"] if r["method"] == method)
+        if points:
+            ax.plot(*zip(*points), marker="o", label=LABELS[method],
+                    linewidth=2.5 if method in ("fused", "torch") else 1.2)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("N (A, B, C all N x N, float32, no TF32)")
+    ax.set_ylabel("time per call (us)")
+    ax.set_title(f"D = A @ B @ C on {data['device']}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--sweep", action="store_true", help="also time candidate fused configs")
     parser.add_argument("--results", type=Path, default=Path(__file__).parent / "results")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--plot-from", type=Path, help="draw the plot from this results JSON")
+    parser.add_argument("--plot", type=Path, help="where --plot-from writes (default: beside it, .png)")
     args = parser.parse_args()
+    if args.plot_from:
+        print(f"plot: {plot(args.plot_from, args.plot or args.plot_from.with_suffix('.png'))}")
+        return 0
 
     import torch
 

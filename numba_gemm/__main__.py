@@ -77,8 +77,45 @@ def demo(args) -> int:
                   f"{seconds * 1e3:8.3f}ms {2 * M * N * K / seconds / 1e12:8.3g}{'' if ok else '  FAILED'}")
     print("layouts: row = A, B, C row-major; col = all column-major (transposed views); "
           "a_col / b_col = only A / only B column-major")
+    failures += _demo_triple(size, rng, simulated, reps)
     failures += _demo_bridge(M, N, K, rng, simulated, reps)
     return 1 if failures else 0
+
+
+def _demo_triple(size: int, rng, simulated: bool, reps: int) -> int:
+    """Seed 003's triple product D = A @ B @ C, every algorithm and order, on a rectangular
+    chain; returns the failures."""
+    import numpy as np
+
+    from . import triple
+    from .chain import TRIPLE_ALGORITHMS, choose_order, choose_triple_algorithm
+    from .testing import make_chain, poisoned, relative_error, tolerance, triple_reference
+    from .timing import median_seconds
+
+    M, K1, K2, N = size, size // 2 + 1, size + 7, size - 3 if size > 8 else size
+    print(f"\ntriple product D = A @ B @ C (seed 003), A {M} x {K1}, B {K1} x {K2}, C {K2} x {N}; "
+          f"order='auto' picks {choose_order(M, K1, K2, N)}")
+    header = f"{'algorithm':12} {'order':6} {'layout':7} {'rel. error':>10} {'time':>10}"
+    print(header)
+    print("-" * len(header))
+    failures = 0
+    for algorithm in TRIPLE_ALGORITHMS:
+        for order in ("left", "right"):
+            for layout in ("row", "mixed"):
+                a, b, c = make_chain(M, K1, K2, N, np.float32, layout, rng, to_device=not simulated)
+                out = poisoned((M, N), np.float32, to_device=not simulated)
+                seconds = median_seconds(lambda: triple(a, b, c, out, algorithm=algorithm,
+                                                        order=order), warmup=1, reps=reps)
+                error = relative_error(out, triple_reference(a, b, c))
+                ok = error <= tolerance(np.float32, K1) + tolerance(np.float32, K2)
+                failures += not ok
+                sizes = (M, K1, K2, N) if order == "left" else (N, K2, K1, M)
+                name = (f"auto:{choose_triple_algorithm(*sizes)}" if algorithm == "auto"
+                        else algorithm)
+                print(f"{name:12} {order:6} {layout:7} {error:10.2e} "
+                      f"{seconds * 1e3:8.3f}ms{'' if ok else '  FAILED'}")
+    print("layouts: row = all row-major; mixed = A column-major, B strided, C row-major")
+    return failures
 
 
 def _demo_bridge(M: int, N: int, K: int, rng, simulated: bool, reps: int) -> int:

@@ -11,7 +11,7 @@ import numpy as np
 
 from .descriptor import transpose_view
 
-__all__ = ["LAYOUTS", "CHAIN_LAYOUTS", "assert_product", "assert_triple", "make_chain", "check_layouts", "make_operands", "poisoned", "reference",
+__all__ = ["LAYOUTS", "CHAIN_LAYOUTS", "assert_product", "assert_triple", "make_chain", "triple_reference", "check_layouts", "make_operands", "poisoned", "reference",
            "relative_error", "tolerance"]
 
 # Layouts: name -> (layout of A, of B, of C). "col" matrices are transposed views of
@@ -112,6 +112,11 @@ def assert_product(out, a, b, dtype) -> None:
     assert error <= tolerance(dtype, a.shape[1]), f"relative error {error:.3e}"
 
 
+def triple_reference(a, b, c) -> np.ndarray:
+    """A @ B @ C in float64 on the host."""
+    return reference(a, b) @ _host(c).astype(np.float64)
+
+
 def assert_triple(out, a, b, c, dtype) -> None:
     """Assert ``out`` is A @ B @ C within the sum of both products' :func:`tolerance`.
 
@@ -120,8 +125,8 @@ def assert_triple(out, a, b, c, dtype) -> None:
     this chain's terms have: with few output elements (a 1 x 1 product), ||ref|| alone can
     be small by cancellation and would turn ordinary rounding into a failure.
     """
+    ref = triple_reference(a, b, c)
     a, b, c = (_host(x).astype(np.float64) for x in (a, b, c))
-    ref = (a @ b) @ c
     K1, K2 = b.shape
     scale = max(np.linalg.norm(ref), np.linalg.norm((abs(a) @ abs(b)) @ abs(c)) / math.sqrt(K1 * K2))
     error = float(np.linalg.norm(_host(out).astype(np.float64) - ref) / scale)

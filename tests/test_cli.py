@@ -22,8 +22,10 @@ def test_demo_on_the_simulator():
     result = run("demo", "--size", "9", NUMBA_ENABLE_CUDASIM="1")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "simulator" in result.stdout and "FAILED" not in result.stdout
-    assert sum(line.startswith(("auto", "tiled", "mnk", "nmk", "kmn", "knm"))
-               for line in result.stdout.splitlines()) == 24
+    lines = result.stdout.splitlines()
+    assert sum(line.startswith(("auto", "tiled", "mnk", "nmk", "kmn", "knm")) for line in lines) == 28
+    triple_rows = [line for line in lines if line.startswith(("auto:fused", "naive", "fused", "unfused"))]
+    assert len(triple_rows) == 16  # 4 algorithms x 2 orders x 2 layouts, each checked
 
 
 def test_bench_prints_the_committed_results():
