@@ -85,27 +85,19 @@ def _unfused(ctx, a, b, c, order: str):
 
 
 def _native(ctx, a, b, c, *, algorithm, order, config):
-    from numba_gemm.chain import choose_order, choose_triple_algorithm, plan_triple
-    from numba_gemm.descriptor import MatrixDesc
+    from numba_gemm.chain import plan_triple, resolve
+    from numba_gemm.kernels.triple import counters_desc
 
     (M, K1), (K2, N) = ctx.avals_in[0].shape, ctx.avals_in[2].shape
-    order = choose_order(M, K1, K2, N) if order == "auto" else order
-    if algorithm == "auto":
-        algorithm = (choose_triple_algorithm(M, K1, K2, N) if order == "left"
-                     else choose_triple_algorithm(N, K2, K1, M))
+    algorithm, order = resolve(M, K1, K2, N, algorithm, order, config)
     if algorithm == "unfused":
         return _unfused(ctx, a, b, c, order)
     dtype = ctx.avals_in[0].dtype
     descs = [_row_major(name, aval.shape, dtype)
              for name, aval in zip(("a", "b", "c", "out"), (*ctx.avals_in, ctx.avals_out[0]))]
-    counters = []
-
-    def scratch_counters(count):
-        counters.append(MatrixDesc("sync", (count, 1), (1, 1), np.dtype(np.uint32), None, True, 0,
-                                   None))
-        return counters[0]
-
-    [launch] = plan_triple(*descs, algorithm, order, config, counters=scratch_counters)
+    counters = []  # the fused kernel's counters: a scratch output, zeroed by the kernel call
+    [launch] = plan_triple(*descs, algorithm, order, config,
+                           counters=lambda count: counters.append(counters_desc(count)) or counters[0])
     call, name = kernel_call(launch, zeroed=("sync",))
     # The kernel takes the chain's operands in the order it multiplies them: the right order
     # is the left order of the transposed chain (C^T, B^T, A^T).

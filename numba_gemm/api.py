@@ -11,7 +11,8 @@ from .kernels.loop_orders import LOOP_ORDERS, plan_loop_order
 from .kernels.tiled import TileConfig, plan_tiled
 from .launch import KernelLaunch, allocate_output, device_operand, launch_kernel, simulated
 
-__all__ = ["ALGORITHMS", "matmul", "choose_algorithm", "check_algorithm", "check_pair", "check_output",
+__all__ = ["ALGORITHMS", "matmul", "choose_algorithm", "check_algorithm", "check_choice", "check_config",
+           "check_pair", "check_output",
            "plan", "execute", "run_in_memory_space"]
 
 ALGORITHMS = ("auto", "tiled") + tuple(LOOP_ORDERS)
@@ -73,15 +74,27 @@ def check_output(out: MatrixDesc, shape: tuple[int, int], dtype: np.dtype, on_de
                              f"kernels read {x.name} while writing out, so pass a separate output")
 
 
+def check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    """``ValueError`` naming the argument unless ``value`` is one of ``choices``."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
+
+
+def check_config(config, algorithm: str, takes_config: tuple[str, ...], kernel: str) -> None:
+    """``TypeError`` unless ``config`` is None or a TileConfig; ``ValueError`` if the chosen
+    ``algorithm`` is not one of those that take one (``kernel`` says whose tiles it sets)."""
+    if config is None:
+        return
+    if not isinstance(config, TileConfig):
+        raise TypeError(f"config must be a numba_gemm.TileConfig; got {type(config).__name__}")
+    if algorithm not in takes_config:
+        raise ValueError(f"config applies to {kernel}; algorithm={algorithm!r} takes none")
+
+
 def check_algorithm(algorithm: str, config: TileConfig | None) -> None:
     """``ValueError``/``TypeError`` for an unknown algorithm or a config it cannot take."""
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {', '.join(map(repr, ALGORITHMS))}; got {algorithm!r}")
-    if config is not None:
-        if not isinstance(config, TileConfig):
-            raise TypeError(f"config must be a numba_gemm.TileConfig; got {type(config).__name__}")
-        if algorithm not in ("tiled", "auto"):
-            raise ValueError(f"config applies to the tiled kernel; algorithm={algorithm!r} takes none")
+    check_choice("algorithm", algorithm, ALGORITHMS)
+    check_config(config, algorithm, ("tiled", "auto"), "the tiled kernel")
 
 
 def plan(a: MatrixDesc, b: MatrixDesc, out: MatrixDesc, algorithm: str = "auto",

@@ -10,11 +10,11 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from .api import check_output, check_pair, plan, run_in_memory_space
+from .api import check_choice, check_config, check_output, check_pair, plan, run_in_memory_space
 from .descriptor import MatrixDesc, describe
 from .kernels.tiled import TileConfig
-from .kernels.triple import check_fused_config, plan_fused, plan_naive, sync_slots
-from .launch import KernelLaunch, PreparedLaunch, allocate_output, simulated
+from .kernels.triple import check_fused_config, counters_desc, plan_fused, plan_naive, sync_slots
+from .launch import KernelLaunch, PreparedLaunch, allocate_output, simulated, stream_handle
 
 __all__ = ["TRIPLE_ALGORITHMS", "ORDERS", "FUSED_UP_TO_MACS", "triple", "choose_order",
            "choose_triple_algorithm", "fused_config", "plan_triple"]
@@ -73,46 +73,38 @@ class _Zeroed:
         self._buffers: dict = {}
 
     def get(self, count: int, stream) -> MatrixDesc:
-        key = (id(cuda.current_context()) if not simulated() else 0, _stream_key(stream))
+        key = (id(cuda.current_context()) if not simulated() else 0, stream_handle(stream))
         held = self._buffers.get(key)
         if held is None or held.span < count:
             size = max(count, 1024, 2 * (held.span if held is not None else 0))
             array = np.zeros(size, np.uint32)
             if not simulated():
                 array = cuda.to_device(array, stream=stream)
-            held = self._buffers[key] = describe_counters(array)
+            held = self._buffers[key] = counters_desc(size, array)
         return held
-
-
-def describe_counters(array) -> MatrixDesc:
-    """A MatrixDesc (n x 1) for a 1-D uint32 counter buffer: kernels take it as a 1-D array."""
-    if isinstance(array, np.ndarray):
-        address, on_device = array.ctypes.data, False
-    else:
-        address, on_device = array.__cuda_array_interface__["data"][0], True
-    return MatrixDesc("sync", (array.shape[0], 1), (1, 1), np.dtype(np.uint32), array, on_device,
-                      address, array)
-
-
-def _stream_key(stream) -> int:
-    handle = getattr(stream, "handle", stream)
-    return int(getattr(handle, "value", handle) or 0)
 
 
 _COUNTERS = _Zeroed()
 
 
 def check_triple_arguments(algorithm: str, order: str, config) -> None:
-    if algorithm not in TRIPLE_ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {', '.join(map(repr, TRIPLE_ALGORITHMS))}; "
-                         f"got {algorithm!r}")
-    if order not in ORDERS:
-        raise ValueError(f"order must be one of {', '.join(map(repr, ORDERS))}; got {order!r}")
-    if config is not None:
-        if not isinstance(config, TileConfig):
-            raise TypeError(f"config must be a numba_gemm.TileConfig; got {type(config).__name__}")
-        if algorithm not in ("fused", "auto"):
-            raise ValueError(f"config sets the fused kernel's tiles; algorithm={algorithm!r} takes none")
+    """``ValueError``/``TypeError`` naming ``algorithm``, ``order`` or ``config``."""
+    check_choice("algorithm", algorithm, TRIPLE_ALGORITHMS)
+    check_choice("order", order, ORDERS)
+    check_config(config, algorithm, ("fused", "auto"), "the fused triple-product kernel")
+
+
+def resolve(M: int, K1: int, K2: int, N: int, algorithm: str, order: str,
+            config: TileConfig | None = None) -> tuple[str, str]:
+    """(algorithm, order) with ``"auto"`` decided: the order by :func:`choose_order`, then the
+    algorithm by :func:`choose_triple_algorithm` for that order's sizes (``"fused"`` when a
+    config is given)."""
+    if order == "auto":
+        order = choose_order(M, K1, K2, N)
+    if algorithm == "auto":
+        sizes = (M, K1, K2, N) if order == "left" else (N, K2, K1, M)
+        algorithm = "fused" if config is not None else choose_triple_algorithm(*sizes)
+    return algorithm, order
 
 
 # "auto" fuses up to this many multiply-adds (the chain's two products together): twice
@@ -139,19 +131,15 @@ def plan_triple(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, out: MatrixDesc,
     transposed views. ``counters(count)`` gives the fused kernel's zeroed uint32
     buffer, ``scratch(shape)`` the unfused pair's intermediate (both descriptors).
     """
-    (M, K1), (K2, N) = a.shape, c.shape
-    if order == "auto":
-        order = choose_order(M, K1, K2, N)
+    algorithm, order = resolve(a.shape[0], a.shape[1], c.shape[0], c.shape[1], algorithm, order,
+                               config)
     if order == "right":
         a, b, c, out = _transposed(c), _transposed(b), _transposed(a), _transposed(out)
-        (M, K1), (K2, N) = a.shape, c.shape
-    if algorithm == "auto":
-        algorithm = choose_triple_algorithm(M, K1, K2, N)
+    M, K2 = a.shape[0], c.shape[0]
     if algorithm == "naive":
         return [plan_naive(a, b, c, out)]
     if algorithm == "fused":
         config = config or fused_config(M, K2, a.dtype)
-        check_fused_config(config, a.dtype)
         return [plan_fused(config, a, b, c, out, counters(sync_slots(M, config)))]
     intermediate = scratch((M, K2))
     return [plan(a, b, intermediate, "tiled"), plan(intermediate, c, out, "tiled")]
@@ -200,19 +188,24 @@ def triple(a: Any, b: Any, c: Any, out: Any = None, *, algorithm: str = "auto",
     if config is not None:
         check_fused_config(config, dtype)
 
+    scratch = []  # the unfused intermediate (a cache entry keeps it alive)
+
+    def allocate_scratch(shape):
+        scratch.append(allocate_output(shape, dtype, True, "ab", stream=stream))
+        return scratch[-1]
+
     def launches(a, b, c, out):
-        return plan_triple(a, b, c, out, algorithm, order, config,
-                           counters=lambda count: _COUNTERS.get(count, stream),
-                           scratch=lambda shape: allocate_output(shape, dtype, True, "ab",
-                                                                 stream=stream))
+        return plan_triple(a, b, c, out, algorithm, order, config, scratch=allocate_scratch,
+                           counters=lambda count: _COUNTERS.get(count, stream))
 
     if key is None:
         run_in_memory_space((a_desc, b_desc, c_desc), out_desc, launches, stream)
         return out_desc.source
+    # A cacheable call: prepared launches, cached with weak references to the operands only.
     prepared = [PreparedLaunch(launch, stream) for launch in launches(a_desc, b_desc, c_desc, out_desc)]
     for launch in prepared:
         launch()
-    _PREPARED[key] = (tuple(weakref.ref(x) for x in (a, b, c, out)), prepared)
+    _PREPARED[key] = (tuple(weakref.ref(x) for x in (a, b, c, out)), prepared, scratch)
     if len(_PREPARED) > PREPARED_CAPACITY:
         _PREPARED.popitem(last=False)
     return out
@@ -235,4 +228,4 @@ def _plan_key(a, b, c, out, algorithm, order, config, stream):
 
     if not all(type(x) is DeviceNDArray for x in (a, b, c, out)):
         return None
-    return (id(a), id(b), id(c), id(out), algorithm, order, config, _stream_key(stream))
+    return (id(a), id(b), id(c), id(out), algorithm, order, config, stream_handle(stream))

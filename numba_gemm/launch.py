@@ -19,7 +19,8 @@ from numba import cuda
 from .descriptor import MatrixDesc, describe
 
 __all__ = ["cdiv", "simulated", "device_operand", "allocate_output", "shared_memory_limit",
-           "KernelLaunch", "PreparedLaunch", "kernel_launch", "launch_kernel", "kernel_signature", "numba_parameters", "STATIC_SHARED_LIMIT", "MAX_GRID_YZ"]
+           "KernelLaunch", "PreparedLaunch", "kernel_launch", "launch_kernel", "kernel_signature",
+           "numba_parameters", "stream_handle", "STATIC_SHARED_LIMIT", "MAX_GRID_YZ"]
 
 # The simulator has no limit of its own; report Hopper's (227 KB per block, opt-in).
 SIMULATED_SHARED_LIMIT = 227 * 1024
@@ -162,7 +163,7 @@ def _checked(result: tuple, what: str):
     return value[0] if value else None
 
 
-def _stream_handle(stream) -> int:
+def stream_handle(stream) -> int:
     """The CUstream handle (as an int) of a Numba stream, or 0 for the default stream."""
     handle = getattr(stream, "handle", stream)
     handle = getattr(handle, "value", handle)
@@ -209,8 +210,9 @@ class PreparedLaunch:
         self._extra = (ctypes.c_void_p * 5)(_BUFFER_POINTER, ctypes.addressof(self._params),
                                             _BUFFER_SIZE, ctypes.addressof(self._size), _END)
         self._arguments = (compiled.function, *launch.grid, launch.block, 1, 1, launch.shared,
-                           _stream_handle(stream), None, ctypes.addressof(self._extra))
-        self.launch = launch  # keeps the operands' owners alive as long as this is
+                           stream_handle(stream), None, ctypes.addressof(self._extra))
+        # Only addresses are kept: whoever holds this keeps the operands alive (and may hold
+        # them weakly, as numba_gemm.triple's cache does).
 
     def __call__(self) -> None:
         from cuda.bindings import driver as cu

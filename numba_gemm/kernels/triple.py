@@ -66,7 +66,7 @@ from .tiled import (RESIDENT, VECTOR_BYTES, SharedLayout, TileConfig, mainloop, 
                     tile_storer, _operand_loader)
 
 __all__ = ["NAIVE_MAX_THREADS", "SYNC_PER_ROW_BLOCK", "plan_naive", "plan_fused",
-           "fused_shared_bytes", "check_fused_config", "sync_slots"]
+           "fused_shared_bytes", "check_fused_config", "counters_desc", "sync_slots"]
 
 NAIVE_MAX_THREADS = 1024  # one thread per column of A @ B and of D
 SYNC_PER_ROW_BLOCK = 3  # arrived, ready, departed
@@ -136,6 +136,19 @@ def check_fused_config(config: TileConfig, dtype) -> None:
         raise ValueError(f"the fused kernel needs block_n ({config.block_n}) to be a multiple of "
                          f"block_k ({config.block_k}): phase 2 walks the resident T (block_n rows "
                          f"of its k) in whole k-tiles")
+
+
+def counters_desc(count: int, array=None) -> MatrixDesc:
+    """The fused kernel's ``sync`` buffer as a descriptor: ``count`` uint32 counters in
+    ``array`` (NumPy or CUDA), or, with no array, a placeholder for XLA's buffer."""
+    if array is None:
+        address, on_device = 0, True
+    elif isinstance(array, np.ndarray):
+        address, on_device = array.ctypes.data, False
+    else:
+        address, on_device = array.__cuda_array_interface__["data"][0], True
+    return MatrixDesc("sync", (count, 1), (1, 1), np.dtype(np.uint32), array, on_device, address,
+                      array)
 
 
 def sync_slots(M: int, config: TileConfig) -> int:
