@@ -14,7 +14,7 @@ from .api import check_choice, check_config, check_output, check_pair, plan, run
 from .descriptor import MatrixDesc, describe
 from .kernels.tiled import TileConfig
 from .kernels.triple import check_fused_config, counters_desc, plan_fused, plan_naive, sync_slots
-from .launch import KernelLaunch, PreparedLaunch, allocate_output, simulated, stream_handle
+from .launch import KernelLaunch, PreparedLaunch, allocate_output, cdiv, simulated, stream_handle
 
 __all__ = ["TRIPLE_ALGORITHMS", "ORDERS", "FUSED_UP_TO_MACS", "triple", "choose_order",
            "choose_triple_algorithm", "fused_config", "plan_triple"]
@@ -54,7 +54,7 @@ def fused_config(M: int, K2: int, dtype) -> TileConfig:
         return SIMULATOR_FUSED_CONFIG
     configs = FUSED_CONFIGS[np.dtype(dtype)]
     for config in configs:
-        if -(-M // config.block_m) * -(-K2 // config.block_n) >= FILL_CTAS:
+        if cdiv(M, config.block_m) * cdiv(K2, config.block_n) >= FILL_CTAS:
             return config
     return configs[-1]
 
@@ -66,16 +66,19 @@ def _transposed(desc: MatrixDesc) -> MatrixDesc:
 
 class _Zeroed:
     """Per-stream uint32 counters for the fused kernel, zero between launches (the kernel
-    leaves them zero); grown when a larger launch needs more. Buffers are never freed while
-    the process runs, so a launch still in flight never loses its counters."""
+    leaves them zero); grown when a larger launch needs more. A replaced buffer is kept, not
+    freed, so a launch still in flight (or a cached prepared launch) never loses its counters."""
 
     def __init__(self):
         self._buffers: dict = {}
+        self._retired: list = []
 
     def get(self, count: int, stream) -> MatrixDesc:
         key = (id(cuda.current_context()) if not simulated() else 0, stream_handle(stream))
         held = self._buffers.get(key)
         if held is None or held.span < count:
+            if held is not None:
+                self._retired.append(held)
             size = max(count, 1024, 2 * (held.span if held is not None else 0))
             array = np.zeros(size, np.uint32)
             if not simulated():
@@ -109,7 +112,7 @@ def resolve(M: int, K1: int, K2: int, N: int, algorithm: str, order: str,
 
 # "auto" fuses up to this many multiply-adds (the chain's two products together): twice
 # those of N = 512. Measured on an H100 (benchmarks/triple_product.py): fused beats two tiled
-# GEMMs 1.6x at N = 512 and loses (0.6x) at N = 1024, where the tiled kernel fills the GPU
+# GEMMs 1.6x at N = 512 and loses (0.6x-0.8x) at N = 1024, where the tiled kernel fills the GPU
 # and the fused kernel's per-n-tile pipeline restarts and atomics cost more than they save.
 FUSED_UP_TO_MACS = 4 * 512 ** 3
 

@@ -51,6 +51,12 @@ reproducible from run to run (its error bound is that of any order).
 
 Every multiply-add of the unfused pair is done once; the extra work is D's
 zeroing (M * N stores) and cdiv(K2, BLOCK_N) atomic adds per element of D.
+
+Measured (H100, README): 1.6x faster than two tiled GEMMs at N = 256 and 512, but
+0.66x-0.82x from 1024 to 4096. Phase 2 is a string of short-k products (k = BLOCK_N)
+that refill the copy pipeline and issue scalar atomic adds for every n-tile, and at 512
+each SM runs one CTA of 4 warps. A pipeline that runs across n-tiles and vector atomics
+(``red.global.add.v4.f32``) are the next steps.
 """
 
 from __future__ import annotations
