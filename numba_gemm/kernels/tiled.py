@@ -438,8 +438,10 @@ RESIDENT = ("resident", False)  # operand mode: A already sits k-major in shared
 
 @functools.cache
 def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple):
-    """Device functions ``(thread_tile, accumulate)``: a CTA's k loop, shared by every kernel
-    that multiplies tiles (``tiled`` here, the fused triple product in ``triple``).
+    """``(thread_tile, accumulate, a_registers, b_registers)``: a CTA's k loop, shared by
+    every kernel that multiplies tiles (``tiled`` here, the fused triple product in
+    ``triple``). ``a_registers``/``b_registers``: the lengths of the per-thread staging
+    arrays ``a_regs``/``b_regs`` that the caller declares and passes to ``accumulate``.
 
     ``thread_tile(tid) -> (thread_row, thread_col)``: where this thread's register
     block sits in the CTA tile, in units of 16-byte vectors.
@@ -562,7 +564,7 @@ def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple):
             if B_STAGED and t + 1 < k_tiles:
                 put_b(smem, stage * B_STAGE + b_dst, b_regs)
 
-    return thread_tile, accumulate
+    return thread_tile, accumulate, A_REGS, B_REGS
 
 
 @functools.cache
@@ -573,9 +575,7 @@ def _kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple, c
     THREAD_M, THREAD_N = config.thread_m, config.thread_n
     ACC_SIZE = THREAD_M * THREAD_N  # shapes of local arrays must be literal constants
     SCALAR = dtype.type  # the scalar class, e.g. np.float32
-    thread_tile, accumulate = mainloop(config, dtype, a_mode, b_mode)
-    A_REGS, B_REGS = (_operand_loader(config, dtype, block, mode)[-1]
-                      for block, mode in ((BLOCK_M, a_mode), (BLOCK_N, b_mode)))
+    thread_tile, accumulate, A_REGS, B_REGS = mainloop(config, dtype, a_mode, b_mode)
     store_c = tile_storer(config, dtype, c_mode)
     tile_of_device = cuda.jit(device=True)(tile_of)
 
