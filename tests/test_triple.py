@@ -45,6 +45,17 @@ def test_fused_layouts_and_dtypes(order, layout, dtype, rng):
     assert_triple(out, a, b, c, dtype)
 
 
+@pytest.mark.parametrize("layout", ["row", "col"])
+def test_fused_streams_many_n_tiles(layout, rng):
+    # 4 chunks of the middle dimension start at n-tiles 0, 1, 2 and 3 of 5 and wrap around:
+    # one copy pipeline runs through all 5 n-tiles (cp.async for row-major C, register-
+    # staged loads for column-major C), adding each tile into D as it completes.
+    a, b, c = make_chain(17, 5, 50, 70, np.float32, layout, rng)
+    out = poisoned((17, 70), np.float32, layout=layout)
+    numba_gemm.triple(a, b, c, out, algorithm="fused", order="left")
+    assert_triple(out, a, b, c, np.float32)
+
+
 @pytest.mark.parametrize("algorithm", ["naive", "unfused"])
 def test_float64_and_new_output(algorithm, rng):
     a, b, c = make_chain(9, 17, 6, 13, np.float64, "sliced", rng)

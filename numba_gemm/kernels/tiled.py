@@ -59,7 +59,7 @@ from ..launch import STATIC_SHARED_LIMIT, KernelLaunch, cdiv, kernel_launch, sha
 from ..ordering import tile_of
 from .ptx import cp_async, cp_async_commit, cp_async_wait, load_vector, store_vector
 
-__all__ = ["TileConfig", "DEFAULT_CONFIGS", "SharedLayout", "RESIDENT", "mainloop", "tile_storer",
+__all__ = ["TileConfig", "DEFAULT_CONFIGS", "SharedLayout", "mainloop", "resident_mainloop", "tile_storer",
            "plan_tiled", "operand_modes", "kernel_resources"]
 
 VECTOR_BYTES = 16  # one 128-bit load or store
@@ -433,9 +433,6 @@ def _k_tile_multiplier(config: TileConfig, dtype: np.dtype):
     return _unrolled(k_step, config.block_k, "acc, a_frag, b_frag, smem, a_tile, b_tile")
 
 
-RESIDENT = ("resident", False)  # operand mode: A already sits k-major in shared memory
-
-
 @functools.cache
 def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple):
     """Device functions ``(thread_tile, accumulate)``: a CTA's k loop, shared by every kernel
@@ -448,10 +445,8 @@ def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple):
     b, b0, stride_bk, stride_bn, m_left, n_left, K, thread_row, thread_col)`` sets ``acc``
     to this thread's block of A-tile @ B-tile, where the A tile is ``a[a0 + m * stride_am
     + k * stride_ak]`` for m < min(BLOCK_M, m_left), k < K (likewise B from ``b0``, with
-    n < min(BLOCK_N, n_left)). With ``a_mode == RESIDENT`` the A tile is not loaded: it
-    already sits k-major in ``smem`` at ``SharedLayout.resident_base`` (K <= its rows),
-    and ``a``, ``a0`` and A's strides are ignored. Starts with a barrier, so it may run
-    again on the same shared memory.
+    n < min(BLOCK_N, n_left)). Starts with a barrier, so it may run again on the same
+    shared memory.
     """
     config.check(dtype)
     vec = VECTOR_BYTES // dtype.itemsize
@@ -461,15 +456,10 @@ def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple):
     WARPS_N = config.threads_n // WARP_N
     layout = SharedLayout.of(config, dtype)
     A_ROW, B_ROW, A_STAGE, B_STAGE = layout.a_row, layout.b_row, layout.a_stage, layout.b_stage
-    B_BASE, RESIDENT_BASE = layout.b_base, layout.resident_base
-    A_RESIDENT = a_mode == RESIDENT
+    B_BASE = layout.b_base
     multiply_k_tile = _k_tile_multiplier(config, dtype)
-    if A_RESIDENT:
-        A_STAGED, first_a, load_a, put_a, A_STEP_K, A_STEP_M = False, None, None, None, 0, 0
-        A_REGS = 1
-    else:
-        A_STAGED, first_a, load_a, put_a, A_STEP_K, A_STEP_M, A_REGS = _operand_loader(
-            config, dtype, BLOCK_M, a_mode)
+    A_STAGED, first_a, load_a, put_a, A_STEP_K, A_STEP_M, _ = _operand_loader(
+        config, dtype, BLOCK_M, a_mode)
     B_STAGED, first_b, load_b, put_b, B_STEP_K, B_STEP_N, B_REGS = _operand_loader(
         config, dtype, BLOCK_N, b_mode)
     wait_for_oldest = cp_async_wait(STAGES - 2)
@@ -493,12 +483,11 @@ def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple):
         cuda.syncthreads()
 
         # -- this thread's first copy of each operand tile, at k = 0 ------------------------
-        if not A_RESIDENT:
-            a_k, a_m = first_a(tid)
-            a_src = a0 + a_k * stride_ak + a_m * stride_am
-            a_step = A_STEP_K * stride_ak + A_STEP_M * stride_am
-            a_dst = a_k * A_ROW + a_m
-            a_x_left = m_left - a_m
+        a_k, a_m = first_a(tid)
+        a_src = a0 + a_k * stride_ak + a_m * stride_am
+        a_step = A_STEP_K * stride_ak + A_STEP_M * stride_am
+        a_dst = a_k * A_ROW + a_m
+        a_x_left = m_left - a_m
         b_k, b_n = first_b(tid)
         b_src = b0 + b_k * stride_bk + b_n * stride_bn
         b_step = B_STEP_K * stride_bk + B_STEP_N * stride_bn
@@ -516,7 +505,7 @@ def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple):
         for s in range(STAGES - 1):
             if s < k_tiles:
                 k0 = s * BLOCK_K
-                if not A_STAGED and not A_RESIDENT:
+                if not A_STAGED:
                     load_a(smem, s * A_STAGE + a_dst, a, a_src + k0 * stride_ak, a_step,
                            a_x_left, K - k0 - a_k)
                 if not B_STAGED:
@@ -535,7 +524,7 @@ def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple):
             if ahead < k_tiles:
                 ahead_stage = stage - 1 if stage > 0 else STAGES - 1  # = ahead % STAGES
                 k0 = ahead * BLOCK_K
-                if not A_STAGED and not A_RESIDENT:
+                if not A_STAGED:
                     load_a(smem, ahead_stage * A_STAGE + a_dst, a, a_src + k0 * stride_ak,
                            a_step, a_x_left, K - k0 - a_k)
                 if not B_STAGED:
@@ -548,10 +537,7 @@ def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple):
                 load_a(a_regs, a, a_src + next_k0, a_step, a_x_left, K - next_k0 - a_k)
             if B_STAGED and t + 1 < k_tiles:
                 load_b(b_regs, b, b_src + next_k0, b_step, b_x_left, K - next_k0 - b_k)
-            if A_RESIDENT:
-                a_tile = RESIDENT_BASE + t * A_STAGE + thread_row * vec
-            else:
-                a_tile = stage * A_STAGE + thread_row * vec
+            a_tile = stage * A_STAGE + thread_row * vec
             b_tile = B_BASE + stage * B_STAGE + thread_col * vec
             multiply_k_tile(acc, a_frag, b_frag, smem, a_tile, b_tile)
             stage = stage + 1 if stage < STAGES - 1 else 0
@@ -563,6 +549,108 @@ def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple):
                 put_b(smem, stage * B_STAGE + b_dst, b_regs)
 
     return thread_tile, accumulate
+
+
+@functools.cache
+def resident_mainloop(config: TileConfig, dtype: np.dtype, b_mode: tuple, finish):
+    """Device function ``accumulate_row(acc, b_frag_a, b_frag, b_regs, smem, b, b0, stride_bk,
+    stride_bn, n_first, n_tiles, N, K, thread_row, thread_col, finish_args)``: a resident
+    A tile (K rows of k, k-major in ``smem`` at ``SharedLayout.resident_base``) times the
+    ``n_tiles`` B tiles ``b[b0 + k * stride_bk + n * stride_bn]``, k < K, one BLOCK_N-wide
+    tile after another starting at tile ``n_first`` and wrapping (columns >= N read as 0).
+
+    One copy pipeline runs through all n_tiles * cdiv(K, BLOCK_K) k-tiles, so the next
+    tile's copies are in flight while this one's last k-tile is multiplied; after each
+    tile's last k-tile ``finish(acc, n0, finish_args)`` consumes the block (n0: the tile's
+    first column) and ``acc`` restarts at zero. The fused triple product's phase 2.
+    """
+    config.check(dtype)
+    vec = VECTOR_BYTES // dtype.itemsize
+    BLOCK_N, BLOCK_K = config.block_n, config.block_k
+    THREAD_M, THREAD_N, STAGES = config.thread_m, config.thread_n, config.stages
+    layout = SharedLayout.of(config, dtype)
+    A_STAGE, B_ROW, B_STAGE = layout.a_stage, layout.b_row, layout.b_stage
+    B_BASE, RESIDENT_BASE = layout.b_base, layout.resident_base
+    multiply_k_tile = _k_tile_multiplier(config, dtype)
+    B_STAGED, first_b, load_b, put_b, B_STEP_K, B_STEP_N, _ = _operand_loader(
+        config, dtype, BLOCK_N, b_mode)
+    wait_for_oldest = cp_async_wait(STAGES - 2)
+
+    @cuda.jit(device=True)
+    def zero(acc):
+        for i in range(THREAD_M):
+            for j in range(THREAD_N):
+                acc[i * THREAD_N + j] = 0
+
+    @cuda.jit(device=True)
+    def accumulate_row(acc, a_frag, b_frag, b_regs, smem, b, b0, stride_bk, stride_bn, n_first,
+                       n_tiles, N, K, thread_row, thread_col, finish_args):
+        tid = cuda.threadIdx.x
+        zero(acc)
+        k_tiles = (K + BLOCK_K - 1) // BLOCK_K  # per n-tile
+        total = n_tiles * k_tiles
+        n_end = n_tiles * BLOCK_N
+        cuda.syncthreads()  # every thread is done with the shared buffers of earlier use
+        b_k, b_n = first_b(tid)
+        b_src = b0 + b_k * stride_bk + b_n * stride_bn
+        b_step = B_STEP_K * stride_bk + B_STEP_N * stride_bn
+        b_dst = B_BASE + b_k * B_ROW + b_n
+
+        # Positions (k-tile within its n-tile, first column of the n-tile) of the k-tile being
+        # multiplied and of the next one to copy; both advance through the n-tiles in order.
+        kt = 0
+        n0 = n_first * BLOCK_N
+        load_kt = 0
+        load_n0 = n0
+        if B_STAGED:  # k-tile 0 through registers now, each later one a k-tile ahead
+            load_b(b_regs, b, b_src + n0 * stride_bn, b_step, N - n0 - b_n, K - b_k)
+            put_b(smem, b_dst, b_regs)
+        else:
+            for s in range(STAGES - 1):
+                if s < total:
+                    load_b(smem, s * B_STAGE + b_dst, b,
+                           b_src + load_n0 * stride_bn + load_kt * BLOCK_K * stride_bk, b_step,
+                           N - load_n0 - b_n, K - load_kt * BLOCK_K - b_k)
+                    load_kt += 1
+                    if load_kt == k_tiles:
+                        load_kt = 0
+                        load_n0 = load_n0 + BLOCK_N if load_n0 + BLOCK_N < n_end else 0
+                cp_async_commit()
+
+        stage = 0
+        for t in range(total):
+            wait_for_oldest()
+            cuda.syncthreads()
+            last_of_tile = kt == k_tiles - 1
+            next_n0 = (n0 + BLOCK_N if n0 + BLOCK_N < n_end else 0) if last_of_tile else n0
+            next_kt = 0 if last_of_tile else kt + 1
+            if not B_STAGED:
+                if t + STAGES - 1 < total:
+                    ahead_stage = stage - 1 if stage > 0 else STAGES - 1
+                    load_b(smem, ahead_stage * B_STAGE + b_dst, b,
+                           b_src + load_n0 * stride_bn + load_kt * BLOCK_K * stride_bk, b_step,
+                           N - load_n0 - b_n, K - load_kt * BLOCK_K - b_k)
+                    load_kt += 1
+                    if load_kt == k_tiles:
+                        load_kt = 0
+                        load_n0 = load_n0 + BLOCK_N if load_n0 + BLOCK_N < n_end else 0
+                cp_async_commit()
+            elif t + 1 < total:
+                load_b(b_regs, b, b_src + next_n0 * stride_bn + next_kt * BLOCK_K, b_step,
+                       N - next_n0 - b_n, K - next_kt * BLOCK_K - b_k)
+            multiply_k_tile(acc, a_frag, b_frag, smem,
+                            RESIDENT_BASE + kt * A_STAGE + thread_row * vec,
+                            B_BASE + stage * B_STAGE + thread_col * vec)
+            stage = stage + 1 if stage < STAGES - 1 else 0
+            if B_STAGED and t + 1 < total:
+                put_b(smem, stage * B_STAGE + b_dst, b_regs)
+            if last_of_tile:
+                finish(acc, n0, finish_args)
+                zero(acc)
+            kt = next_kt
+            n0 = next_n0
+
+    return accumulate_row
 
 
 @functools.cache

@@ -34,11 +34,12 @@ dimension K2 (grid x = row blocks x chunks, chunk fastest).
    (``tiled.mainloop``: cp.async pipeline, register blocking). T goes from registers
    into shared memory, k-major: it is the A operand of phase 2 and never leaves the
    SM.
-3. *Phase 2*: for every n-tile of D, acc = T @ C[j0:j0+BLOCK_N, n0:n0+BLOCK_N] with
-   the same k loop, T resident (``tiled.RESIDENT``) and C streamed through the
-   pipeline; acc is added into D with atomic adds (after waiting for ``ready``).
-   The chunks of a row block start at different n-tiles so their atomics spread
-   over D.
+3. *Phase 2*: for every n-tile of D, acc = T @ C[j0:j0+BLOCK_N, n0:n0+BLOCK_N],
+   T resident and C streamed (``tiled.resident_mainloop``): one cp.async pipeline
+   runs through all n-tiles, so the next tile's copies are in flight while this
+   tile finishes, and each tile's acc is added into D with atomic adds (after
+   waiting for ``ready``). The chunks of a row block start at different n-tiles so
+   their atomics spread over D.
 4. *Depart*: the last CTA of a row block resets its three counters to zero, so the
    counter buffer (``sync``, 3 per row block, zero before the launch) is zero
    again afterwards and the next launch on the stream can reuse it.
@@ -68,8 +69,8 @@ from numba import cuda
 
 from ..descriptor import MatrixDesc
 from ..launch import STATIC_SHARED_LIMIT, KernelLaunch, cdiv, kernel_launch, shared_memory_limit
-from .tiled import (RESIDENT, VECTOR_BYTES, SharedLayout, TileConfig, mainloop, operand_modes,
-                    tile_storer, _operand_loader)
+from .tiled import (VECTOR_BYTES, SharedLayout, TileConfig, mainloop, operand_modes,
+                    resident_mainloop, tile_storer, _operand_loader)
 
 __all__ = ["NAIVE_MAX_THREADS", "SYNC_PER_ROW_BLOCK", "plan_naive", "plan_fused",
            "fused_shared_bytes", "check_fused_config", "counters_desc", "sync_slots"]
@@ -175,12 +176,18 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tu
     layout = SharedLayout.of(config, dtype)
     T_BASE, T_ROW = layout.resident_base, layout.a_row
     thread_tile, multiply_ab = mainloop(config, dtype, a_mode, b_mode)
-    _, multiply_tc = mainloop(config, dtype, RESIDENT, c_mode)
     A_REGS = _operand_loader(config, dtype, BLOCK_M, a_mode)[-1]
     B_REGS = _operand_loader(config, dtype, BLOCK_N, b_mode)[-1]
     C_REGS = _operand_loader(config, dtype, BLOCK_N, c_mode)[-1]
     keep_t = tile_storer(config, dtype, ("m", True))  # T(m, j) -> smem[T_BASE + j * T_ROW + m]
     add_to_d = tile_storer(config, dtype, d_mode, accumulate=True)
+
+    @cuda.jit(device=True)
+    def add_tile_to_d(acc, n0, d_args):
+        d, stride_dm, stride_dn, M, N, row0, col0 = d_args
+        add_to_d(d, 0, stride_dm, stride_dn, M, N, acc, row0, n0 + col0)
+
+    multiply_tc = resident_mainloop(config, dtype, c_mode, add_tile_to_d)
     ZERO_ALONG_M = d_mode[0] == "m"  # walk D's rows of the row block along its contiguous axis
 
     @cuda.jit
@@ -243,20 +250,13 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tu
         # (the barrier at the start of multiply_tc publishes T and the flag to every thread)
 
         # -- 4. phase 2: D[m0:, :] += T @ C[j0:, :], one n-tile at a time --------------------
+        # One copy pipeline runs through every n-tile; each tile's block is added to D as
+        # soon as its last k-tile is multiplied (add_tile_to_d).
         n_tiles = (N + BLOCK_N - 1) // BLOCK_N
         first_tile = (pid_j * n_tiles) // chunks  # chunks start apart: their atomics spread
-        k_chunk = min(BLOCK_N, K2 - j0)
-        for s in range(n_tiles):
-            pid_n = first_tile + s
-            if pid_n >= n_tiles:
-                pid_n -= n_tiles
-            n0 = pid_n * BLOCK_N
-            multiply_tc(acc, a_frag, b_frag, a_regs, c_regs, smem,
-                        c, 0, 0, 0,  # A is the resident T: no source
-                        c, j0 * stride_ck + n0 * stride_cn, stride_ck, stride_cn,
-                        BLOCK_M, N - n0, k_chunk, thread_row, thread_col)
-            add_to_d(d, 0, stride_dm, stride_dn, M, N, acc, m0 + thread_row * vec,
-                     n0 + thread_col * vec)
+        multiply_tc(acc, a_frag, b_frag, c_regs, smem, c, j0 * stride_ck, stride_ck, stride_cn,
+                    first_tile, n_tiles, N, min(BLOCK_N, K2 - j0), thread_row, thread_col,
+                    (d, stride_dm, stride_dn, M, N, m0 + thread_row * vec, thread_col * vec))
 
         # -- 5. depart: the row block's last CTA leaves its counters at zero -----------------
         if tid == 0:
