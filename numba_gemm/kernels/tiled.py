@@ -57,7 +57,7 @@ from numba import cuda
 from ..descriptor import MatrixDesc
 from ..launch import STATIC_SHARED_LIMIT, KernelLaunch, cdiv, kernel_launch, shared_memory_limit
 from ..ordering import tile_of
-from .ptx import cp_async, cp_async_commit, cp_async_wait, load_vector, store_vector
+from .ptx import add_vector, cp_async, cp_async_commit, cp_async_wait, load_vector, store_vector
 
 __all__ = ["TileConfig", "DEFAULT_CONFIGS", "SharedLayout", "mainloop", "resident_mainloop", "tile_storer",
            "plan_tiled", "operand_modes", "kernel_resources"]
@@ -315,7 +315,8 @@ def tile_storer(config: TileConfig, dtype, mode: tuple, accumulate: bool = False
     holds C(row0 + (i // vec) * span_m + i % vec, col0 + (j // vec) * span_n + j % vec);
     C(m, n) is ``c[c0 + m * stride_cm + n * stride_cn]``; elements outside M x N are skipped.
     Pieces run along C's contiguous axis (``mode``), as 16-byte vectors where allowed
-    (plain stores only: the atomic adds are per element).
+    (atomic adds: vectors of 4 float32 along a row, ``red.global.add.v4.f32``; else per
+    element).
     Written as straight-line code (one piece per 16-byte vector of C), since a
     rolled loop would index ``acc`` at run time and push it out of registers.
     """
@@ -326,6 +327,7 @@ def tile_storer(config: TileConfig, dtype, mode: tuple, accumulate: bool = False
     scalar = np.dtype(dtype).type
     along_m = axis == "m"  # column-major C: pieces run down a column
     use_vector = vectorised and not accumulate
+    add_vectors = vectorised and accumulate and axis == "n" and np.dtype(dtype) == np.float32
 
     @cuda.jit(device=True)
     def put(c, index, value):
@@ -358,6 +360,8 @@ def tile_storer(config: TileConfig, dtype, mode: tuple, accumulate: bool = False
             if m < M:
                 if use_vector and n + vec <= N:
                     store_vector(c, c0 + m * stride_cm + n, acc, i * thread_n + w * vec)
+                elif add_vectors and n + vec <= N:
+                    add_vector(c, c0 + m * stride_cm + n, acc, i * thread_n + w * vec)
                 else:
                     for f in range(vec):
                         if n + f < N:
