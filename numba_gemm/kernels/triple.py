@@ -113,16 +113,16 @@ def plan_naive(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, d: MatrixDesc) -> Ke
     """Seed 003's launch on validated operands: M blocks of max(K2, N) threads (rounded up
     to whole warps), K2 elements of dynamic shared memory."""
     (M, K1), (K2, N) = a.shape, c.shape
+    # One thread per column of A @ B and of D; K2 elements of shared memory for the row.
+    max_k2 = min(NAIVE_MAX_THREADS, STATIC_SHARED_LIMIT // a.dtype.itemsize)
+    if N > NAIVE_MAX_THREADS or K2 > max_k2:
+        raise ValueError(f"algorithm='naive' runs one thread per column of A @ B and of D and "
+                         f"keeps a row of A @ B in shared memory: it needs N <= "
+                         f"{NAIVE_MAX_THREADS} and K2 <= {max_k2} ({NAIVE_MAX_THREADS} threads "
+                         f"per block, {STATIC_SHARED_LIMIT} bytes of shared memory); got K2 = "
+                         f"{K2}, N = {N}; use algorithm='fused', which has no size limit")
     threads = cdiv(max(K2, N), WARP) * WARP
-    if threads > NAIVE_MAX_THREADS:
-        raise ValueError(f"algorithm='naive' runs one thread per column of A @ B and of D: "
-                         f"max(K2, N) = {max(K2, N)} is more than the {NAIVE_MAX_THREADS} threads "
-                         f"a block may have; use algorithm='fused', which has no size limit")
     shared = K2 * a.dtype.itemsize
-    if shared > STATIC_SHARED_LIMIT and shared > (limit := shared_memory_limit()):
-        raise ValueError(f"algorithm='naive' keeps a row of A @ B ({K2} elements, {shared} bytes) "
-                         f"in shared memory; this device allows {limit} per block; use "
-                         f"algorithm='fused', which has no size limit")
     return kernel_launch(_naive_kernel(a.dtype), M, threads, shared,
                          (a, *a.strides, b, *b.strides, c, *c.strides, d, *d.strides, K1, K2, N))
 
