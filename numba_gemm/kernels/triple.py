@@ -44,11 +44,11 @@ dimension K2 (grid x = row blocks x chunks, chunk fastest).
    counter buffer (``sync``, 3 per row block, zero before the launch) is zero
    again afterwards and the next launch on the stream can reuse it.
 
-The wait in step 3 is for a peer that arrived earlier, so it holds as long as the
-CTAs of a row block (adjacent in the grid) are not starved by CTAs waiting behind
-them; a row block has at most cdiv(K2, BLOCK_N) CTAs, and one waits only after its
-own phase 1. The sum over chunks runs in atomic order: D is not bitwise
-reproducible from run to run (its error bound is that of any order).
+The wait in step 3 cannot deadlock, whatever order the GPU schedules CTAs in: the
+CTA waited for is the one that arrived first, so it is already running, and it
+raises the flag right after zeroing, before its own phase 1, without waiting on
+anything. The sum over chunks runs in atomic order: D is not bitwise reproducible
+from run to run (its error bound is that of any order).
 
 Every multiply-add of the unfused pair is done once; the extra work is D's
 zeroing (M * N stores) and cdiv(K2, BLOCK_N) atomic adds per element of D.
