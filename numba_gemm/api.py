@@ -12,7 +12,7 @@ from .kernels.tiled import TileConfig, plan_tiled
 from .launch import KernelLaunch, allocate_output, device_operand, launch_kernel, simulated
 
 __all__ = ["ALGORITHMS", "matmul", "choose_algorithm", "check_algorithm", "check_choice", "check_config",
-           "check_pair", "check_output",
+           "check_pair", "check_output", "describe_product",
            "plan", "execute", "run_in_memory_space"]
 
 ALGORITHMS = ("auto", "tiled") + tuple(LOOP_ORDERS)
@@ -142,18 +142,27 @@ def matmul(a: Any, b: Any, out: Any = None, *, algorithm: str = "auto",
     device results are not synchronised, as with any kernel launch.
     """
     check_algorithm(algorithm, config)
-    a_desc, b_desc = describe(a, "a", stream), describe(b, "b", stream)
-    check_pair(a_desc, b_desc)
-    shape, dtype, on_device = (a_desc.shape[0], b_desc.shape[1]), a_desc.dtype, a_desc.on_device
-    if out is None:
-        out_desc = allocate_output(shape, dtype, on_device, stream=stream)
-    else:
-        out_desc = describe(out, "out", stream)
-        check_output(out_desc, shape, dtype, on_device, (a_desc, b_desc))
+    (a_desc, b_desc), out_desc = describe_product((("a", a), ("b", b)), out, stream)
     if config is not None:
-        config.check(dtype)
+        config.check(a_desc.dtype)
     execute(a_desc, b_desc, out_desc, algorithm, config, stream)
     return out_desc.source
+
+
+def describe_product(operands: tuple, out: Any, stream: Any = 0) -> tuple[list[MatrixDesc], MatrixDesc]:
+    """Describe and check the matrices of a product ``operands[0] @ operands[1] @ ...``
+    (``(name, object)`` pairs) and its output: each neighbouring pair must multiply
+    (:func:`check_pair`); ``out`` is checked (:func:`check_output`), or allocated in the
+    operands' memory space when None. Returns (operand descriptors, output descriptor)."""
+    descs = [describe(x, name, stream) for name, x in operands]
+    for left, right in zip(descs, descs[1:]):
+        check_pair(left, right)
+    shape, dtype, on_device = (descs[0].shape[0], descs[-1].shape[1]), descs[0].dtype, descs[0].on_device
+    if out is None:
+        return descs, allocate_output(shape, dtype, on_device, stream=stream)
+    out_desc = describe(out, "out", stream)
+    check_output(out_desc, shape, dtype, on_device, tuple(descs))
+    return descs, out_desc
 
 
 def execute(a: MatrixDesc, b: MatrixDesc, out: MatrixDesc, algorithm: str = "auto",

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from .api import check_choice, check_config, check_output, check_pair, plan, run_in_memory_space
-from .descriptor import MatrixDesc, describe
+from .api import check_choice, check_config, describe_product, plan, run_in_memory_space
+from .descriptor import MatrixDesc
 from .kernels.tiled import TileConfig
 from .kernels.triple import check_fused_config, counters_desc, plan_fused, plan_naive, sync_slots
 from .launch import KernelLaunch, PreparedLaunch, allocate_output, cdiv, simulated, stream_handle
@@ -179,15 +179,8 @@ def triple(a: Any, b: Any, c: Any, out: Any = None, *, algorithm: str = "auto",
             for prepared in cached[1]:
                 prepared()
             return out
-    a_desc, b_desc, c_desc = describe(a, "a", stream), describe(b, "b", stream), describe(c, "c", stream)
-    check_pair(a_desc, b_desc)
-    check_pair(b_desc, c_desc)
-    shape, dtype, on_device = (a_desc.shape[0], c_desc.shape[1]), a_desc.dtype, a_desc.on_device
-    if out is None:
-        out_desc = allocate_output(shape, dtype, on_device, stream=stream)
-    else:
-        out_desc = describe(out, "out", stream)
-        check_output(out_desc, shape, dtype, on_device, (a_desc, b_desc, c_desc))
+    (a_desc, b_desc, c_desc), out_desc = describe_product((("a", a), ("b", b), ("c", c)), out, stream)
+    dtype = a_desc.dtype
     if config is not None:
         check_fused_config(config, dtype)
 
