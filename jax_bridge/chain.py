@@ -20,20 +20,17 @@ One primitive, ``numba_gemm_triple`` (``triple_p``), over 2-D operands:
 from __future__ import annotations
 
 import functools
-import zlib
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental.buffer_callback import buffer_callback
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
-from jax.interpreters.mlir import ir
 
 from numba_gemm.descriptor import SUPPORTED_DTYPES
 
-from .lowering import (_SIMULATOR, KERNEL_CALL_TARGET, _check_device_backend, _check_host_backend,
-                       kernel_call)
+from .lowering import (_SIMULATOR, _check_device_backend, _check_host_backend, callback_lowering,
+                       kernel_call_lowering)
 from .primitive import matmul
 
 __all__ = ["triple", "triple_p"]
@@ -98,17 +95,13 @@ def _native(ctx, a, b, c, *, algorithm, order, config):
     counters = []  # the fused kernel's counters: a scratch output, zeroed by the kernel call
     [launch] = plan_triple(*descs, algorithm, order, config,
                            counters=lambda count: counters.append(counters_desc(count)) or counters[0])
-    call, name = kernel_call(launch, zeroed=("sync",))
     # The kernel takes the chain's operands in the order it multiplies them: the right order
     # is the left order of the transposed chain (C^T, B^T, A^T).
     operands = (a, b, c) if order == "left" else (c, b, a)
     avals_out = list(ctx.avals_out)
     if counters:
         avals_out.append(jax.core.ShapedArray((counters[0].shape[0],), np.uint32))
-    rule = jax.ffi.ffi_lowering(
-        KERNEL_CALL_TARGET,
-        backend_config={"name": ir.StringAttr.get(name),
-                        "opaque": ir.StringAttr.get(zlib.compress(call.to_proto(name, b"")))})
+    rule = kernel_call_lowering(launch, zeroed=("sync",))
     return rule(ctx.replace(avals_out=avals_out), *operands)[:1]
 
 
@@ -122,10 +115,7 @@ def _run_on_host(algorithm, order, config, ctx, out, a, b, c) -> None:
 
 def _lower_cpu(ctx, a, b, c, *, algorithm, order, config):
     _check_host_backend()
-    out_aval = ctx.avals_out[0]
-    call = buffer_callback(functools.partial(_run_on_host, algorithm, order, config),
-                           jax.ShapeDtypeStruct(out_aval.shape, out_aval.dtype))
-    return mlir.lower_fun(call, multiple_results=False)(ctx, a, b, c)
+    return callback_lowering(ctx, functools.partial(_run_on_host, algorithm, order, config), a, b, c)
 
 
 def _lower_gpu(ctx, a, b, c, **params):

@@ -38,7 +38,7 @@ from jax.interpreters.mlir import ir
 from .mapping import StridedGemm, strided_gemm
 from .primitive import gemm_p
 
-__all__ = ["kernel_call", "ptx_for"]
+__all__ = ["kernel_call", "kernel_call_lowering", "callback_lowering", "ptx_for"]
 
 KERNEL_CALL_TARGET = "triton_kernel_call_ffi"
 # XLA aligns every buffer to at least 16 bytes; the kernel call checks the pointers.
@@ -133,16 +133,21 @@ def kernel_call(launch, zeroed: tuple[str, ...] = ()) -> tuple[object, str]:
     return gpu_triton.TritonKernelCall(kernel, *launch.grid, params), name
 
 
+def kernel_call_lowering(launch, zeroed: tuple[str, ...] = ()):
+    """The lowering rule ``rule(ctx, *operands)`` of XLA's kernel call for ``launch`` (see
+    :func:`kernel_call`): its results are the launch's outputs, in order."""
+    call, name = kernel_call(launch, zeroed)
+    opaque = zlib.compress(call.to_proto(name, b""))
+    return jax.ffi.ffi_lowering(
+        KERNEL_CALL_TARGET,
+        backend_config={"name": ir.StringAttr.get(name), "opaque": ir.StringAttr.get(opaque)})
+
+
 def _native(ctx, lhs, rhs, gemm: StridedGemm, algorithm: str, config):
     from numba_gemm.api import plan
 
     launch = plan(*_descs(gemm, ctx.avals_in[0].dtype, on_device=True), algorithm, config)
-    call, name = kernel_call(launch)
-    opaque = zlib.compress(call.to_proto(name, b""))
-    return jax.ffi.ffi_lowering(
-        KERNEL_CALL_TARGET,
-        backend_config={"name": ir.StringAttr.get(name), "opaque": ir.StringAttr.get(opaque)},
-    )(ctx, lhs, rhs)
+    return kernel_call_lowering(launch)(ctx, lhs, rhs)
 
 
 # -- callbacks: Python launches the kernel ------------------------------------------------
@@ -188,11 +193,12 @@ def _check_device_backend() -> None:
                            "JAX on the CPU (JAX_PLATFORMS=cpu)")
 
 
-def _callback(run, ctx, lhs, rhs, gemm: StridedGemm, algorithm: str, config):
+def callback_lowering(ctx, callback, *operands):
+    """Lower to ``buffer_callback(callback)``: Python runs ``callback(ctx, out, *buffers)``
+    with the one output's buffer."""
     out_aval = ctx.avals_out[0]
-    callback = functools.partial(run, gemm, algorithm, config)
     call = buffer_callback(callback, jax.ShapeDtypeStruct(out_aval.shape, out_aval.dtype))
-    return mlir.lower_fun(call, multiple_results=False)(ctx, lhs, rhs)
+    return mlir.lower_fun(call, multiple_results=False)(ctx, *operands)
 
 
 # -- registration -------------------------------------------------------------------------
@@ -205,10 +211,12 @@ def _lowering(platform: str):
         gemm = strided_gemm(lhs_shape, ctx.avals_in[1].shape, dimension_numbers)
         if platform == "cpu":
             _check_host_backend()
-            return _callback(_run_on_host, ctx, lhs, rhs, gemm, algorithm, config)
+            return callback_lowering(ctx, functools.partial(_run_on_host, gemm, algorithm, config),
+                                     lhs, rhs)
         _check_device_backend()
         if lowering == "callback":
-            return _callback(_run_on_device, ctx, lhs, rhs, gemm, algorithm, config)
+            return callback_lowering(ctx, functools.partial(_run_on_device, gemm, algorithm, config),
+                                     lhs, rhs)
         return _native(ctx, lhs, rhs, gemm, algorithm, config)
 
     return lower
