@@ -11,7 +11,7 @@ import numpy as np
 from numba import cuda
 
 from .api import check_choice, check_config, describe_product, plan, run_in_memory_space
-from .descriptor import MatrixDesc
+from .descriptor import DeviceNDArray, MatrixDesc  # Numba's device array class, resolved there
 from .kernels.tiled import TileConfig
 from .kernels.triple import check_fused_config, counters_desc, plan_fused, plan_naive, sync_slots
 from .launch import KernelLaunch, PreparedLaunch, allocate_output, cdiv, simulated, stream_handle
@@ -213,15 +213,16 @@ def triple(a: Any, b: Any, c: Any, out: Any = None, *, algorithm: str = "auto",
 # arrays cannot change shape, strides or memory, so the same objects mean the same plan.
 PREPARED_CAPACITY = 32
 _PREPARED: OrderedDict = OrderedDict()
+# The class cached calls take (none on the simulator), looked up at import, not on every call
+# of the path this cache exists to make short.
+_DEVICE_ARRAY = None if simulated() else DeviceNDArray
 
 
 def _plan_key(a, b, c, out, algorithm, order, config, stream):
     """The prepared-launch cache key of a call, or None where the call is not cacheable
     (the simulator, a new output, anything but Numba device arrays)."""
-    if out is None or simulated():
+    if out is None or _DEVICE_ARRAY is None:
         return None
-    from numba.cuda.cudadrv.devicearray import DeviceNDArray
-
-    if not all(type(x) is DeviceNDArray for x in (a, b, c, out)):
+    if not all(type(x) is _DEVICE_ARRAY for x in (a, b, c, out)):
         return None
     return (id(a), id(b), id(c), id(out), algorithm, order, config, stream_handle(stream))
