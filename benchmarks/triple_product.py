@@ -139,29 +139,16 @@ LABELS = {"torch": "PyTorch eager a @ b @ c", "jax": "jax.jit(a @ b @ c), highes
 
 def plot(results: Path, path: Path) -> Path:
     """Time per call against N, log-log, one line per method of :data:`PLOTTED`."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from numba_gemm.report import draw
 
     data = json.loads(results.read_text())
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    lines = []
     for method in PLOTTED:
         points = sorted((r["size"], r["median_s"] * 1e6) for r in data["rows"] if r["method"] == method)
         if points:
-            ax.plot(*zip(*points), marker="o", label=LABELS[method],
-                    linewidth=2.5 if method in ("fused", "torch") else 1.2)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("N (A, B, C all N x N, float32, no TF32)")
-    ax.set_ylabel("time per call (us)")
-    ax.set_title(f"D = A @ B @ C on {data['device']}")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+            lines.append((LABELS[method], points, method in ("fused", "torch")))
+    return draw(lines, path, xlabel="N (A, B, C all N x N, float32, no TF32)",
+                ylabel="time per call (us)", title=f"D = A @ B @ C on {data['device']}")
 
 
 def main() -> int:

@@ -66,8 +66,10 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def plot(rows: list[dict], path: str | Path) -> Path:
-    """TFLOP/s against size (square fp32 row-major problems) per algorithm, cuBLAS included."""
+def draw(lines: list[tuple[str, list, bool]], path: str | Path, *, xlabel: str, ylabel: str,
+         title: str, peak: tuple[str, float] | None = None) -> Path:
+    """A log-log plot (x in powers of 2) of ``(label, [(x, y), ...], emphasised)`` lines,
+    with an optional horizontal ``(label, y)`` line, saved to ``path``."""
     try:
         import matplotlib
 
@@ -76,7 +78,28 @@ def plot(rows: list[dict], path: str | Path) -> Path:
     except ImportError:
         raise RuntimeError("plotting needs matplotlib: pip install 'numba-gemm[plot]'") from None
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, points, emphasised in lines:
+        ax.plot(*zip(*points), marker="o", label=label, linewidth=2.5 if emphasised else 1)
+    if peak:
+        ax.axhline(peak[1], color="grey", linestyle=":", label=peak[0])
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot(rows: list[dict], path: str | Path) -> Path:
+    """TFLOP/s against size (square fp32 row-major problems) per algorithm, cuBLAS included."""
     devices = list(dict.fromkeys(r["device"] for r in rows))
+    lines = []
     for device in devices:
         square = [r for r in rows if r["device"] == device and r["layout"] == "row"
                   and not r.get("variant") and r["dtype"] == "float32" and len(set(_shape(r))) == 1]
@@ -85,21 +108,10 @@ def plot(rows: list[dict], path: str | Path) -> Path:
             label = "cuBLAS (jnp.matmul, highest)" if algorithm == "jnp.matmul" else algorithm
             if len(devices) > 1:
                 label += f" ({device})"
-            ax.plot(*zip(*points), marker="o", label=label,
-                    linewidth=2.5 if algorithm in ("tiled", "jnp.matmul") else 1)
-    ax.axhline(FP32_PEAK_TFLOPS, color="grey", linestyle=":", label="FP32 peak")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("M = N = K")
-    ax.set_ylabel("TFLOP/s (fp32)")
-    ax.set_title(f"numba-gemm on {', '.join(devices)}: row-major operands")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+            lines.append((label, points, algorithm in ("tiled", "jnp.matmul")))
+    return draw(lines, path, xlabel="M = N = K", ylabel="TFLOP/s (fp32)",
+                title=f"numba-gemm on {', '.join(devices)}: row-major operands",
+                peak=("FP32 peak", FP32_PEAK_TFLOPS))
 
 
 def main(args) -> int:
