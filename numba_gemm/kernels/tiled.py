@@ -439,8 +439,10 @@ def _k_tile_multiplier(config: TileConfig, dtype: np.dtype):
 
 @functools.cache
 def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple):
-    """Device functions ``(thread_tile, accumulate)``: a CTA's k loop, shared by every kernel
-    that multiplies tiles (``tiled`` here, the fused triple product in ``triple``).
+    """``(thread_tile, accumulate, a_registers, b_registers)``: a CTA's k loop, shared by
+    every kernel that multiplies tiles (``tiled`` here, the fused triple product in
+    ``triple``). ``a_registers``/``b_registers``: the lengths of the per-thread staging
+    arrays ``a_regs``/``b_regs`` that the caller declares and passes to ``accumulate``.
 
     ``thread_tile(tid) -> (thread_row, thread_col)``: where this thread's register
     block sits in the CTA tile, in units of 16-byte vectors.
@@ -462,7 +464,7 @@ def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple):
     A_ROW, B_ROW, A_STAGE, B_STAGE = layout.a_row, layout.b_row, layout.a_stage, layout.b_stage
     B_BASE = layout.b_base
     multiply_k_tile = _k_tile_multiplier(config, dtype)
-    A_STAGED, first_a, load_a, put_a, A_STEP_K, A_STEP_M, _ = _operand_loader(
+    A_STAGED, first_a, load_a, put_a, A_STEP_K, A_STEP_M, A_REGS = _operand_loader(
         config, dtype, BLOCK_M, a_mode)
     B_STAGED, first_b, load_b, put_b, B_STEP_K, B_STEP_N, B_REGS = _operand_loader(
         config, dtype, BLOCK_N, b_mode)
@@ -552,13 +554,14 @@ def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple):
             if B_STAGED and t + 1 < k_tiles:
                 put_b(smem, stage * B_STAGE + b_dst, b_regs)
 
-    return thread_tile, accumulate
+    return thread_tile, accumulate, A_REGS, B_REGS
 
 
 @functools.cache
 def resident_mainloop(config: TileConfig, dtype: np.dtype, b_mode: tuple, finish):
-    """Device function ``accumulate_row(acc, b_frag_a, b_frag, b_regs, smem, b, b0, stride_bk,
-    stride_bn, n_first, n_tiles, N, K, thread_row, thread_col, finish_args)``: a resident
+    """``(accumulate_row, b_registers)``: the device function ``accumulate_row(acc, a_frag,
+    b_frag, b_regs, smem, b, b0, stride_bk, stride_bn, n_first, n_tiles, N, K, thread_row,
+    thread_col, finish_args)`` (``b_regs`` has ``b_registers`` elements): a resident
     A tile (K rows of k, k-major in ``smem`` at ``SharedLayout.resident_base``) times the
     ``n_tiles`` B tiles ``b[b0 + k * stride_bk + n * stride_bn]``, k < K, one BLOCK_N-wide
     tile after another starting at tile ``n_first`` and wrapping (columns >= N read as 0).
@@ -576,7 +579,7 @@ def resident_mainloop(config: TileConfig, dtype: np.dtype, b_mode: tuple, finish
     A_STAGE, B_ROW, B_STAGE = layout.a_stage, layout.b_row, layout.b_stage
     B_BASE, RESIDENT_BASE = layout.b_base, layout.resident_base
     multiply_k_tile = _k_tile_multiplier(config, dtype)
-    B_STAGED, first_b, load_b, put_b, B_STEP_K, B_STEP_N, _ = _operand_loader(
+    B_STAGED, first_b, load_b, put_b, B_STEP_K, B_STEP_N, B_REGS = _operand_loader(
         config, dtype, BLOCK_N, b_mode)
     wait_for_oldest = cp_async_wait(STAGES - 2)
 
@@ -654,7 +657,7 @@ def resident_mainloop(config: TileConfig, dtype: np.dtype, b_mode: tuple, finish
             kt = next_kt
             n0 = next_n0
 
-    return accumulate_row
+    return accumulate_row, B_REGS
 
 
 @functools.cache
@@ -665,9 +668,7 @@ def _kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple, c
     THREAD_M, THREAD_N = config.thread_m, config.thread_n
     ACC_SIZE = THREAD_M * THREAD_N  # shapes of local arrays must be literal constants
     SCALAR = dtype.type  # the scalar class, e.g. np.float32
-    thread_tile, accumulate = mainloop(config, dtype, a_mode, b_mode)
-    A_REGS, B_REGS = (_operand_loader(config, dtype, block, mode)[-1]
-                      for block, mode in ((BLOCK_M, a_mode), (BLOCK_N, b_mode)))
+    thread_tile, accumulate, A_REGS, B_REGS = mainloop(config, dtype, a_mode, b_mode)
     store_c = tile_storer(config, dtype, c_mode)
     tile_of_device = cuda.jit(device=True)(tile_of)
 

@@ -70,7 +70,7 @@ from numba import cuda
 from ..descriptor import MatrixDesc
 from ..launch import STATIC_SHARED_LIMIT, KernelLaunch, cdiv, kernel_launch, shared_memory_limit
 from .tiled import (VECTOR_BYTES, SharedLayout, TileConfig, mainloop, operand_modes,
-                    resident_mainloop, tile_storer, _operand_loader)
+                    resident_mainloop, tile_storer)
 
 __all__ = ["NAIVE_MAX_THREADS", "SYNC_PER_ROW_BLOCK", "plan_naive", "plan_fused",
            "fused_shared_bytes", "check_fused_config", "counters_desc", "sync_slots"]
@@ -175,10 +175,7 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tu
     SCALAR = dtype.type
     layout = SharedLayout.of(config, dtype)
     T_BASE, T_ROW = layout.resident_base, layout.a_row
-    thread_tile, multiply_ab = mainloop(config, dtype, a_mode, b_mode)
-    A_REGS = _operand_loader(config, dtype, BLOCK_M, a_mode)[-1]
-    B_REGS = _operand_loader(config, dtype, BLOCK_N, b_mode)[-1]
-    C_REGS = _operand_loader(config, dtype, BLOCK_N, c_mode)[-1]
+    thread_tile, multiply_ab, A_REGS, B_REGS = mainloop(config, dtype, a_mode, b_mode)
     keep_t = tile_storer(config, dtype, ("m", True))  # T(m, j) -> smem[T_BASE + j * T_ROW + m]
     add_to_d = tile_storer(config, dtype, d_mode, accumulate=True)
 
@@ -187,7 +184,7 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tu
         d, stride_dm, stride_dn, M, N, row0, col0 = d_args
         add_to_d(d, 0, stride_dm, stride_dn, M, N, acc, row0, n0 + col0)
 
-    multiply_tc = resident_mainloop(config, dtype, c_mode, add_tile_to_d)
+    multiply_tc, C_REGS = resident_mainloop(config, dtype, c_mode, add_tile_to_d)
     ZERO_ALONG_M = d_mode[0] == "m"  # walk D's rows of the row block along its contiguous axis
 
     @cuda.jit
