@@ -213,11 +213,14 @@ class PreparedLaunch:
                            stream_handle(stream), None, ctypes.addressof(self._extra))
         # Only addresses are kept: whoever holds this keeps the operands alive (and may hold
         # them weakly, as numba_gemm.triple's cache does).
-
-    def __call__(self) -> None:
         from cuda.bindings import driver as cu
 
-        _checked(cu.cuLaunchKernel(*self._arguments), "cuLaunchKernel")
+        self._launch, self._success = cu.cuLaunchKernel, cu.CUresult.CUDA_SUCCESS  # no import per call
+
+    def __call__(self) -> None:
+        result = self._launch(*self._arguments)
+        if result[0] != self._success:
+            _checked(result, "cuLaunchKernel")
 
 
 def _dims3(dims) -> tuple[int, int, int]:
