@@ -131,8 +131,8 @@ def test_naive_limit_points_to_fused():
     ("ok", {"algorithm": "unfused", "config": TileConfig()}, ValueError,
      "config applies to the fused triple-product kernel"),
     ("ok", {"config": "big"}, TypeError, "config must be a numba_gemm.TileConfig"),
-    ("ok", {"algorithm": "fused", "config": TileConfig(64, 32, 64, 4, 4, 2, 1)}, ValueError,
-     "block_n"),
+    ("ok", {"algorithm": "fused", "config": TileConfig(64, 64, 16, 4, 4, 2, 1, split_k=8)},
+     ValueError, "2048 threads per CTA"),
 ])
 def test_argument_errors(args, kwargs, error, message):
     a, b, c = _chain()

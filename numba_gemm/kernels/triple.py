@@ -63,14 +63,16 @@ each SM runs one CTA of 4 warps. A pipeline that runs across n-tiles and vector 
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 import numpy as np
 from numba import cuda
 
 from ..descriptor import MatrixDesc
 from ..launch import STATIC_SHARED_LIMIT, KernelLaunch, cdiv, kernel_launch, shared_memory_limit
-from .tiled import (VECTOR_BYTES, SharedLayout, TileConfig, mainloop, operand_modes,
-                    resident_mainloop, tile_storer)
+from .ptx import backoff
+from .tiled import (VECTOR_BYTES, SharedLayout, TileConfig, kernel_jit, mainloop, operand_modes,
+                    resident_mainloop, split_k_parts, tile_storer)
 
 __all__ = ["NAIVE_MAX_THREADS", "SYNC_PER_ROW_BLOCK", "plan_naive", "plan_fused",
            "fused_shared_bytes", "check_fused_config", "counters_desc", "sync_slots"]
@@ -169,7 +171,7 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tu
     """Compile-time specialisation of the fused kernel for one config, dtype and layout."""
     check_fused_config(config, dtype)
     vec = VECTOR_BYTES // dtype.itemsize
-    BLOCK_M, BLOCK_N = config.block_m, config.block_n
+    BLOCK_M, BLOCK_N, BLOCK_K = config.block_m, config.block_n, config.block_k
     THREAD_M, THREAD_N, THREADS = config.thread_m, config.thread_n, config.threads
     ACC_SIZE = THREAD_M * THREAD_N
     SCALAR = dtype.type
@@ -233,10 +235,11 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tu
                 cuda.atomic.exch(sync, ready, 1)
 
         # -- 2. phase 1: T = A[m0:, :] @ B[:, j0:], kept k-major in shared memory ------------
-        multiply_ab(acc, a_frag, b_frag, a_regs, b_regs, smem,
+        multiply_ab(acc, a_frag, b_frag, a_regs, b_regs, smem, 0, tid,
                     a, m0 * stride_am, stride_am, stride_ak,
                     b, j0 * stride_bn, stride_bk, stride_bn,
-                    M - m0, K2 - j0, K1, thread_row, thread_col)
+                    M - m0, K2 - j0, K1, (K1 + BLOCK_K - 1) // BLOCK_K,
+                    thread_row, thread_col)
         keep_t(smem, T_BASE, 1, T_ROW, BLOCK_M, BLOCK_N, acc, thread_row * vec, thread_col * vec)
 
         # -- 3. wait until this row block of D is zero ---------------------------------------
@@ -285,3 +288,155 @@ def plan_fused(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, 
     return kernel_launch(kernel, grid, config.threads, shared,
                          (a, *a.strides, b, *b.strides, c, *c.strides, d, *d.strides, sync,
                           M, K1, K2, N))
+
+
+# --- streamed: tiles of both products in one launch, T through L2 -----------------------------
+
+STREAM_SYNC_HEAD = 2  # ticket, departed; then one counter per row block
+
+
+def stream_slots(M: int, config: TileConfig) -> int:
+    """How many uint32 counters the streamed kernel's ``sync`` buffer needs (all zero at launch)."""
+    return STREAM_SYNC_HEAD + cdiv(M, config.block_m)
+
+
+def intermediate_shape(M: int, K2: int, dtype) -> tuple[int, int]:
+    """The rows and columns of the streamed kernel's T buffer, a row-major (K2, ld) array that
+    holds T (M x K2) column-major: ``ld`` is M rounded up to whole 16-byte vectors, so that
+    every column starts aligned and phase 2 copies T in 16-byte pieces."""
+    vec = VECTOR_BYTES // np.dtype(dtype).itemsize
+    return K2, cdiv(M, vec) * vec
+
+
+def intermediate_view(buffer: MatrixDesc, M: int, K2: int) -> MatrixDesc:
+    """T (M x K2) column-major in ``buffer``, an :func:`intermediate_shape` row-major array."""
+    return replace(buffer, name="t", shape=(M, K2), strides=(1, buffer.strides[0]))
+
+
+@functools.cache
+def _streamed_kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple,
+                     t_store_mode: tuple, t_mode: tuple, c_mode: tuple, d_mode: tuple):
+    """Compile-time specialisation of the streamed kernel for one config, dtype and layout."""
+    vec = VECTOR_BYTES // dtype.itemsize
+    BLOCK_M, BLOCK_N = config.block_m, config.block_n
+    THREAD_M, THREAD_N, SPLIT = config.thread_m, config.thread_n, config.split_k
+    ACC_SIZE = THREAD_M * THREAD_N
+    SCALAR = dtype.type
+    HEAD = STREAM_SYNC_HEAD
+    thread_tile, multiply_ab, AB_A_REGS, AB_B_REGS = mainloop(config, dtype, a_mode, b_mode)
+    _, multiply_tc, TC_A_REGS, TC_B_REGS = mainloop(config, dtype, t_mode, c_mode)
+    A_REGS, B_REGS = max(AB_A_REGS, TC_A_REGS), max(AB_B_REGS, TC_B_REGS)
+    group_of, k_slice, sum_partials = split_k_parts(config, dtype)
+    store_t = tile_storer(config, dtype, t_store_mode)
+    store_d = tile_storer(config, dtype, d_mode)
+
+    @kernel_jit(config.cta_threads)
+    def streamed_kernel(a, stride_am, stride_ak, b, stride_bk, stride_bn, c, stride_ck, stride_cn,
+                        d, stride_dm, stride_dn, t, stride_tm, stride_tk, sync, M, K1, K2, N, lag):
+        smem = cuda.shared.array(0, dtype)
+        token = cuda.shared.array(1, np.int64)  # thread 0's ticket, for the whole CTA
+        acc = cuda.local.array(ACC_SIZE, SCALAR)
+        a_frag = cuda.local.array(THREAD_M, SCALAR)
+        b_frag = cuda.local.array(THREAD_N, SCALAR)
+        a_regs = cuda.local.array(A_REGS, SCALAR)
+        b_regs = cuda.local.array(B_REGS, SCALAR)
+
+        cta_tid = cuda.threadIdx.x
+        group, tid, base = group_of(cta_tid)
+        thread_row, thread_col = thread_tile(tid)
+        rows = (M + BLOCK_M - 1) // BLOCK_M
+        chunks = (K2 + BLOCK_N - 1) // BLOCK_N  # T tiles per row block
+        n_tiles = (N + BLOCK_N - 1) // BLOCK_N  # D tiles per row block
+
+        # -- 1. a ticket: tiles are handed out in ticket order, not launch order -------------
+        if cta_tid == 0:
+            token[0] = cuda.atomic.add(sync, 0, 1)
+        cuda.syncthreads()
+        ticket = token[0]
+        # Step s (s < rows + lag) holds row block s's T tiles (s < rows), then row block
+        # s - lag's D tiles (s >= lag): a D tile's T tiles always hold smaller tickets.
+        head = lag * chunks
+        per_step = chunks + n_tiles
+        if ticket < head:
+            is_t, pid_m, pid_x = True, ticket // chunks, ticket % chunks
+        elif ticket < head + (rows - lag) * per_step:
+            step, w = (ticket - head) // per_step, (ticket - head) % per_step
+            if w < chunks:
+                is_t, pid_m, pid_x = True, lag + step, w
+            else:
+                is_t, pid_m, pid_x = False, step, w - chunks
+        else:
+            v = ticket - head - (rows - lag) * per_step
+            is_t, pid_m, pid_x = False, rows - lag + v // n_tiles, v % n_tiles
+        m0 = pid_m * BLOCK_M
+        x0 = pid_x * BLOCK_N
+
+        if is_t:
+            # -- 2. phase 1: T[m0:, x0:] = A[m0:, :] @ B[:, x0:] -----------------------------
+            k0, k_len, k_tiles = k_slice(K1, group)
+            multiply_ab(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid,
+                        a, m0 * stride_am + k0 * stride_ak, stride_am, stride_ak,
+                        b, x0 * stride_bn + k0 * stride_bk, stride_bk, stride_bn,
+                        M - m0, K2 - x0, k_len, k_tiles, thread_row, thread_col)
+            if SPLIT > 1:
+                sum_partials(acc, smem, tid, group)
+            if group == 0:
+                store_t(t, 0, stride_tm, stride_tk, M, K2, acc, m0 + thread_row * vec,
+                        x0 + thread_col * vec)
+            cuda.threadfence()  # the tile reaches L2 before the count can be seen
+            cuda.syncthreads()
+            if cta_tid == 0:
+                cuda.atomic.add(sync, HEAD + pid_m, 1)
+        else:
+            # -- 3. wait until the row block's T tiles are all in ------------------------------
+            if cta_tid == 0:
+                while cuda.atomic.add(sync, HEAD + pid_m, 0) < chunks:
+                    backoff()
+                cuda.threadfence()
+            cuda.syncthreads()
+            # -- 4. phase 2: D[m0:, x0:] = T[m0:, :] @ C[:, x0:] ------------------------------
+            k0, k_len, k_tiles = k_slice(K2, group)
+            multiply_tc(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid,
+                        t, m0 * stride_tm + k0 * stride_tk, stride_tm, stride_tk,
+                        c, x0 * stride_cn + k0 * stride_ck, stride_ck, stride_cn,
+                        M - m0, N - x0, k_len, k_tiles, thread_row, thread_col)
+            if SPLIT > 1:
+                sum_partials(acc, smem, tid, group)
+            if group == 0:
+                store_d(d, 0, stride_dm, stride_dn, M, N, acc, m0 + thread_row * vec,
+                        x0 + thread_col * vec)
+
+        # -- 5. depart: the last CTA leaves every counter at zero for the next launch ---------
+        if cta_tid == 0:
+            if cuda.atomic.add(sync, 1, 1) == rows * (chunks + n_tiles) - 1:
+                for i in range(HEAD + rows):
+                    sync[i] = 0
+
+    return streamed_kernel
+
+
+def plan_streamed(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, d: MatrixDesc,
+                  t: MatrixDesc, sync: MatrixDesc, lag: int) -> KernelLaunch:
+    """The streamed kernel's launch on validated operands: D = (A @ B) @ C through ``t`` (M x
+    K2, any strides: see :func:`intermediate_shape` for the fast layout). ``sync``: a uint32
+    buffer of at least :func:`stream_slots` counters, all zero (and zero again after);
+    ``lag``: how many row blocks of T tiles are handed out before the first D tiles."""
+    config.check(a.dtype)
+    (M, K1), (K2, N) = a.shape, c.shape
+    rows = cdiv(M, config.block_m)
+    if sync.span < stream_slots(M, config):
+        raise ValueError(f"sync holds {sync.span} counters; the launch needs {stream_slots(M, config)}")
+    if t.shape != (M, K2):
+        raise ValueError(f"t must be {M} x {K2} (A @ B); got {t.shape[0]} x {t.shape[1]}")
+    shared = config.shared_bytes(a.dtype)
+    if shared > STATIC_SHARED_LIMIT and shared > (limit := shared_memory_limit()):
+        raise ValueError(f"fused config {config.label()} needs {shared} bytes of shared memory per "
+                         f"block for {a.dtype}; this device allows {limit}")
+    a_mode, b_mode, t_store_mode = operand_modes(a, b, t)  # T as phase 1's output
+    t_mode, c_mode, d_mode = operand_modes(t, c, d)  # and as phase 2's A operand
+    kernel = _streamed_kernel(config, a.dtype, a_mode, b_mode, t_store_mode, t_mode, c_mode,
+                              d_mode)
+    grid = rows * (cdiv(K2, config.block_n) + cdiv(N, config.block_n))
+    return kernel_launch(kernel, grid, config.cta_threads, shared,
+                         (a, *a.strides, b, *b.strides, c, *c.strides, d, *d.strides, t, *t.strides,
+                          sync, M, K1, K2, N, max(1, min(lag, rows))))
