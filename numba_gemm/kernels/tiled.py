@@ -625,20 +625,25 @@ def split_k_parts(config: TileConfig, dtype: np.dtype):
 @functools.cache
 def resident_mainloop(config: TileConfig, dtype: np.dtype, b_mode: tuple, finish):
     """``(accumulate_row, b_registers)``: the device function ``accumulate_row(acc, a_frag,
-    b_frag, b_regs, smem, b, b0, stride_bk, stride_bn, n_first, n_tiles, N, K, thread_row,
-    thread_col, finish_args)`` (``b_regs`` has ``b_registers`` elements): a resident
-    A tile (K rows of k, k-major in ``smem`` at ``SharedLayout.resident_base``) times the
-    ``n_tiles`` B tiles ``b[b0 + k * stride_bk + n * stride_bn]``, k < K, one BLOCK_N-wide
-    tile after another starting at tile ``n_first`` and wrapping (columns >= N read as 0).
+    b_frag, b_regs, smem, base, tid, group, b, b0, stride_bk, stride_bn, n_first, n_tiles, N,
+    K, thread_row, thread_col, finish_args)`` (``b_regs`` has ``b_registers`` elements): a
+    resident A tile (K rows of k, k-major in ``smem`` at ``SharedLayout.resident_base``,
+    shared by all groups) times B tiles ``b[b0 + k * stride_bk + n * stride_bn]``, k < K,
+    BLOCK_N wide (columns >= N read as 0).
 
-    One copy pipeline runs through all n_tiles * cdiv(K, BLOCK_K) k-tiles, so the next
-    tile's copies are in flight while this one's last k-tile is multiplied; after each
-    tile's last k-tile ``finish(acc, n0, finish_args)`` consumes the block (n0: the tile's
-    first column) and ``acc`` restarts at zero. The fused triple product's phase 2.
+    The ``n_tiles`` tiles are dealt to the ``split_k`` thread groups in turn: group g takes
+    tiles n_first + g, n_first + g + split_k, ... (wrapping), cdiv(n_tiles, split_k) of
+    them, so every group runs the same number of k-tiles (a group short of a tile runs one
+    past N, all zeros, that ``finish`` skips). ``tid``/``base``: as in :func:`mainloop`.
+
+    One copy pipeline per group runs through all its tiles, so the next tile's copies are in
+    flight while this one's last k-tile is multiplied; after each tile's last k-tile
+    ``finish(acc, n0, finish_args)`` consumes the block (n0: the tile's first column) and
+    ``acc`` restarts at zero. The fused triple product's phase 2.
     """
     config.check(dtype)
     vec = VECTOR_BYTES // dtype.itemsize
-    BLOCK_N, BLOCK_K = config.block_n, config.block_k
+    BLOCK_N, BLOCK_K, SPLIT = config.block_n, config.block_k, config.split_k
     THREAD_M, THREAD_N, STAGES = config.thread_m, config.thread_n, config.stages
     layout = SharedLayout.of(config, dtype)
     A_STAGE, B_ROW, B_STAGE = layout.a_stage, layout.b_row, layout.b_stage
@@ -647,6 +652,7 @@ def resident_mainloop(config: TileConfig, dtype: np.dtype, b_mode: tuple, finish
     B_STAGED, first_b, load_b, put_b, B_STEP_K, B_STEP_N, B_REGS = _operand_loader(
         config, dtype, BLOCK_N, b_mode)
     wait_for_oldest = cp_async_wait(STAGES - 2)
+    STEP = SPLIT * BLOCK_N  # from one of a group's tiles to its next
 
     @cuda.jit(device=True)
     def zero(acc):
@@ -655,23 +661,28 @@ def resident_mainloop(config: TileConfig, dtype: np.dtype, b_mode: tuple, finish
                 acc[i * THREAD_N + j] = 0
 
     @cuda.jit(device=True)
-    def accumulate_row(acc, a_frag, b_frag, b_regs, smem, b, b0, stride_bk, stride_bn, n_first,
-                       n_tiles, N, K, thread_row, thread_col, finish_args):
-        tid = cuda.threadIdx.x
+    def following(n0, n_end):
+        """The first column of a group's next tile, wrapping at n_end."""
+        return n0 + STEP if n0 + STEP < n_end else n0 + STEP - n_end
+
+    @cuda.jit(device=True)
+    def accumulate_row(acc, a_frag, b_frag, b_regs, smem, base, tid, group, b, b0, stride_bk,
+                       stride_bn, n_first, n_tiles, N, K, thread_row, thread_col, finish_args):
         zero(acc)
         k_tiles = (K + BLOCK_K - 1) // BLOCK_K  # per n-tile
-        total = n_tiles * k_tiles
-        n_end = n_tiles * BLOCK_N
+        group_tiles = (n_tiles + SPLIT - 1) // SPLIT
+        total = group_tiles * k_tiles
+        n_end = group_tiles * STEP  # tile slots, a whole number per group
         cuda.syncthreads()  # every thread is done with the shared buffers of earlier use
         b_k, b_n = first_b(tid)
         b_src = b0 + b_k * stride_bk + b_n * stride_bn
         b_step = B_STEP_K * stride_bk + B_STEP_N * stride_bn
-        b_dst = B_BASE + b_k * B_ROW + b_n
+        b_dst = base + B_BASE + b_k * B_ROW + b_n
 
         # Positions (k-tile within its n-tile, first column of the n-tile) of the k-tile being
-        # multiplied and of the next one to copy; both advance through the n-tiles in order.
+        # multiplied and of the next one to copy; both advance through the group's tiles.
         kt = 0
-        n0 = n_first * BLOCK_N
+        n0 = ((n_first + group) * BLOCK_N) % n_end
         load_kt = 0
         load_n0 = n0
         if B_STAGED:  # k-tile 0 through registers now, each later one a k-tile ahead
@@ -686,7 +697,7 @@ def resident_mainloop(config: TileConfig, dtype: np.dtype, b_mode: tuple, finish
                     load_kt += 1
                     if load_kt == k_tiles:
                         load_kt = 0
-                        load_n0 = load_n0 + BLOCK_N if load_n0 + BLOCK_N < n_end else 0
+                        load_n0 = following(load_n0, n_end)
                 cp_async_commit()
 
         stage = 0
@@ -694,7 +705,7 @@ def resident_mainloop(config: TileConfig, dtype: np.dtype, b_mode: tuple, finish
             wait_for_oldest()
             cuda.syncthreads()
             last_of_tile = kt == k_tiles - 1
-            next_n0 = (n0 + BLOCK_N if n0 + BLOCK_N < n_end else 0) if last_of_tile else n0
+            next_n0 = following(n0, n_end) if last_of_tile else n0
             next_kt = 0 if last_of_tile else kt + 1
             if not B_STAGED:
                 if t + STAGES - 1 < total:
@@ -705,14 +716,14 @@ def resident_mainloop(config: TileConfig, dtype: np.dtype, b_mode: tuple, finish
                     load_kt += 1
                     if load_kt == k_tiles:
                         load_kt = 0
-                        load_n0 = load_n0 + BLOCK_N if load_n0 + BLOCK_N < n_end else 0
+                        load_n0 = following(load_n0, n_end)
                 cp_async_commit()
             elif t + 1 < total:
                 load_b(b_regs, b, b_src + next_n0 * stride_bn + next_kt * BLOCK_K, b_step,
                        N - next_n0 - b_n, K - next_kt * BLOCK_K - b_k)
             multiply_k_tile(acc, a_frag, b_frag, smem,
                             RESIDENT_BASE + kt * A_STAGE + thread_row * vec,
-                            B_BASE + stage * B_STAGE + thread_col * vec)
+                            base + B_BASE + stage * B_STAGE + thread_col * vec)
             stage = stage + 1 if stage < STAGES - 1 else 0
             if B_STAGED and t + 1 < total:
                 put_b(smem, stage * B_STAGE + b_dst, b_regs)

@@ -171,13 +171,15 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tu
     """Compile-time specialisation of the fused kernel for one config, dtype and layout."""
     check_fused_config(config, dtype)
     vec = VECTOR_BYTES // dtype.itemsize
-    BLOCK_M, BLOCK_N, BLOCK_K = config.block_m, config.block_n, config.block_k
-    THREAD_M, THREAD_N, THREADS = config.thread_m, config.thread_n, config.threads
+    BLOCK_M, BLOCK_N = config.block_m, config.block_n
+    THREAD_M, THREAD_N, THREADS = config.thread_m, config.thread_n, config.cta_threads
     ACC_SIZE = THREAD_M * THREAD_N
     SCALAR = dtype.type
+    SPLIT = config.split_k
     layout = SharedLayout.of(config, dtype)
     T_BASE, T_ROW = layout.resident_base, layout.a_row
     thread_tile, multiply_ab, A_REGS, B_REGS = mainloop(config, dtype, a_mode, b_mode)
+    group_of, k_slice, sum_partials = split_k_parts(config, dtype)
     keep_t = tile_storer(config, dtype, ("m", True))  # T(m, j) -> smem[T_BASE + j * T_ROW + m]
     add_to_d = tile_storer(config, dtype, d_mode, accumulate=True)
 
@@ -189,7 +191,7 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tu
     multiply_tc, C_REGS = resident_mainloop(config, dtype, c_mode, add_tile_to_d)
     ZERO_ALONG_M = d_mode[0] == "m"  # walk D's rows of the row block along its contiguous axis
 
-    @cuda.jit
+    @kernel_jit(config.cta_threads)
     def fused_kernel(a, stride_am, stride_ak, b, stride_bk, stride_bn, c, stride_ck, stride_cn,
                      d, stride_dm, stride_dn, sync, M, K1, K2, N):
         smem = cuda.shared.array(0, dtype)
@@ -206,14 +208,15 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tu
         pid_j = cuda.blockIdx.x - pid_m * chunks
         m0 = pid_m * BLOCK_M
         j0 = pid_j * BLOCK_N
-        tid = cuda.threadIdx.x
+        cta_tid = cuda.threadIdx.x
+        group, tid, base = group_of(cta_tid)
         thread_row, thread_col = thread_tile(tid)
         arrived = pid_m * 3
         ready = arrived + 1
         departed = arrived + 2
 
         # -- 1. the row block's first CTA to arrive zeroes its rows of D --------------------
-        if tid == 0:
+        if cta_tid == 0:
             token[0] = cuda.atomic.add(sync, arrived, 1)
         cuda.syncthreads()
         if token[0] == 0:
@@ -221,45 +224,51 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tu
             # Threads run along D's contiguous axis, with no division by a run-time value per
             # element (64-bit integer division is a ~100-instruction routine on the GPU).
             if ZERO_ALONG_M:  # THREADS // BLOCK_M columns at a time (threads % block_m == 0)
-                m = tid % BLOCK_M
+                m = cta_tid % BLOCK_M
                 if m < rows:
-                    for n in range(tid // BLOCK_M, N, THREADS // BLOCK_M):
+                    for n in range(cta_tid // BLOCK_M, N, THREADS // BLOCK_M):
                         d[(m0 + m) * stride_dm + n * stride_dn] = 0
             else:
                 for m in range(rows):
-                    for n in range(tid, N, THREADS):
+                    for n in range(cta_tid, N, THREADS):
                         d[(m0 + m) * stride_dm + n * stride_dn] = 0
             cuda.threadfence()  # the zeros reach L2 before the flag can be seen
             cuda.syncthreads()
-            if tid == 0:
+            if cta_tid == 0:
                 cuda.atomic.exch(sync, ready, 1)
 
         # -- 2. phase 1: T = A[m0:, :] @ B[:, j0:], kept k-major in shared memory ------------
-        multiply_ab(acc, a_frag, b_frag, a_regs, b_regs, smem, 0, tid,
-                    a, m0 * stride_am, stride_am, stride_ak,
-                    b, j0 * stride_bn, stride_bk, stride_bn,
-                    M - m0, K2 - j0, K1, (K1 + BLOCK_K - 1) // BLOCK_K,
-                    thread_row, thread_col)
-        keep_t(smem, T_BASE, 1, T_ROW, BLOCK_M, BLOCK_N, acc, thread_row * vec, thread_col * vec)
+        # (split-k: each thread group multiplies its slice of K1; group 0 sums the slices)
+        k0, k_len, k_tiles = k_slice(K1, group)
+        multiply_ab(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid,
+                    a, m0 * stride_am + k0 * stride_ak, stride_am, stride_ak,
+                    b, j0 * stride_bn + k0 * stride_bk, stride_bk, stride_bn,
+                    M - m0, K2 - j0, k_len, k_tiles, thread_row, thread_col)
+        if SPLIT > 1:
+            sum_partials(acc, smem, tid, group)
+        if group == 0:
+            keep_t(smem, T_BASE, 1, T_ROW, BLOCK_M, BLOCK_N, acc, thread_row * vec,
+                   thread_col * vec)
 
         # -- 3. wait until this row block of D is zero ---------------------------------------
-        if tid == 0:
+        if cta_tid == 0:
             while cuda.atomic.add(sync, ready, 0) == 0:
-                pass
+                backoff()
             cuda.threadfence()
         # (the barrier at the start of multiply_tc publishes T and the flag to every thread)
 
         # -- 4. phase 2: D[m0:, :] += T @ C[j0:, :], one n-tile at a time --------------------
-        # One copy pipeline runs through every n-tile; each tile's block is added to D as
-        # soon as its last k-tile is multiplied (add_tile_to_d).
+        # The thread groups take the n-tiles in turn; each runs one copy pipeline through its
+        # tiles and adds each tile's block to D as soon as its last k-tile is multiplied.
         n_tiles = (N + BLOCK_N - 1) // BLOCK_N
         first_tile = (pid_j * n_tiles) // chunks  # chunks start apart: their atomics spread
-        multiply_tc(acc, a_frag, b_frag, c_regs, smem, c, j0 * stride_ck, stride_ck, stride_cn,
+        multiply_tc(acc, a_frag, b_frag, c_regs, smem, base, tid, group,
+                    c, j0 * stride_ck, stride_ck, stride_cn,
                     first_tile, n_tiles, N, min(BLOCK_N, K2 - j0), thread_row, thread_col,
                     (d, stride_dm, stride_dn, M, N, m0 + thread_row * vec, thread_col * vec))
 
         # -- 5. depart: the row block's last CTA leaves its counters at zero -----------------
-        if tid == 0:
+        if cta_tid == 0:
             if cuda.atomic.add(sync, departed, 1) == chunks - 1:
                 sync[arrived] = 0
                 sync[ready] = 0
@@ -285,7 +294,7 @@ def plan_fused(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, 
     _, c_mode, d_mode = operand_modes(b, c, d)
     kernel = _fused_kernel(config, a.dtype, a_mode, b_mode, c_mode, d_mode)
     grid = cdiv(M, config.block_m) * cdiv(K2, config.block_n)
-    return kernel_launch(kernel, grid, config.threads, shared,
+    return kernel_launch(kernel, grid, config.cta_threads, shared,
                          (a, *a.strides, b, *b.strides, c, *c.strides, d, *d.strides, sync,
                           M, K1, K2, N))
 
