@@ -14,8 +14,8 @@ from .autotune import config_for_shape
 from .api import check_choice, check_config, describe_product, plan, run_in_memory_space
 from .descriptor import DeviceNDArray, MatrixDesc  # Numba's device array class, resolved there
 from .kernels.tiled import TileConfig
-from .kernels.triple import (counters_desc, intermediate_shape, intermediate_view, plan_naive,
-                             plan_streamed, stream_slots)
+from .kernels.triple import (counters_desc, intermediate_shape, intermediate_view, plan_fused,
+                             plan_naive, sync_slots)
 from .launch import KernelLaunch, PreparedLaunch, allocate_output, cdiv, simulated, stream_handle
 
 __all__ = ["TRIPLE_ALGORITHMS", "ORDERS", "FUSED_UP_TO_MACS", "triple", "choose_order",
@@ -52,12 +52,6 @@ def fused_config(M: int, K1: int, K2: int, dtype) -> TileConfig:
     if cdiv(M, tuned.block_m) * cdiv(K2, tuned.block_n) >= FILL_CTAS:
         return tuned
     return SMALL_FUSED_CONFIGS[np.dtype(dtype)]
-
-
-def fused_lag(config: TileConfig, K2: int) -> int:
-    """Row blocks of T tiles the fused kernel hands out before the first D tiles: about as
-    many as run at once, so a D tile rarely waits and T is read back while still in L2."""
-    return cdiv(FILL_CTAS, cdiv(K2, config.block_n))
 
 
 def _transposed(desc: MatrixDesc) -> MatrixDesc:
@@ -111,11 +105,11 @@ def resolve(M: int, K1: int, K2: int, N: int, algorithm: str, order: str,
     return algorithm, order
 
 
-# "auto" fuses up to this many multiply-adds (the chain's two products together): twice
-# those of N = 512. Measured on an H100 (benchmarks/triple_product.py): fused beats two tiled
-# GEMMs 1.6x at N = 512 and loses (0.6x-0.8x) at N = 1024, where the tiled kernel fills the GPU
-# and the fused kernel's per-n-tile pipeline restarts and atomics cost more than they save.
-FUSED_UP_TO_MACS = 4 * 512 ** 3
+# "auto" fuses up to this many multiply-adds (the chain's two products together): those of
+# N = 1024. Measured on an H100 (benchmarks/triple_product.py): fused beats two tiled GEMMs
+# 2.3x at N = 512 and 1.03x at 1024; at 2048 it is ~3% slower (the same tiles, one launch:
+# the difference is in how its two waves of CTAs meet), at 4096 within 1%.
+FUSED_UP_TO_MACS = 2 * 1024 ** 3
 
 
 def choose_triple_algorithm(M: int, K1: int, K2: int, N: int) -> str:
@@ -133,7 +127,8 @@ def plan_triple(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, out: MatrixDesc,
     runs the result, ``jax_bridge.triple`` hands it to XLA). The right order is
     the left order of the transposed chain: D^T = (C^T @ B^T) @ A^T, on
     transposed views. ``counters(count)`` gives the fused kernel's zeroed uint32
-    buffer, ``scratch(shape)`` the unfused pair's intermediate (both descriptors).
+    buffer, ``scratch(shape)`` a row-major buffer for the intermediate (both
+    descriptors).
     """
     algorithm, order = resolve(a.shape[0], a.shape[1], c.shape[0], c.shape[1], algorithm, order,
                                config)
@@ -145,8 +140,7 @@ def plan_triple(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, out: MatrixDesc,
     if algorithm == "fused":
         config = config or fused_config(M, a.shape[1], K2, a.dtype)
         t = intermediate_view(scratch(intermediate_shape(M, K2, a.dtype)), M, K2)
-        return [plan_streamed(config, a, b, c, out, t, counters(stream_slots(M, config)),
-                              fused_lag(config, K2))]
+        return [plan_fused(config, a, b, c, out, t, counters(sync_slots(M, config)))]
     intermediate = scratch((M, K2))
     return [plan(a, b, intermediate, "tiled"), plan(intermediate, c, out, "tiled")]
 
@@ -158,9 +152,9 @@ def triple(a: Any, b: Any, c: Any, out: Any = None, *, algorithm: str = "auto",
 
     ``algorithm``:
 
-    - ``"fused"``: one launch; each CTA computes a block of the intermediate into
-      shared memory and multiplies it straight into D (``numba_gemm.kernels.triple``).
-      No size limit.
+    - ``"fused"``: one launch that runs the tiles of both products, each tile of D
+      as soon as its rows of the intermediate are done (the intermediate passes
+      through L2; ``numba_gemm.kernels.triple``). No size limit.
     - ``"auto"``: fused for small chains, unfused from :data:`FUSED_UP_TO_MACS`
       multiply-adds on (:func:`choose_triple_algorithm`).
     - ``"naive"``: seed 003's kernel, one block per row of D and one thread per
@@ -170,8 +164,7 @@ def triple(a: Any, b: Any, c: Any, out: Any = None, *, algorithm: str = "auto",
     ``order``: ``"left"`` computes (A @ B) @ C, ``"right"`` A @ (B @ C);
     ``"auto"`` the one with fewer multiply-adds (:func:`choose_order`).
     ``config``: the fused kernel's :class:`~numba_gemm.TileConfig` (default:
-    :func:`fused_config`). The fused kernel adds the middle dimension's chunks
-    into D atomically, so D can differ in the last bits from run to run.
+    :func:`fused_config`; ``split_k`` > 1 runs several thread groups per tile).
     """
     check_triple_arguments(algorithm, order, config)
     key = _plan_key(a, b, c, out, algorithm, order, config, stream)

@@ -46,13 +46,15 @@ def test_fused_layouts_and_dtypes(order, layout, dtype, rng):
 
 
 @pytest.mark.parametrize("layout", ["row", "col"])
-def test_fused_streams_many_n_tiles(layout, rng):
-    # 4 chunks of the middle dimension start at n-tiles 0, 1, 2 and 3 of 5 and wrap around:
-    # one copy pipeline runs through all 5 n-tiles (cp.async for row-major C, register-
-    # staged loads for column-major C), adding each tile into D as it completes.
-    a, b, c = make_chain(17, 5, 50, 70, np.float32, layout, rng)
+@pytest.mark.parametrize("split_k", [2, 3])
+def test_fused_with_split_k_groups(split_k, layout, rng):
+    # K1 = 13 and K2 = 50 in 4-deep k-tiles, dealt to 2 or 3 thread groups (the last group of
+    # three gets zeros past K1) whose partial tiles group 0 sums; 2 row blocks, 4 T tiles and 5
+    # D tiles per row block.
+    config = TileConfig(16, 16, 4, 4, 4, 2, 1, split_k=split_k)
+    a, b, c = make_chain(17, 13, 50, 70, np.float32, layout, rng)
     out = poisoned((17, 70), np.float32, layout=layout)
-    numba_gemm.triple(a, b, c, out, algorithm="fused", order="left")
+    numba_gemm.triple(a, b, c, out, algorithm="fused", order="left", config=config)
     assert_triple(out, a, b, c, np.float32)
 
 

@@ -77,12 +77,6 @@ if cuda.config.ENABLE_CUDASIM:
         for e in range(16 // dst.itemsize):
             dst[dst_index + e] = src[src_index + e]
 
-    @cuda.jit(device=True)
-    def add_vector(dst, dst_index, src, src_index):
-        """Simulator twin: 4 float32 of ``src`` added atomically into ``dst``, one by one."""
-        for e in range(4):
-            cuda.atomic.add(dst, dst_index + e, src[src_index + e])
-
     def cp_async(width):
         @cuda.jit(device=True)
         def copy(dst, dst_index, src, src_index, valid):
@@ -192,37 +186,8 @@ else:
             return types.void(), codegen
         return intrinsic(typer)
 
-    @intrinsic
-    def add_vector(typingctx, dst, dst_index, src, src_index):
-        """dst[dst_index:+4] += src[src_index:+4] for float32: one ``red.global.add.v4.f32``
-        (sm_90), an atomic add of a 16-byte vector (``dst`` global, aligned)."""
-        if not (_same_float_arrays(dst, src) and dst.dtype == types.float32
-                and isinstance(dst_index, types.Integer) and isinstance(src_index, types.Integer)):
-            return None
 
-        def codegen(context, builder, sig, args):
-            dst_t, _, src_t, _ = sig.args
-            dst_ptr = _pointer(context, builder, dst_t, args[0], args[1])
-            src_ptr = _pointer(context, builder, src_t, args[2], args[3])
-            f32 = ir.FloatType()
-            values = [builder.load(builder.gep(src_ptr, [ir.Constant(ir.IntType(64), e)]))
-                      for e in range(4)]
-            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [dst_ptr.type] + [f32] * 4),
-                               "red.global.add.v4.f32 [$0], {$1, $2, $3, $4};",
-                               "l,f,f,f,f,~{memory}", side_effect=True)
-            builder.call(asm, [dst_ptr, *values])
-            return context.get_dummy_value()
-
-        return types.void(dst, dst_index, src, src_index), codegen
-
-    cp_async_commit = _asm_statement("cp.async.commit_group;")
-
-    @functools.cache
-    def cp_async_wait(pending):
-        """Wait until at most ``pending`` committed groups of ``cp.async`` are in flight."""
-        return _asm_statement(f"cp.async.wait_group {int(pending)};")
-
-__all__ += ["load_vector", "store_vector", "add_vector", "cp_async", "cp_async_commit", "cp_async_wait"]
+__all__ += ["load_vector", "store_vector", "cp_async", "cp_async_commit", "cp_async_wait"]
 
 
 # --- waiting on a flag another CTA raises ------------------------------------------------------

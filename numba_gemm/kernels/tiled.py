@@ -57,9 +57,9 @@ from numba import cuda
 from ..descriptor import MatrixDesc
 from ..launch import STATIC_SHARED_LIMIT, KernelLaunch, cdiv, kernel_launch, shared_memory_limit
 from ..ordering import tile_of
-from .ptx import add_vector, cp_async, cp_async_commit, cp_async_wait, load_vector, store_vector
+from .ptx import cp_async, cp_async_commit, cp_async_wait, load_vector, store_vector
 
-__all__ = ["TileConfig", "DEFAULT_CONFIGS", "SharedLayout", "mainloop", "resident_mainloop", "tile_storer",
+__all__ = ["TileConfig", "DEFAULT_CONFIGS", "SharedLayout", "mainloop", "tile_storer",
            "split_k_parts", "kernel_jit", "plan_tiled", "operand_modes", "kernel_resources"]
 
 VECTOR_BYTES = 16  # one 128-bit load or store
@@ -315,16 +315,13 @@ def _operand_loader(config: TileConfig, dtype, block_x: int, mode: tuple):
     return False, first, load, load, step_k, step_x, 1  # put is unused: cp.async lands in place
 
 
-def tile_storer(config: TileConfig, dtype, mode: tuple, accumulate: bool = False):
-    """Device function: write (or, with ``accumulate``, atomically add) a thread's
-    THREAD_M x THREAD_N accumulator block into C.
+def tile_storer(config: TileConfig, dtype, mode: tuple):
+    """Device function: write a thread's THREAD_M x THREAD_N accumulator block into C.
 
     ``store(c, c0, stride_cm, stride_cn, M, N, acc, row0, col0)``: ``acc[i * THREAD_N + j]``
     holds C(row0 + (i // vec) * span_m + i % vec, col0 + (j // vec) * span_n + j % vec);
     C(m, n) is ``c[c0 + m * stride_cm + n * stride_cn]``; elements outside M x N are skipped.
-    Pieces run along C's contiguous axis (``mode``), as 16-byte vectors where allowed
-    (atomic adds: vectors of 4 float32 along a row, ``red.global.add.v4.f32``; else per
-    element).
+    Pieces run along C's contiguous axis (``mode``), as 16-byte vectors where allowed.
     Written as straight-line code (one piece per 16-byte vector of C), since a
     rolled loop would index ``acc`` at run time and push it out of registers.
     """
@@ -334,15 +331,7 @@ def tile_storer(config: TileConfig, dtype, mode: tuple, accumulate: bool = False
     span_m, span_n = config.block_m // (thread_m // vec), config.block_n // (thread_n // vec)
     scalar = np.dtype(dtype).type
     along_m = axis == "m"  # column-major C: pieces run down a column
-    use_vector = vectorised and not accumulate
-    add_vectors = vectorised and accumulate and axis == "n" and np.dtype(dtype) == np.float32
-
-    @cuda.jit(device=True)
-    def put(c, index, value):
-        if accumulate:
-            cuda.atomic.add(c, index, value)
-        else:
-            c[index] = value
+    use_vector = vectorised
 
     @cuda.jit(device=True)
     def store_piece(c, c0, stride_cm, stride_cn, M, N, acc, row0, col0, piece):
@@ -359,8 +348,8 @@ def tile_storer(config: TileConfig, dtype, mode: tuple, accumulate: bool = False
                 else:
                     for e in range(vec):
                         if m + e < M:
-                            put(c, c0 + (m + e) * stride_cm + n * stride_cn,
-                                acc[(v * vec + e) * thread_n + j])
+                            c[c0 + (m + e) * stride_cm + n * stride_cn] = \
+                                acc[(v * vec + e) * thread_n + j]
         else:  # piece = (row i, vector w of vec columns)
             i, w = piece // (thread_n // vec), piece % (thread_n // vec)
             m = row0 + (i // vec) * span_m + i % vec
@@ -368,13 +357,11 @@ def tile_storer(config: TileConfig, dtype, mode: tuple, accumulate: bool = False
             if m < M:
                 if use_vector and n + vec <= N:
                     store_vector(c, c0 + m * stride_cm + n, acc, i * thread_n + w * vec)
-                elif add_vectors and n + vec <= N:
-                    add_vector(c, c0 + m * stride_cm + n, acc, i * thread_n + w * vec)
                 else:
                     for f in range(vec):
                         if n + f < N:
-                            put(c, c0 + m * stride_cm + (n + f) * stride_cn,
-                                acc[i * thread_n + w * vec + f])
+                            c[c0 + m * stride_cm + (n + f) * stride_cn] = \
+                                acc[i * thread_n + w * vec + f]
 
     return _unrolled(store_piece, thread_m * thread_n // vec,
                      "c, c0, stride_cm, stride_cn, M, N, acc, row0, col0")
@@ -402,9 +389,8 @@ class SharedLayout:
     Per thread group (``split_k`` of them, each ``group`` elements from the last):
     ``stages`` k-major A tiles of ``a_row``-element rows, then ``stages`` B tiles.
     After the k loop the groups but the first leave their partial tiles in the same
-    memory for the first to sum (``partials`` elements). ``resident_base``: where a
-    kernel that keeps an A operand resident (the fused triple product) puts it.
-    ``end``: the elements a CTA needs.
+    memory for the first to sum (``partials`` elements). ``end``: the elements a CTA
+    needs.
     """
 
     a_row: int
@@ -414,7 +400,6 @@ class SharedLayout:
     b_base: int
     group: int
     partials: int
-    resident_base: int
     end: int
 
     @staticmethod
@@ -426,7 +411,7 @@ class SharedLayout:
         group = b_base + config.stages * b_stage
         partials = (config.split_k - 1) * config.block_m * config.block_n
         end = max(config.split_k * group, partials)
-        return SharedLayout(a_row, b_row, a_stage, b_stage, b_base, group, partials, end, end)
+        return SharedLayout(a_row, b_row, a_stage, b_stage, b_base, group, partials, end)
 
 
 def _k_tile_multiplier(config: TileConfig, dtype: np.dtype):
@@ -597,6 +582,8 @@ def split_k_parts(config: TileConfig, dtype: np.dtype):
 
     @cuda.jit(device=True)
     def group_of(cta_tid):
+        if SPLIT == 1:  # known when compiling: no division, and base folds into addresses
+            return 0, cta_tid, 0
         group = cta_tid // THREADS
         return group, cta_tid - group * THREADS, group * GROUP
 
@@ -620,120 +607,6 @@ def split_k_parts(config: TileConfig, dtype: np.dtype):
                     acc[e] += smem[g * SLOT + e * THREADS + tid]
 
     return group_of, k_slice, sum_partials
-
-
-@functools.cache
-def resident_mainloop(config: TileConfig, dtype: np.dtype, b_mode: tuple, finish):
-    """``(accumulate_row, b_registers)``: the device function ``accumulate_row(acc, a_frag,
-    b_frag, b_regs, smem, base, tid, group, b, b0, stride_bk, stride_bn, n_first, n_tiles, N,
-    K, thread_row, thread_col, finish_args)`` (``b_regs`` has ``b_registers`` elements): a
-    resident A tile (K rows of k, k-major in ``smem`` at ``SharedLayout.resident_base``,
-    shared by all groups) times B tiles ``b[b0 + k * stride_bk + n * stride_bn]``, k < K,
-    BLOCK_N wide (columns >= N read as 0).
-
-    The ``n_tiles`` tiles are dealt to the ``split_k`` thread groups in turn: group g takes
-    tiles n_first + g, n_first + g + split_k, ... (wrapping), cdiv(n_tiles, split_k) of
-    them, so every group runs the same number of k-tiles (a group short of a tile runs one
-    past N, all zeros, that ``finish`` skips). ``tid``/``base``: as in :func:`mainloop`.
-
-    One copy pipeline per group runs through all its tiles, so the next tile's copies are in
-    flight while this one's last k-tile is multiplied; after each tile's last k-tile
-    ``finish(acc, n0, finish_args)`` consumes the block (n0: the tile's first column) and
-    ``acc`` restarts at zero. The fused triple product's phase 2.
-    """
-    config.check(dtype)
-    vec = VECTOR_BYTES // dtype.itemsize
-    BLOCK_N, BLOCK_K, SPLIT = config.block_n, config.block_k, config.split_k
-    THREAD_M, THREAD_N, STAGES = config.thread_m, config.thread_n, config.stages
-    layout = SharedLayout.of(config, dtype)
-    A_STAGE, B_ROW, B_STAGE = layout.a_stage, layout.b_row, layout.b_stage
-    B_BASE, RESIDENT_BASE = layout.b_base, layout.resident_base
-    multiply_k_tile = _k_tile_multiplier(config, dtype)
-    B_STAGED, first_b, load_b, put_b, B_STEP_K, B_STEP_N, B_REGS = _operand_loader(
-        config, dtype, BLOCK_N, b_mode)
-    wait_for_oldest = cp_async_wait(STAGES - 2)
-    STEP = SPLIT * BLOCK_N  # from one of a group's tiles to its next
-
-    @cuda.jit(device=True)
-    def zero(acc):
-        for i in range(THREAD_M):
-            for j in range(THREAD_N):
-                acc[i * THREAD_N + j] = 0
-
-    @cuda.jit(device=True)
-    def following(n0, n_end):
-        """The first column of a group's next tile, wrapping at n_end."""
-        return n0 + STEP if n0 + STEP < n_end else n0 + STEP - n_end
-
-    @cuda.jit(device=True)
-    def accumulate_row(acc, a_frag, b_frag, b_regs, smem, base, tid, group, b, b0, stride_bk,
-                       stride_bn, n_first, n_tiles, N, K, thread_row, thread_col, finish_args):
-        zero(acc)
-        k_tiles = (K + BLOCK_K - 1) // BLOCK_K  # per n-tile
-        group_tiles = (n_tiles + SPLIT - 1) // SPLIT
-        total = group_tiles * k_tiles
-        n_end = group_tiles * STEP  # tile slots, a whole number per group
-        cuda.syncthreads()  # every thread is done with the shared buffers of earlier use
-        b_k, b_n = first_b(tid)
-        b_src = b0 + b_k * stride_bk + b_n * stride_bn
-        b_step = B_STEP_K * stride_bk + B_STEP_N * stride_bn
-        b_dst = base + B_BASE + b_k * B_ROW + b_n
-
-        # Positions (k-tile within its n-tile, first column of the n-tile) of the k-tile being
-        # multiplied and of the next one to copy; both advance through the group's tiles.
-        kt = 0
-        n0 = ((n_first + group) * BLOCK_N) % n_end
-        load_kt = 0
-        load_n0 = n0
-        if B_STAGED:  # k-tile 0 through registers now, each later one a k-tile ahead
-            load_b(b_regs, b, b_src + n0 * stride_bn, b_step, N - n0 - b_n, K - b_k)
-            put_b(smem, b_dst, b_regs)
-        else:
-            for s in range(STAGES - 1):
-                if s < total:
-                    load_b(smem, s * B_STAGE + b_dst, b,
-                           b_src + load_n0 * stride_bn + load_kt * BLOCK_K * stride_bk, b_step,
-                           N - load_n0 - b_n, K - load_kt * BLOCK_K - b_k)
-                    load_kt += 1
-                    if load_kt == k_tiles:
-                        load_kt = 0
-                        load_n0 = following(load_n0, n_end)
-                cp_async_commit()
-
-        stage = 0
-        for t in range(total):
-            wait_for_oldest()
-            cuda.syncthreads()
-            last_of_tile = kt == k_tiles - 1
-            next_n0 = following(n0, n_end) if last_of_tile else n0
-            next_kt = 0 if last_of_tile else kt + 1
-            if not B_STAGED:
-                if t + STAGES - 1 < total:
-                    ahead_stage = stage - 1 if stage > 0 else STAGES - 1
-                    load_b(smem, ahead_stage * B_STAGE + b_dst, b,
-                           b_src + load_n0 * stride_bn + load_kt * BLOCK_K * stride_bk, b_step,
-                           N - load_n0 - b_n, K - load_kt * BLOCK_K - b_k)
-                    load_kt += 1
-                    if load_kt == k_tiles:
-                        load_kt = 0
-                        load_n0 = following(load_n0, n_end)
-                cp_async_commit()
-            elif t + 1 < total:
-                load_b(b_regs, b, b_src + next_n0 * stride_bn + next_kt * BLOCK_K, b_step,
-                       N - next_n0 - b_n, K - next_kt * BLOCK_K - b_k)
-            multiply_k_tile(acc, a_frag, b_frag, smem,
-                            RESIDENT_BASE + kt * A_STAGE + thread_row * vec,
-                            base + B_BASE + stage * B_STAGE + thread_col * vec)
-            stage = stage + 1 if stage < STAGES - 1 else 0
-            if B_STAGED and t + 1 < total:
-                put_b(smem, stage * B_STAGE + b_dst, b_regs)
-            if last_of_tile:
-                finish(acc, n0, finish_args)
-                zero(acc)
-            kt = next_kt
-            n0 = next_n0
-
-    return accumulate_row, B_REGS
 
 
 def kernel_jit(threads: int):
