@@ -186,6 +186,13 @@ else:
             return types.void(), codegen
         return intrinsic(typer)
 
+    cp_async_commit = _asm_statement("cp.async.commit_group;")
+
+    @functools.cache
+    def cp_async_wait(pending):
+        """Wait until at most ``pending`` committed groups of ``cp.async`` are in flight."""
+        return _asm_statement(f"cp.async.wait_group {int(pending)};")
+
 
 __all__ += ["load_vector", "store_vector", "cp_async", "cp_async_commit", "cp_async_wait"]
 
