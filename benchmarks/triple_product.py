@@ -36,10 +36,10 @@ SIZES = (256, 512, 1024, 1536, 2048, 3072, 4096)
 ROUND_S = 0.02  # each timed round runs at least this long
 ROUNDS = 15
 
-SWEEP = (  # (block_m, block_n, block_k, thread_m, thread_n, stages, group_m)
-    (32, 32, 16, 4, 4, 3, 1), (32, 64, 16, 4, 4, 3, 1), (64, 32, 16, 4, 4, 3, 1),
-    (64, 64, 16, 4, 4, 3, 1), (64, 128, 16, 4, 8, 3, 1), (128, 64, 16, 8, 4, 3, 1),
-    (128, 128, 16, 8, 8, 2, 1), (128, 128, 16, 8, 8, 3, 1), (128, 128, 8, 8, 8, 3, 1),
+SWEEP = (  # (block_m, block_n, block_k, thread_m, thread_n, stages, group_m, split_k)
+    (32, 64, 16, 4, 4, 3, 1, 1), (32, 64, 16, 4, 4, 3, 1, 2), (32, 64, 16, 4, 4, 3, 1, 4),
+    (32, 64, 16, 4, 4, 4, 1, 4), (32, 32, 16, 4, 4, 3, 1, 4), (64, 32, 16, 4, 4, 3, 1, 4),
+    (64, 64, 16, 4, 4, 3, 8, 2), (64, 128, 16, 4, 8, 3, 8, 1), (128, 256, 16, 8, 16, 3, 8, 1),
 )
 
 
@@ -94,9 +94,9 @@ def measure(n: int, sweep: bool, rng) -> list[dict]:
         "jax": (lambda: jax_chain(ja, jb, jc), ""),
         "unfused": (lambda: numba_gemm.triple(a, b, c, out, algorithm="unfused"), ""),
         "fused": (lambda: numba_gemm.triple(a, b, c, out, algorithm="fused"),
-                  fused_config(n, n, np.float32).label()),
+                  fused_config(n, n, n, np.float32).label()),
         "fused, new out": (lambda: numba_gemm.triple(a, b, c, algorithm="fused"),
-                           fused_config(n, n, np.float32).label()),
+                           fused_config(n, n, n, np.float32).label()),
         "auto": (lambda: numba_gemm.triple(a, b, c, out), choose_triple_algorithm(n, n, n, n)),
         "jax_bridge.triple in jax.jit": (lambda: bridge_chain(ja, jb, jc),
                                          choose_triple_algorithm(n, n, n, n)),

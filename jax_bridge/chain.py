@@ -7,8 +7,8 @@ One primitive, ``numba_gemm_triple`` (``triple_p``), over 2-D operands:
 - *Lowering*: ``numba_gemm.chain.plan_triple`` decides order, algorithm and tiles,
   as for ``numba_gemm.triple``. On the GPU the fused (or naive) kernel's PTX goes
   into XLA's kernel call (as ``jax_bridge.lowering`` does for products); the
-  fused kernel's counters are a second, scratch output that the kernel call
-  zeroes before the launch. ``"unfused"`` lowers to two ``jax_bridge.matmul``
+  fused kernel's intermediate and counters are scratch outputs, the counters
+  zeroed by the kernel call before the launch. ``"unfused"`` lowers to two ``jax_bridge.matmul``
   products. On the CPU the kernels run on the Numba CUDA simulator through a
   buffer callback.
 - *Differentiation*: ``grad``/``vjp`` through a custom VJP whose cotangents are
@@ -92,15 +92,25 @@ def _native(ctx, a, b, c, *, algorithm, order, config):
     dtype = ctx.avals_in[0].dtype
     descs = [_row_major(name, aval.shape, dtype)
              for name, aval in zip(("a", "b", "c", "out"), (*ctx.avals_in, ctx.avals_out[0]))]
-    counters = []  # the fused kernel's counters: a scratch output, zeroed by the kernel call
-    [launch] = plan_triple(*descs, algorithm, order, config,
-                           counters=lambda count: counters.append(counters_desc(count)) or counters[0])
+    # The fused kernel's scratch buffers (T and the counters) are extra outputs of the kernel
+    # call, which zeroes the counters before the launch; XLA buffers have no address yet.
+    scratch = {}
+
+    def counters(count):
+        scratch["sync"] = (count,), np.uint32
+        return counters_desc(count)
+
+    def intermediate(shape):
+        scratch["t"] = shape, dtype
+        return _row_major("t", shape, dtype)
+
+    [launch] = plan_triple(*descs, algorithm, order, config, counters=counters,
+                           scratch=intermediate)
     # The kernel takes the chain's operands in the order it multiplies them: the right order
     # is the left order of the transposed chain (C^T, B^T, A^T).
     operands = (a, b, c) if order == "left" else (c, b, a)
-    avals_out = list(ctx.avals_out)
-    if counters:
-        avals_out.append(jax.core.ShapedArray((counters[0].shape[0],), np.uint32))
+    outputs = [arg.name for arg in launch.args if getattr(arg, "name", None) in scratch]
+    avals_out = [ctx.avals_out[0], *(jax.core.ShapedArray(*scratch[name]) for name in outputs)]
     rule = kernel_call_lowering(launch, zeroed=("sync",))
     return rule(ctx.replace(avals_out=avals_out), *operands)[:1]
 

@@ -83,7 +83,8 @@ def ptx_for(kernel, arg_kinds: tuple) -> tuple[str, str]:
 
     Numba's NVVM may stamp a PTX version newer than the driver's JIT accepts
     (XLA loads PTX through the driver); the kernels use no newer feature, so
-    the version line is lowered to the driver's.
+    the version line is lowered to the driver's. A register cap (``max_registers``)
+    becomes the entry's ``.maxnreg``.
     """
     from numba import cuda
     from numba_gemm.launch import kernel_signature
@@ -98,6 +99,12 @@ def ptx_for(kernel, arg_kinds: tuple) -> tuple[str, str]:
     entry = re.search(r"\.entry\s+([^\s(]+)\s*\(", ptx)
     if entry is None:
         raise RuntimeError("no .entry in the PTX Numba produced")
+    # Numba applies a kernel's register cap when it links, so its PTX lacks one: the driver
+    # JIT, which knows nothing of the block size, could exceed what the block can launch with.
+    max_registers = kernel.targetoptions.get("max_registers")
+    if max_registers:
+        body = ptx.index("{", entry.end())
+        ptx = f"{ptx[:body]}.maxnreg {int(max_registers)}\n{ptx[body:]}"
     return ptx, entry.group(1)
 
 

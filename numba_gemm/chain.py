@@ -10,10 +10,12 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
+from .autotune import config_for_shape
 from .api import check_choice, check_config, describe_product, plan, run_in_memory_space
 from .descriptor import DeviceNDArray, MatrixDesc  # Numba's device array class, resolved there
 from .kernels.tiled import TileConfig
-from .kernels.triple import check_fused_config, counters_desc, plan_fused, plan_naive, sync_slots
+from .kernels.triple import (counters_desc, intermediate_shape, intermediate_view, plan_fused,
+                             plan_naive, sync_slots)
 from .launch import KernelLaunch, PreparedLaunch, allocate_output, cdiv, simulated, stream_handle
 
 __all__ = ["TRIPLE_ALGORITHMS", "ORDERS", "FUSED_UP_TO_MACS", "triple", "choose_order",
@@ -22,19 +24,13 @@ __all__ = ["TRIPLE_ALGORITHMS", "ORDERS", "FUSED_UP_TO_MACS", "triple", "choose_
 TRIPLE_ALGORITHMS = ("auto", "naive", "fused", "unfused")
 ORDERS = ("auto", "left", "right")
 
-# The fused kernel's tiles, largest first: the first that gives at least FILL_CTAS CTAs
-# (row blocks x chunks of the middle dimension) is used; small problems take the last.
-# float32: the fastest of 9 candidates at N = 512 (32 x 64) and at 1024 to 4096 (64 x 128)
-# on an H100 (benchmarks/triple_product.py --sweep).
-FUSED_CONFIGS = {
-    np.dtype(np.float32): (
-        TileConfig(64, 128, 16, 4, 8, 3, 1),
-        TileConfig(32, 64, 16, 4, 4, 3, 1),
-    ),
-    np.dtype(np.float64): (
-        TileConfig(64, 64, 16, 4, 4, 2, 1),
-        TileConfig(32, 64, 16, 4, 4, 2, 1),
-    ),
+# The fused kernel's tiles. Where the tiled GEMM's tuned tiles for A @ B give at least
+# FILL_CTAS CTAs, those (each phase then runs as the tiled GEMM would); for smaller products,
+# SMALL_FUSED_CONFIGS: small tiles with split-k groups, so each SM runs 16 warps (an H100, N = 512,
+# benchmarks/triple_product.py --sweep).
+SMALL_FUSED_CONFIGS = {
+    np.dtype(np.float32): TileConfig(32, 64, 16, 4, 4, 3, 1, split_k=4),
+    np.dtype(np.float64): TileConfig(32, 64, 16, 4, 4, 2, 1, split_k=2),
 }
 FILL_CTAS = 128  # about one per SM of an H100/H200 (132)
 SIMULATOR_FUSED_CONFIG = TileConfig(16, 16, 4, 4, 4, 2, 1)  # 16 threads: simulator-sized
@@ -48,15 +44,14 @@ def choose_order(M: int, K1: int, K2: int, N: int) -> str:
     return "left" if left <= right else "right"
 
 
-def fused_config(M: int, K2: int, dtype) -> TileConfig:
-    """The fused kernel's default tiles for an M-row product with middle dimension K2."""
+def fused_config(M: int, K1: int, K2: int, dtype) -> TileConfig:
+    """The fused kernel's default tiles for A (M x K1) @ B (K1 x K2) @ C."""
     if simulated():
         return SIMULATOR_FUSED_CONFIG
-    configs = FUSED_CONFIGS[np.dtype(dtype)]
-    for config in configs:
-        if cdiv(M, config.block_m) * cdiv(K2, config.block_n) >= FILL_CTAS:
-            return config
-    return configs[-1]
+    tuned = config_for_shape(M, K2, K1, dtype)
+    if cdiv(M, tuned.block_m) * cdiv(K2, tuned.block_n) >= FILL_CTAS:
+        return tuned
+    return SMALL_FUSED_CONFIGS[np.dtype(dtype)]
 
 
 def _transposed(desc: MatrixDesc) -> MatrixDesc:
@@ -110,10 +105,11 @@ def resolve(M: int, K1: int, K2: int, N: int, algorithm: str, order: str,
     return algorithm, order
 
 
-# "auto" fuses up to this many multiply-adds (the chain's two products together): twice
-# those of N = 512. Measured on an H100 (benchmarks/triple_product.py): fused beats two tiled
-# GEMMs 1.6x at N = 512 and loses (0.6x-0.8x) at N = 1024, where the tiled kernel fills the GPU
-# and the fused kernel's per-n-tile pipeline restarts and atomics cost more than they save.
+# "auto" fuses up to this many multiply-adds (the chain's two products together): twice those
+# of N = 512. Measured on an H100 (benchmarks/triple_product.py): fused beats two tiled GEMMs
+# 2.2x at N = 512 and 1.02x at 1024 through numba_gemm.triple, but jax_bridge.triple's fused
+# call took 1.7x longer than its unfused pair at 1024 (not understood yet), and from 1536 on
+# fused is within -4% to +16% of unfused.
 FUSED_UP_TO_MACS = 4 * 512 ** 3
 
 
@@ -132,7 +128,8 @@ def plan_triple(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, out: MatrixDesc,
     runs the result, ``jax_bridge.triple`` hands it to XLA). The right order is
     the left order of the transposed chain: D^T = (C^T @ B^T) @ A^T, on
     transposed views. ``counters(count)`` gives the fused kernel's zeroed uint32
-    buffer, ``scratch(shape)`` the unfused pair's intermediate (both descriptors).
+    buffer, ``scratch(shape)`` a row-major buffer for the intermediate (both
+    descriptors).
     """
     algorithm, order = resolve(a.shape[0], a.shape[1], c.shape[0], c.shape[1], algorithm, order,
                                config)
@@ -142,8 +139,9 @@ def plan_triple(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, out: MatrixDesc,
     if algorithm == "naive":
         return [plan_naive(a, b, c, out)]
     if algorithm == "fused":
-        config = config or fused_config(M, K2, a.dtype)
-        return [plan_fused(config, a, b, c, out, counters(sync_slots(M, config)))]
+        config = config or fused_config(M, a.shape[1], K2, a.dtype)
+        t = intermediate_view(scratch(intermediate_shape(M, K2, a.dtype)), M, K2)
+        return [plan_fused(config, a, b, c, out, t, counters(sync_slots(M, config)))]
     intermediate = scratch((M, K2))
     return [plan(a, b, intermediate, "tiled"), plan(intermediate, c, out, "tiled")]
 
@@ -155,9 +153,9 @@ def triple(a: Any, b: Any, c: Any, out: Any = None, *, algorithm: str = "auto",
 
     ``algorithm``:
 
-    - ``"fused"``: one launch; each CTA computes a block of the intermediate into
-      shared memory and multiplies it straight into D (``numba_gemm.kernels.triple``).
-      No size limit.
+    - ``"fused"``: one launch that runs the tiles of both products, each tile of D
+      as soon as its rows of the intermediate are done (the intermediate passes
+      through L2; ``numba_gemm.kernels.triple``). No size limit.
     - ``"auto"``: fused for small chains, unfused from :data:`FUSED_UP_TO_MACS`
       multiply-adds on (:func:`choose_triple_algorithm`).
     - ``"naive"``: seed 003's kernel, one block per row of D and one thread per
@@ -167,8 +165,7 @@ def triple(a: Any, b: Any, c: Any, out: Any = None, *, algorithm: str = "auto",
     ``order``: ``"left"`` computes (A @ B) @ C, ``"right"`` A @ (B @ C);
     ``"auto"`` the one with fewer multiply-adds (:func:`choose_order`).
     ``config``: the fused kernel's :class:`~numba_gemm.TileConfig` (default:
-    :func:`fused_config`). The fused kernel adds the middle dimension's chunks
-    into D atomically, so D can differ in the last bits from run to run.
+    :func:`fused_config`; ``split_k`` > 1 runs several thread groups per tile).
     """
     check_triple_arguments(algorithm, order, config)
     key = _plan_key(a, b, c, out, algorithm, order, config, stream)
@@ -182,7 +179,7 @@ def triple(a: Any, b: Any, c: Any, out: Any = None, *, algorithm: str = "auto",
     (a_desc, b_desc, c_desc), out_desc = describe_product((("a", a), ("b", b), ("c", c)), out, stream)
     dtype = a_desc.dtype
     if config is not None:
-        check_fused_config(config, dtype)
+        config.check(dtype)
 
     scratch = []  # the unfused intermediate (a cache entry keeps it alive)
 

@@ -25,6 +25,19 @@ def test_loop_orders_on_gpu(algorithm, shape, layout, rng):
     assert_product(out, a, b, np.float32)
 
 
+@pytest.mark.parametrize("layout", ["row", "b_col"])  # cp.async copies; register-staged B
+@pytest.mark.parametrize("config", [numba_gemm.TileConfig(32, 64, 16, 4, 4, 3, 1, split_k=4),
+                                    numba_gemm.TileConfig(64, 128, 16, 4, 8, 3, 8, split_k=2)],
+                         ids=lambda c: c.label())
+def test_split_k_configs_on_gpu(config, layout, rng):
+    # 512 and 256 threads per CTA, k sliced over the groups (1: all but one group past K).
+    for M, N, K in [(1, 1, 1), (257, 1023, 129), (512, 512, 512), (100, 70, 3000)]:
+        a, b = make_operands(M, N, K, np.float32, layout, rng, to_device=True)
+        out = poisoned((M, N), np.float32, to_device=True, layout=layout)
+        numba_gemm.matmul(a, b, out, algorithm="tiled", config=config)
+        assert_product(out, a, b, np.float32)
+
+
 @pytest.mark.parametrize("algorithm", numba_gemm.ALGORITHMS)
 def test_float64_on_gpu(algorithm, rng):
     a, b = make_operands(300, 211, 401, np.float64, "sliced", rng, to_device=True)

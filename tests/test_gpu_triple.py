@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import numba_gemm
-from numba_gemm.chain import _COUNTERS, FUSED_CONFIGS
+from numba_gemm.chain import _COUNTERS, SMALL_FUSED_CONFIGS
+from numba_gemm.kernels.tiled import TileConfig
 from numba_gemm.testing import assert_triple, make_chain, poisoned, relative_error
 
 pytestmark = pytest.mark.gpu
@@ -44,7 +45,12 @@ def test_rectangular(algorithm, shape, order, layout, rng):
     assert_triple(out, a, b, c, np.float32)
 
 
-@pytest.mark.parametrize("config", FUSED_CONFIGS[np.dtype(np.float32)], ids=lambda c: c.label())
+# The small-problem default, the tuned tiles of large products, and split-k with 1024 threads.
+FUSED_CONFIGS = [SMALL_FUSED_CONFIGS[np.dtype(np.float32)], TileConfig(128, 256, 16, 8, 16, 3, 8),
+                 TileConfig(64, 128, 16, 4, 8, 3, 8), TileConfig(32, 64, 16, 4, 4, 2, 1, split_k=8)]
+
+
+@pytest.mark.parametrize("config", FUSED_CONFIGS, ids=lambda c: c.label())
 def test_every_fused_config(config, rng):
     a, b, c = make_chain(700, 333, 1000, 517, np.float32, "mixed", rng, to_device=True)
     out = poisoned((700, 517), np.float32, to_device=True)

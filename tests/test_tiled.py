@@ -21,6 +21,8 @@ CONFIGS = {
     # Two 16-byte runs per thread along m, three stages, a group of 2 tile-rows.
     "32x32x8-t8x4-s3": TileConfig(block_m=32, block_n=32, block_k=8, thread_m=8, thread_n=4,
                                   stages=3, group_m=2),
+    # Three thread groups per CTA, each over its slice of k, summed through shared memory.
+    "16x16x4-t4x4-s2-k3": TileConfig(16, 16, 4, 4, 4, 2, 1, split_k=3),
 }
 # 1 and primes; (48, 40, 24): interior CTAs and whole k-tiles (the copy fast path) beside edges;
 # multiples of 4 keep rows 16-byte aligned so the vector copies and stores run.
@@ -111,3 +113,8 @@ def test_config_shared_bytes_and_threads():
     assert config.threads == 256
     assert config.shared_bytes(np.float32) == 3 * 16 * ((256 + 4) + (128 + 4)) * 4
     assert config.label() == "256x128x16/t16x8/s3/g8"
+    # Split-k: a pipeline per group; the partial tiles reuse it (here they need more room).
+    split = TileConfig(32, 64, 4, 4, 4, 2, 1, split_k=4)
+    assert (split.threads, split.cta_threads) == (128, 512)
+    assert split.shared_bytes(np.float32) == 3 * 32 * 64 * 4 > 4 * 2 * 4 * ((32 + 4) + (64 + 4)) * 4
+    assert split.label() == "32x64x4/t4x4/s2/g1/k4"

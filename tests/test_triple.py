@@ -45,6 +45,19 @@ def test_fused_layouts_and_dtypes(order, layout, dtype, rng):
     assert_triple(out, a, b, c, dtype)
 
 
+@pytest.mark.parametrize("layout", ["row", "col"])
+@pytest.mark.parametrize("split_k", [2, 3])
+def test_fused_with_split_k_groups(split_k, layout, rng):
+    # K1 = 13 and K2 = 50 in 4-deep k-tiles, dealt to 2 or 3 thread groups (the last group of
+    # three gets zeros past K1) whose partial tiles group 0 sums; 2 row blocks, 4 T tiles and 5
+    # D tiles per row block.
+    config = TileConfig(16, 16, 4, 4, 4, 2, 1, split_k=split_k)
+    a, b, c = make_chain(17, 13, 50, 70, np.float32, layout, rng)
+    out = poisoned((17, 70), np.float32, layout=layout)
+    numba_gemm.triple(a, b, c, out, algorithm="fused", order="left", config=config)
+    assert_triple(out, a, b, c, np.float32)
+
+
 @pytest.mark.parametrize("algorithm", ["naive", "unfused"])
 def test_float64_and_new_output(algorithm, rng):
     a, b, c = make_chain(9, 17, 6, 13, np.float64, "sliced", rng)
@@ -120,8 +133,8 @@ def test_naive_limit_points_to_fused():
     ("ok", {"algorithm": "unfused", "config": TileConfig()}, ValueError,
      "config applies to the fused triple-product kernel"),
     ("ok", {"config": "big"}, TypeError, "config must be a numba_gemm.TileConfig"),
-    ("ok", {"algorithm": "fused", "config": TileConfig(64, 32, 64, 4, 4, 2, 1)}, ValueError,
-     "block_n"),
+    ("ok", {"algorithm": "fused", "config": TileConfig(64, 64, 16, 4, 4, 2, 1, split_k=8)},
+     ValueError, "2048 threads per CTA"),
 ])
 def test_argument_errors(args, kwargs, error, message):
     a, b, c = _chain()

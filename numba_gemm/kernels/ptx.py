@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from numba import cuda, types
 
-__all__ = ["load_from_l2"]
+__all__ = ["load_from_l2", "backoff"]
 
 if cuda.config.ENABLE_CUDASIM:
 
@@ -193,4 +193,23 @@ else:
         """Wait until at most ``pending`` committed groups of ``cp.async`` are in flight."""
         return _asm_statement(f"cp.async.wait_group {int(pending)};")
 
+
 __all__ += ["load_vector", "store_vector", "cp_async", "cp_async_commit", "cp_async_wait"]
+
+
+# --- waiting on a flag another CTA raises ------------------------------------------------------
+
+if cuda.config.ENABLE_CUDASIM:
+
+    @cuda.jit(device=True)
+    def backoff():
+        """Simulator twin of a short sleep between polls: nothing (the simulator runs one
+        block at a time, so a flag it waits on is already raised)."""
+
+else:
+
+    @cuda.jit(device=True)
+    def backoff():
+        """Sleep ~0.2 us between polls of a flag, so the spinning warp leaves the SM's issue
+        slots to the CTAs doing the work it waits for."""
+        cuda.nanosleep(200)

@@ -59,8 +59,8 @@ from ..launch import STATIC_SHARED_LIMIT, KernelLaunch, cdiv, kernel_launch, sha
 from ..ordering import tile_of
 from .ptx import cp_async, cp_async_commit, cp_async_wait, load_vector, store_vector
 
-__all__ = ["TileConfig", "DEFAULT_CONFIGS", "SharedLayout", "RESIDENT", "mainloop", "tile_storer",
-           "plan_tiled", "operand_modes", "kernel_resources"]
+__all__ = ["TileConfig", "DEFAULT_CONFIGS", "SharedLayout", "mainloop", "tile_storer",
+           "split_k_parts", "kernel_jit", "plan_tiled", "operand_modes", "kernel_resources"]
 
 VECTOR_BYTES = 16  # one 128-bit load or store
 MAX_THREADS = 1024
@@ -75,7 +75,10 @@ class TileConfig:
     pipeline stage; ``thread_m x thread_n``: the C block each thread keeps in
     registers; ``stages``: shared-memory buffers (>= 2; ``stages - 1`` k-tiles
     load while one is multiplied); ``group_m``: the grouped ordering's group
-    height (1 = row-major). Threads per CTA follow: ``threads``.
+    height (1 = row-major); ``split_k``: thread groups per CTA, each running the k loop over
+    its own slice of k with its own pipeline, their partial tiles summed through shared
+    memory (more warps per SM where a product has few tiles). Threads follow: ``threads`` per
+    group, ``cta_threads`` per CTA.
     """
 
     block_m: int = 128
@@ -85,6 +88,7 @@ class TileConfig:
     thread_n: int = 8
     stages: int = 3
     group_m: int = 8
+    split_k: int = 1
 
     @property
     def threads_m(self) -> int:
@@ -98,11 +102,14 @@ class TileConfig:
     def threads(self) -> int:
         return self.threads_m * self.threads_n
 
+    @property
+    def cta_threads(self) -> int:
+        return self.threads * self.split_k
+
     def shared_bytes(self, dtype) -> int:
-        """Dynamic shared memory per CTA: ``stages`` padded k-major tiles of A and B."""
-        itemsize = np.dtype(dtype).itemsize
-        vec = VECTOR_BYTES // itemsize
-        return self.stages * self.block_k * (self.block_m + vec + self.block_n + vec) * itemsize
+        """Dynamic shared memory per CTA: per group ``stages`` padded k-major tiles of A and B
+        (the split-k sum reuses them: see :class:`SharedLayout`)."""
+        return SharedLayout.of(self, dtype).end * np.dtype(dtype).itemsize
 
     def check(self, dtype) -> None:
         """Raise ``ValueError`` saying which constraint this config breaks for ``dtype``."""
@@ -122,9 +129,10 @@ class TileConfig:
             if getattr(self, tile) % getattr(self, part):
                 raise ValueError(f"TileConfig.{tile} = {getattr(self, tile)} must be a multiple of "
                                  f"{part} = {getattr(self, part)} (whole thread blocks per tile)")
-        if self.threads > MAX_THREADS:
-            raise ValueError(f"TileConfig gives {self.threads} threads per CTA; CUDA allows "
-                             f"{MAX_THREADS}: raise thread_m/thread_n or shrink the block tile")
+        if self.cta_threads > MAX_THREADS:
+            raise ValueError(f"TileConfig gives {self.cta_threads} threads per CTA ({self.threads} "
+                             f"per group x split_k = {self.split_k}); CUDA allows {MAX_THREADS}: "
+                             f"raise thread_m/thread_n, shrink the block tile or lower split_k")
         warp_n, warp_m = _warp_shape(self)
         if self.threads_n % warp_n or self.threads_m % warp_m:
             raise ValueError(f"the {self.threads_m} x {self.threads_n} thread grid must split into "
@@ -144,7 +152,7 @@ class TileConfig:
 
     def label(self) -> str:
         return (f"{self.block_m}x{self.block_n}x{self.block_k}/t{self.thread_m}x{self.thread_n}"
-                f"/s{self.stages}/g{self.group_m}")
+                f"/s{self.stages}/g{self.group_m}" + (f"/k{self.split_k}" if self.split_k > 1 else ""))
 
 
 # Fallbacks when the tuning caches have nothing for a device: the H200's winner at 2048^3
@@ -307,15 +315,13 @@ def _operand_loader(config: TileConfig, dtype, block_x: int, mode: tuple):
     return False, first, load, load, step_k, step_x, 1  # put is unused: cp.async lands in place
 
 
-def tile_storer(config: TileConfig, dtype, mode: tuple, accumulate: bool = False):
-    """Device function: write (or, with ``accumulate``, atomically add) a thread's
-    THREAD_M x THREAD_N accumulator block into C.
+def tile_storer(config: TileConfig, dtype, mode: tuple):
+    """Device function: write a thread's THREAD_M x THREAD_N accumulator block into C.
 
     ``store(c, c0, stride_cm, stride_cn, M, N, acc, row0, col0)``: ``acc[i * THREAD_N + j]``
     holds C(row0 + (i // vec) * span_m + i % vec, col0 + (j // vec) * span_n + j % vec);
     C(m, n) is ``c[c0 + m * stride_cm + n * stride_cn]``; elements outside M x N are skipped.
-    Pieces run along C's contiguous axis (``mode``), as 16-byte vectors where allowed
-    (plain stores only: the atomic adds are per element).
+    Pieces run along C's contiguous axis (``mode``), as 16-byte vectors where allowed.
     Written as straight-line code (one piece per 16-byte vector of C), since a
     rolled loop would index ``acc`` at run time and push it out of registers.
     """
@@ -325,14 +331,7 @@ def tile_storer(config: TileConfig, dtype, mode: tuple, accumulate: bool = False
     span_m, span_n = config.block_m // (thread_m // vec), config.block_n // (thread_n // vec)
     scalar = np.dtype(dtype).type
     along_m = axis == "m"  # column-major C: pieces run down a column
-    use_vector = vectorised and not accumulate
-
-    @cuda.jit(device=True)
-    def put(c, index, value):
-        if accumulate:
-            cuda.atomic.add(c, index, value)
-        else:
-            c[index] = value
+    use_vector = vectorised
 
     @cuda.jit(device=True)
     def store_piece(c, c0, stride_cm, stride_cn, M, N, acc, row0, col0, piece):
@@ -349,8 +348,8 @@ def tile_storer(config: TileConfig, dtype, mode: tuple, accumulate: bool = False
                 else:
                     for e in range(vec):
                         if m + e < M:
-                            put(c, c0 + (m + e) * stride_cm + n * stride_cn,
-                                acc[(v * vec + e) * thread_n + j])
+                            c[c0 + (m + e) * stride_cm + n * stride_cn] = \
+                                acc[(v * vec + e) * thread_n + j]
         else:  # piece = (row i, vector w of vec columns)
             i, w = piece // (thread_n // vec), piece % (thread_n // vec)
             m = row0 + (i // vec) * span_m + i % vec
@@ -361,8 +360,8 @@ def tile_storer(config: TileConfig, dtype, mode: tuple, accumulate: bool = False
                 else:
                     for f in range(vec):
                         if n + f < N:
-                            put(c, c0 + m * stride_cm + (n + f) * stride_cn,
-                                acc[i * thread_n + w * vec + f])
+                            c[c0 + m * stride_cm + (n + f) * stride_cn] = \
+                                acc[i * thread_n + w * vec + f]
 
     return _unrolled(store_piece, thread_m * thread_n // vec,
                      "c, c0, stride_cm, stride_cn, M, N, acc, row0, col0")
@@ -387,9 +386,11 @@ def _unrolled(step, count: int, params: str):
 class SharedLayout:
     """Where a CTA's tiles sit in its dynamic shared memory (element offsets).
 
-    ``stages`` k-major A tiles of ``a_row``-element rows, then ``stages`` B tiles,
-    then (kernels that keep an A operand resident, e.g. the fused triple product)
-    ``resident_k`` rows of a resident A operand laid out like the A stages.
+    Per thread group (``split_k`` of them, each ``group`` elements from the last):
+    ``stages`` k-major A tiles of ``a_row``-element rows, then ``stages`` B tiles.
+    After the k loop the groups but the first leave their partial tiles in the same
+    memory for the first to sum (``partials`` elements). ``end``: the elements a CTA
+    needs.
     """
 
     a_row: int
@@ -397,7 +398,9 @@ class SharedLayout:
     a_stage: int
     b_stage: int
     b_base: int
-    resident_base: int
+    group: int
+    partials: int
+    end: int
 
     @staticmethod
     def of(config: TileConfig, dtype) -> "SharedLayout":
@@ -405,7 +408,10 @@ class SharedLayout:
         a_row, b_row = config.block_m + vec, config.block_n + vec
         a_stage, b_stage = config.block_k * a_row, config.block_k * b_row
         b_base = config.stages * a_stage
-        return SharedLayout(a_row, b_row, a_stage, b_stage, b_base, b_base + config.stages * b_stage)
+        group = b_base + config.stages * b_stage
+        partials = (config.split_k - 1) * config.block_m * config.block_n
+        end = max(config.split_k * group, partials)
+        return SharedLayout(a_row, b_row, a_stage, b_stage, b_base, group, partials, end)
 
 
 def _k_tile_multiplier(config: TileConfig, dtype: np.dtype):
@@ -433,9 +439,6 @@ def _k_tile_multiplier(config: TileConfig, dtype: np.dtype):
     return _unrolled(k_step, config.block_k, "acc, a_frag, b_frag, smem, a_tile, b_tile")
 
 
-RESIDENT = ("resident", False)  # operand mode: A already sits k-major in shared memory
-
-
 @functools.cache
 def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple):
     """``(thread_tile, accumulate, a_registers, b_registers)``: a CTA's k loop, shared by
@@ -446,14 +449,16 @@ def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple):
     ``thread_tile(tid) -> (thread_row, thread_col)``: where this thread's register
     block sits in the CTA tile, in units of 16-byte vectors.
 
-    ``accumulate(acc, a_frag, b_frag, a_regs, b_regs, smem, a, a0, stride_am, stride_ak,
-    b, b0, stride_bk, stride_bn, m_left, n_left, K, thread_row, thread_col)`` sets ``acc``
-    to this thread's block of A-tile @ B-tile, where the A tile is ``a[a0 + m * stride_am
-    + k * stride_ak]`` for m < min(BLOCK_M, m_left), k < K (likewise B from ``b0``, with
-    n < min(BLOCK_N, n_left)). With ``a_mode == RESIDENT`` the A tile is not loaded: it
-    already sits k-major in ``smem`` at ``SharedLayout.resident_base`` (K <= its rows),
-    and ``a``, ``a0`` and A's strides are ignored. Starts with a barrier, so it may run
-    again on the same shared memory.
+    ``accumulate(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, a, a0, stride_am,
+    stride_ak, b, b0, stride_bk, stride_bn, m_left, n_left, K, k_tiles, thread_row,
+    thread_col)`` sets ``acc`` to this thread's block of A-tile @ B-tile, where the A tile
+    is ``a[a0 + m * stride_am + k * stride_ak]`` for m < min(BLOCK_M, m_left), k < K
+    (likewise B from ``b0``, with n < min(BLOCK_N, n_left)), in ``k_tiles`` k-tiles (at
+    least cdiv(K, BLOCK_K); those past K, and a K <= 0, add zeros). ``tid`` is the thread's
+    index in its group and ``base`` the group's first element of ``smem`` (0 and
+    ``threadIdx.x`` without split-k: :func:`split_k_parts`). Starts with a barrier of the
+    whole CTA, so every group must run the same ``k_tiles``; it may run again on the same
+    shared memory.
     """
     config.check(dtype)
     vec = VECTOR_BYTES // dtype.itemsize
@@ -463,15 +468,10 @@ def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple):
     WARPS_N = config.threads_n // WARP_N
     layout = SharedLayout.of(config, dtype)
     A_ROW, B_ROW, A_STAGE, B_STAGE = layout.a_row, layout.b_row, layout.a_stage, layout.b_stage
-    B_BASE, RESIDENT_BASE = layout.b_base, layout.resident_base
-    A_RESIDENT = a_mode == RESIDENT
+    B_BASE = layout.b_base
     multiply_k_tile = _k_tile_multiplier(config, dtype)
-    if A_RESIDENT:
-        A_STAGED, first_a, load_a, put_a, A_STEP_K, A_STEP_M = False, None, None, None, 0, 0
-        A_REGS = 1
-    else:
-        A_STAGED, first_a, load_a, put_a, A_STEP_K, A_STEP_M, A_REGS = _operand_loader(
-            config, dtype, BLOCK_M, a_mode)
+    A_STAGED, first_a, load_a, put_a, A_STEP_K, A_STEP_M, A_REGS = _operand_loader(
+        config, dtype, BLOCK_M, a_mode)
     B_STAGED, first_b, load_b, put_b, B_STEP_K, B_STEP_N, B_REGS = _operand_loader(
         config, dtype, BLOCK_N, b_mode)
     wait_for_oldest = cp_async_wait(STAGES - 2)
@@ -484,27 +484,25 @@ def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple):
                 (warp % WARPS_N) * WARP_N + lane % WARP_N)
 
     @cuda.jit(device=True)
-    def accumulate(acc, a_frag, b_frag, a_regs, b_regs, smem, a, a0, stride_am, stride_ak,
-                   b, b0, stride_bk, stride_bn, m_left, n_left, K, thread_row, thread_col):
-        tid = cuda.threadIdx.x
+    def accumulate(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, a, a0, stride_am,
+                   stride_ak, b, b0, stride_bk, stride_bn, m_left, n_left, K, k_tiles, thread_row,
+                   thread_col):
         for i in range(THREAD_M):  # nested: NVVM unrolls short loops, and a rolled loop
             for j in range(THREAD_N):  # would index acc at run time, forcing it out of registers
                 acc[i * THREAD_N + j] = 0
-        k_tiles = (K + BLOCK_K - 1) // BLOCK_K
         # Every thread is done with the shared buffers of any previous use.
         cuda.syncthreads()
 
         # -- this thread's first copy of each operand tile, at k = 0 ------------------------
-        if not A_RESIDENT:
-            a_k, a_m = first_a(tid)
-            a_src = a0 + a_k * stride_ak + a_m * stride_am
-            a_step = A_STEP_K * stride_ak + A_STEP_M * stride_am
-            a_dst = a_k * A_ROW + a_m
-            a_x_left = m_left - a_m
+        a_k, a_m = first_a(tid)
+        a_src = a0 + a_k * stride_ak + a_m * stride_am
+        a_step = A_STEP_K * stride_ak + A_STEP_M * stride_am
+        a_dst = base + a_k * A_ROW + a_m
+        a_x_left = m_left - a_m
         b_k, b_n = first_b(tid)
         b_src = b0 + b_k * stride_bk + b_n * stride_bn
         b_step = B_STEP_K * stride_bk + B_STEP_N * stride_bn
-        b_dst = B_BASE + b_k * B_ROW + b_n
+        b_dst = base + B_BASE + b_k * B_ROW + b_n
         b_x_left = n_left - b_n
 
         # -- prologue: start copying the first STAGES - 1 k-tiles -------------------------
@@ -518,7 +516,7 @@ def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple):
         for s in range(STAGES - 1):
             if s < k_tiles:
                 k0 = s * BLOCK_K
-                if not A_STAGED and not A_RESIDENT:
+                if not A_STAGED:
                     load_a(smem, s * A_STAGE + a_dst, a, a_src + k0 * stride_ak, a_step,
                            a_x_left, K - k0 - a_k)
                 if not B_STAGED:
@@ -537,7 +535,7 @@ def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple):
             if ahead < k_tiles:
                 ahead_stage = stage - 1 if stage > 0 else STAGES - 1  # = ahead % STAGES
                 k0 = ahead * BLOCK_K
-                if not A_STAGED and not A_RESIDENT:
+                if not A_STAGED:
                     load_a(smem, ahead_stage * A_STAGE + a_dst, a, a_src + k0 * stride_ak,
                            a_step, a_x_left, K - k0 - a_k)
                 if not B_STAGED:
@@ -550,11 +548,8 @@ def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple):
                 load_a(a_regs, a, a_src + next_k0, a_step, a_x_left, K - next_k0 - a_k)
             if B_STAGED and t + 1 < k_tiles:
                 load_b(b_regs, b, b_src + next_k0, b_step, b_x_left, K - next_k0 - b_k)
-            if A_RESIDENT:
-                a_tile = RESIDENT_BASE + t * A_STAGE + thread_row * vec
-            else:
-                a_tile = stage * A_STAGE + thread_row * vec
-            b_tile = B_BASE + stage * B_STAGE + thread_col * vec
+            a_tile = base + stage * A_STAGE + thread_row * vec
+            b_tile = base + B_BASE + stage * B_STAGE + thread_col * vec
             multiply_k_tile(acc, a_frag, b_frag, smem, a_tile, b_tile)
             stage = stage + 1 if stage < STAGES - 1 else 0
             # The next stage's buffers were last read in iteration t + 1 - STAGES, which every
@@ -568,6 +563,62 @@ def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple):
 
 
 @functools.cache
+def split_k_parts(config: TileConfig, dtype: np.dtype):
+    """``(group_of, k_slice, sum_partials)``: the device functions of split-k inside a CTA.
+
+    - ``group_of(cta_tid) -> (group, tid, base)``: a thread's group, its index in the
+      group and the group's first element of shared memory (its own pipeline buffers);
+    - ``k_slice(K, group) -> (k0, k_len, k_tiles)``: the group's slice of the k range,
+      ``k_len`` elements from ``k0`` (<= 0 for a group past K), in ``k_tiles`` k-tiles,
+      the same number for every group (``mainloop``'s barriers are the whole CTA's);
+    - ``sum_partials(acc, smem, tid, group)``: after the k loops, group 0's ``acc``
+      becomes the sum of every group's, added in group order (deterministic). Partial
+      tiles pass through shared memory with consecutive threads at consecutive addresses.
+    """
+    THREADS, SPLIT, BLOCK_K = config.threads, config.split_k, config.block_k
+    ACC_SIZE = config.thread_m * config.thread_n
+    GROUP = SharedLayout.of(config, dtype).group
+    SLOT = THREADS * ACC_SIZE  # one group's partial tile
+
+    @cuda.jit(device=True)
+    def group_of(cta_tid):
+        if SPLIT == 1:  # known when compiling: no division, and base folds into addresses
+            return 0, cta_tid, 0
+        group = cta_tid // THREADS
+        return group, cta_tid - group * THREADS, group * GROUP
+
+    @cuda.jit(device=True)
+    def k_slice(K, group):
+        k_tiles = ((K + BLOCK_K - 1) // BLOCK_K + SPLIT - 1) // SPLIT
+        k0 = group * k_tiles * BLOCK_K
+        return k0, min(k_tiles * BLOCK_K, K - k0), k_tiles
+
+    @cuda.jit(device=True)
+    def sum_partials(acc, smem, tid, group):
+        cuda.syncthreads()  # every group is done with its pipeline buffers, which this reuses
+        if group > 0:
+            slot = (group - 1) * SLOT + tid
+            for e in range(ACC_SIZE):
+                smem[slot + e * THREADS] = acc[e]
+        cuda.syncthreads()
+        if group == 0:
+            for g in range(SPLIT - 1):
+                for e in range(ACC_SIZE):
+                    acc[e] += smem[g * SLOT + e * THREADS + tid]
+
+    return group_of, k_slice, sum_partials
+
+
+def kernel_jit(threads: int):
+    """``cuda.jit`` for a kernel launched with ``threads`` threads per block: registers capped
+    so that one block fits an SM (64K registers; at most 255 per thread), as a launch bound
+    would. The simulator takes no register option."""
+    if cuda.config.ENABLE_CUDASIM:
+        return cuda.jit
+    return cuda.jit(max_registers=min(255, 65536 // threads // 8 * 8))
+
+
+@functools.cache
 def _kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple, c_mode: tuple):
     """Compile-time specialisation of the tiled kernel for one config, dtype and layout."""
     vec = VECTOR_BYTES // dtype.itemsize
@@ -576,10 +627,12 @@ def _kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple, c
     ACC_SIZE = THREAD_M * THREAD_N  # shapes of local arrays must be literal constants
     SCALAR = dtype.type  # the scalar class, e.g. np.float32
     thread_tile, accumulate, A_REGS, B_REGS = mainloop(config, dtype, a_mode, b_mode)
+    group_of, k_slice, sum_partials = split_k_parts(config, dtype)
+    SPLIT = config.split_k
     store_c = tile_storer(config, dtype, c_mode)
     tile_of_device = cuda.jit(device=True)(tile_of)
 
-    @cuda.jit
+    @kernel_jit(config.cta_threads)
     def tiled_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn,
                      c, stride_cb, stride_cm, stride_cn, M, N, K):
         smem = cuda.shared.array(0, dtype)
@@ -596,17 +649,22 @@ def _kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple, c
         pid_batch = cuda.blockIdx.y
         m0 = pid_m * BLOCK_M
         n0 = pid_n * BLOCK_N
-        thread_row, thread_col = thread_tile(cuda.threadIdx.x)
+        group, tid, base = group_of(cuda.threadIdx.x)
+        thread_row, thread_col = thread_tile(tid)
+        k0, k_len, k_tiles = k_slice(K, group)
 
-        # -- k loop: acc = A[m0:, :] @ B[:, n0:] ---------------------------------------------
-        accumulate(acc, a_frag, b_frag, a_regs, b_regs, smem,
-                   a, pid_batch * stride_ab + m0 * stride_am, stride_am, stride_ak,
-                   b, pid_batch * stride_bb + n0 * stride_bn, stride_bk, stride_bn,
-                   M - m0, N - n0, K, thread_row, thread_col)
+        # -- k loop: acc = A[m0:, k0:] @ B[k0:, n0:] (this group's slice of k) ----------------
+        accumulate(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid,
+                   a, pid_batch * stride_ab + m0 * stride_am + k0 * stride_ak, stride_am, stride_ak,
+                   b, pid_batch * stride_bb + n0 * stride_bn + k0 * stride_bk, stride_bk, stride_bn,
+                   M - m0, N - n0, k_len, k_tiles, thread_row, thread_col)
+        if SPLIT > 1:
+            sum_partials(acc, smem, tid, group)
 
-        # -- epilogue: registers -> C ------------------------------------------------------
-        store_c(c, pid_batch * stride_cb, stride_cm, stride_cn, M, N, acc, m0 + thread_row * vec,
-                n0 + thread_col * vec)
+        # -- epilogue: registers -> C (group 0) ---------------------------------------------
+        if group == 0:
+            store_c(c, pid_batch * stride_cb, stride_cm, stride_cn, M, N, acc,
+                    m0 + thread_row * vec, n0 + thread_col * vec)
 
     return tiled_kernel
 
@@ -622,7 +680,7 @@ def plan_tiled(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc) 
                          f"block for {a.dtype}; this device allows {limit}")
     kernel = _kernel(config, a.dtype, *operand_modes(a, b, c))
     grid = (cdiv(M, config.block_m) * cdiv(N, config.block_n), c.batch)
-    return kernel_launch(kernel, grid, config.threads, shared,
+    return kernel_launch(kernel, grid, config.cta_threads, shared,
                          (a, a.batch_stride, *a.strides, b, b.batch_stride, *b.strides,
                           c, c.batch_stride, *c.strides, M, N, K))
 

@@ -6,17 +6,17 @@ kernels compute the left order, (A @ B) @ C; the right order A @ (B @ C) is the
 left order of the transposed chain, D^T = (C^T @ B^T) @ A^T, which the caller
 (``numba_gemm.triple``) builds from transposed views at no cost.
 
-**Why fuse** (seed 003's counts, N x N operands in float32): 2 N^3 multiply-adds
-over 3 N^2 elements read and N^2 written, 16 N^2 bytes, an intensity of about
-N / 16 multiply-adds per byte. Two separate GEMMs also write the intermediate
-T = A @ B and read it back: 24 N^2 bytes, a third more. At N = 512 that is 4 MB
-against 6 MB, about a microsecond either way at an H200's ~4 TB/s, while the
-arithmetic (268 M multiply-adds) takes ~10 us: the product is compute-bound from
-N of a few hundred on (ridge point near 14 multiply-adds per byte). So the bytes
-saved are not where the time goes at 512. What the fused kernel gains there is
-one launch instead of two, no intermediate buffer, and parallelism: a 512^3
-GEMM cut into the tiles that make it efficient has only 16-32 of them for 132
-SMs, while the fused kernel's split of the middle dimension gives 8x more CTAs.
+**Where the time goes** (seed 003's counts, N x N operands in float32): 2 N^3
+multiply-adds over 3 N^2 elements read and N^2 written, 16 N^2 bytes, an
+intensity of about N / 16 multiply-adds per byte. Two separate GEMMs also write
+the intermediate T = A @ B and read it back: 24 N^2 bytes. At N = 512 that is
+4 MB against 6 MB, about a microsecond either way at ~3-4 TB/s, while the 268 M
+multiply-adds take ~9 us at an H100's fp32 peak: from N of a few hundred on the
+chain is compute-bound (ridge point near 14 multiply-adds per byte), and the
+bytes fusion saves are not where the time goes. What costs at N = 512 is
+parallelism and latency: each 512^3 product, cut into tiles large enough to be
+efficient, has only 16-128 of them for 132 SMs, and two launches wait on each
+other. So the fused kernel is built for those.
 
 **naive** (seed 003's kernel, with strides and rectangular shapes): one block per
 row of D, one thread per column. The block computes its row of A @ B (K2 values,
@@ -24,58 +24,60 @@ one per thread) into shared memory, synchronises, and each thread then takes the
 dot product of that row with its column of C. Limits: max(K2, N) threads per block
 (<= 1024) and K2 elements of shared memory.
 
-**fused** (no limit on any size): one launch; CTA ``(pid_m, pid_j)`` owns the
-BLOCK_M rows ``m0:`` of A and the BLOCK_N-wide chunk ``j0:`` of the middle
-dimension K2 (grid x = row blocks x chunks, chunk fastest).
+**fused** (no limit on any size): one launch runs the tiles of both products, the
+tiled kernel's main loop (``tiled.mainloop``) in every CTA. T passes through L2 in
+a scratch buffer (``t``), column-major, so phase 2 copies it with 16-byte
+``cp.async``.
 
-1. *Zero D's rows*: the first CTA of each row block to arrive (an atomic counter)
-   zeroes D[m0:m0+BLOCK_M, :] and raises the row block's ``ready`` flag.
-2. *Phase 1*: T = A[m0:, :] @ B[:, j0:j0+BLOCK_N] with the tiled kernel's k loop
-   (``tiled.mainloop``: cp.async pipeline, register blocking). T goes from registers
-   into shared memory, k-major: it is the A operand of phase 2 and never leaves the
-   SM.
-3. *Phase 2*: for every n-tile of D, acc = T @ C[j0:j0+BLOCK_N, n0:n0+BLOCK_N] with
-   the same k loop, T resident (``tiled.RESIDENT``) and C streamed through the
-   pipeline; acc is added into D with atomic adds (after waiting for ``ready``).
-   The chunks of a row block start at different n-tiles so their atomics spread
-   over D.
-4. *Depart*: the last CTA of a row block resets its three counters to zero, so the
-   counter buffer (``sync``, 3 per row block, zero before the launch) is zero
-   again afterwards and the next launch on the stream can reuse it.
+1. *Ticket*: each CTA takes the next ticket from a counter (``sync[0]``). Tickets
+   ``< rows x chunks`` are T tiles (BLOCK_M x BLOCK_N of T = A @ B), the rest D
+   tiles, each product in the tiled kernel's grouped order (seed 004).
+2. *T tile*: T[m0:, x0:] = A[m0:, :] @ B[:, x0:], stored; then the CTA counts
+   itself into its row block's counter (``sync[2 + pid_m]``), after a fence.
+3. *D tile*: wait until the row block's counter holds all its T tiles, then
+   D[m0:, x0:] = T[m0:, :] @ C[:, x0:], stored: D is written once, no atomics, and
+   the result is the same bits on every run.
+4. *Split-k* (``TileConfig.split_k``, for small chains): the CTA's threads form
+   groups that each run the k loop over a slice of k with their own pipeline; group
+   0 sums the partial tiles (``tiled.split_k_parts``). A 512-chain's 32 x 64 tiles
+   then run 16 warps per SM instead of 4.
+5. *Depart*: the last CTA (``sync[1]``) resets every counter to zero, so the buffer
+   is zero again for the next launch on the stream.
 
-The wait in step 3 cannot deadlock, whatever order the GPU schedules CTAs in: the
-CTA waited for is the one that arrived first, so it is already running, and it
-raises the flag right after zeroing, before its own phase 1, without waiting on
-anything. The sum over chunks runs in atomic order: D is not bitwise reproducible
-from run to run (its error bound is that of any order).
+The wait in step 3 cannot deadlock, whatever order the GPU schedules CTAs in: a
+CTA only waits on tiles with smaller tickets, and a ticket is only taken by a CTA
+that is running. Against two launches of the tiled kernel this saves the second
+launch, lets D tiles of finished row blocks start while T's last tiles run, and
+(with split-k) runs the small chain's few tiles with enough warps.
 
-Every multiply-add of the unfused pair is done once; the extra work is D's
-zeroing (M * N stores) and cdiv(K2, BLOCK_N) atomic adds per element of D.
-
-Measured (H100, README): 1.6x faster than two tiled GEMMs at N = 256 and 512, but
-0.66x-0.82x from 1024 to 4096. Phase 2 is a string of short-k products (k = BLOCK_N)
-that refill the copy pipeline and issue scalar atomic adds for every n-tile, and at 512
-each SM runs one CTA of 4 warps. A pipeline that runs across n-tiles and vector atomics
-(``red.global.add.v4.f32``) are the next steps.
+Measured (H100, ``benchmarks/triple_product.py``, README): at N = 512 2.2x faster
+than two tiled GEMMs (31 us of GPU time, against 29 us for PyTorch's two cuBLAS calls);
+from 1024 to 4096 between 0.96x and 1.16x of them. An earlier design kept T in shared
+memory (a CTA per row block and chunk of K2, adding its share into D atomically): it lost
+at N = 512 too (34 us with split-k), and from 1024 on by 20-35%, to the atomics and the
+repeated zeroing of D.
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 import numpy as np
 from numba import cuda
 
 from ..descriptor import MatrixDesc
 from ..launch import STATIC_SHARED_LIMIT, KernelLaunch, cdiv, kernel_launch, shared_memory_limit
-from .tiled import (RESIDENT, VECTOR_BYTES, SharedLayout, TileConfig, mainloop, operand_modes,
+from ..ordering import tile_of
+from .ptx import backoff
+from .tiled import (VECTOR_BYTES, TileConfig, kernel_jit, mainloop, operand_modes, split_k_parts,
                     tile_storer)
 
-__all__ = ["NAIVE_MAX_THREADS", "SYNC_PER_ROW_BLOCK", "plan_naive", "plan_fused",
-           "fused_shared_bytes", "check_fused_config", "counters_desc", "sync_slots"]
+__all__ = ["NAIVE_MAX_THREADS", "SYNC_HEAD", "plan_naive", "plan_fused", "counters_desc",
+           "sync_slots", "intermediate_shape", "intermediate_view"]
 
 NAIVE_MAX_THREADS = 1024  # one thread per column of A @ B and of D
-SYNC_PER_ROW_BLOCK = 3  # arrived, ready, departed
+SYNC_HEAD = 2  # the fused kernel's ticket and departure counters, before one per row block
 WARP = 32
 
 
@@ -126,23 +128,7 @@ def plan_naive(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, d: MatrixDesc) -> Ke
                          (a, *a.strides, b, *b.strides, c, *c.strides, d, *d.strides, K1, K2, N))
 
 
-# --- fused: split middle dimension, intermediate in shared memory ----------------------------
-
-def fused_shared_bytes(config: TileConfig, dtype) -> int:
-    """Dynamic shared memory of the fused kernel: the pipeline's stages plus the resident T
-    (BLOCK_N rows of k, each BLOCK_M + one vector long)."""
-    layout = SharedLayout.of(config, dtype)
-    return (layout.resident_base + config.block_n * layout.a_row) * np.dtype(dtype).itemsize
-
-
-def check_fused_config(config: TileConfig, dtype) -> None:
-    """``ValueError`` if ``config`` cannot run the fused kernel (beyond the tiled kernel's rules)."""
-    config.check(dtype)
-    if config.block_n % config.block_k:
-        raise ValueError(f"the fused kernel needs block_n ({config.block_n}) to be a multiple of "
-                         f"block_k ({config.block_k}): phase 2 walks the resident T (block_n rows "
-                         f"of its k) in whole k-tiles")
-
+# --- fused: both products' tiles in one launch, T through L2 ---------------------------------
 
 def counters_desc(count: int, array=None) -> MatrixDesc:
     """The fused kernel's ``sync`` buffer as a descriptor: ``count`` uint32 counters in
@@ -159,129 +145,142 @@ def counters_desc(count: int, array=None) -> MatrixDesc:
 
 def sync_slots(M: int, config: TileConfig) -> int:
     """How many uint32 counters the fused kernel's ``sync`` buffer needs (all zero at launch)."""
-    return SYNC_PER_ROW_BLOCK * cdiv(M, config.block_m)
+    return SYNC_HEAD + cdiv(M, config.block_m)
+
+
+def intermediate_shape(M: int, K2: int, dtype) -> tuple[int, int]:
+    """The rows and columns of the fused kernel's T buffer, a row-major (K2, ld) array that
+    holds T (M x K2) column-major: ``ld`` is M rounded up to whole 16-byte vectors, so that
+    every column starts aligned and phase 2 copies T in 16-byte pieces."""
+    vec = VECTOR_BYTES // np.dtype(dtype).itemsize
+    return K2, cdiv(M, vec) * vec
+
+
+def intermediate_view(buffer: MatrixDesc, M: int, K2: int) -> MatrixDesc:
+    """T (M x K2) column-major in ``buffer``, an :func:`intermediate_shape` row-major array."""
+    return replace(buffer, name="t", shape=(M, K2), strides=(1, buffer.strides[0]))
 
 
 @functools.cache
 def _fused_kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple,
-                  c_mode: tuple, d_mode: tuple):
-    """Compile-time specialisation of the fused kernel for one config, dtype and layout."""
-    check_fused_config(config, dtype)
+                     t_store_mode: tuple, t_mode: tuple, c_mode: tuple, d_mode: tuple):
+    """Compile-time specialisation of the streamed kernel for one config, dtype and layout."""
     vec = VECTOR_BYTES // dtype.itemsize
     BLOCK_M, BLOCK_N = config.block_m, config.block_n
-    THREAD_M, THREAD_N, THREADS = config.thread_m, config.thread_n, config.threads
+    THREAD_M, THREAD_N, SPLIT = config.thread_m, config.thread_n, config.split_k
     ACC_SIZE = THREAD_M * THREAD_N
     SCALAR = dtype.type
-    layout = SharedLayout.of(config, dtype)
-    T_BASE, T_ROW = layout.resident_base, layout.a_row
-    thread_tile, multiply_ab, A_REGS, B_REGS = mainloop(config, dtype, a_mode, b_mode)
-    _, multiply_tc, _, C_REGS = mainloop(config, dtype, RESIDENT, c_mode)
-    keep_t = tile_storer(config, dtype, ("m", True))  # T(m, j) -> smem[T_BASE + j * T_ROW + m]
-    add_to_d = tile_storer(config, dtype, d_mode, accumulate=True)
-    ZERO_ALONG_M = d_mode[0] == "m"  # walk D's rows of the row block along its contiguous axis
+    HEAD = SYNC_HEAD
+    thread_tile, multiply_ab, AB_A_REGS, AB_B_REGS = mainloop(config, dtype, a_mode, b_mode)
+    _, multiply_tc, TC_A_REGS, TC_B_REGS = mainloop(config, dtype, t_mode, c_mode)
+    A_REGS, B_REGS = max(AB_A_REGS, TC_A_REGS), max(AB_B_REGS, TC_B_REGS)
+    group_of, k_slice, sum_partials = split_k_parts(config, dtype)
+    store_t = tile_storer(config, dtype, t_store_mode)
+    store_d = tile_storer(config, dtype, d_mode)
+    tile_of_device = cuda.jit(device=True)(tile_of)
+    GROUP_M = config.group_m
 
-    @cuda.jit
+    @kernel_jit(config.cta_threads)
     def fused_kernel(a, stride_am, stride_ak, b, stride_bk, stride_bn, c, stride_ck, stride_cn,
-                     d, stride_dm, stride_dn, sync, M, K1, K2, N):
+                        d, stride_dm, stride_dn, t, stride_tm, stride_tk, sync, M, K1, K2, N):
         smem = cuda.shared.array(0, dtype)
-        token = cuda.shared.array(1, np.uint32)  # thread 0's atomic result, for the whole CTA
+        token = cuda.shared.array(1, np.int64)  # thread 0's ticket, for the whole CTA
         acc = cuda.local.array(ACC_SIZE, SCALAR)
         a_frag = cuda.local.array(THREAD_M, SCALAR)
         b_frag = cuda.local.array(THREAD_N, SCALAR)
         a_regs = cuda.local.array(A_REGS, SCALAR)
         b_regs = cuda.local.array(B_REGS, SCALAR)
-        c_regs = cuda.local.array(C_REGS, SCALAR)
 
-        chunks = (K2 + BLOCK_N - 1) // BLOCK_N
-        pid_m = cuda.blockIdx.x // chunks
-        pid_j = cuda.blockIdx.x - pid_m * chunks
-        m0 = pid_m * BLOCK_M
-        j0 = pid_j * BLOCK_N
-        tid = cuda.threadIdx.x
+        cta_tid = cuda.threadIdx.x
+        group, tid, base = group_of(cta_tid)
         thread_row, thread_col = thread_tile(tid)
-        arrived = pid_m * 3
-        ready = arrived + 1
-        departed = arrived + 2
+        rows = (M + BLOCK_M - 1) // BLOCK_M
+        chunks = (K2 + BLOCK_N - 1) // BLOCK_N  # T tiles per row block
+        n_tiles = (N + BLOCK_N - 1) // BLOCK_N  # D tiles per row block
 
-        # -- 1. the row block's first CTA to arrive zeroes its rows of D --------------------
-        if tid == 0:
-            token[0] = cuda.atomic.add(sync, arrived, 1)
+        # -- 1. a ticket: tiles are handed out in ticket order, not launch order -------------
+        # Every T tile's ticket comes before every D tile's, so a D tile only waits on tiles
+        # whose CTAs are already running. Within each product, the tiled kernel's grouped
+        # order (seed 004), so CTAs that run together share operand tiles in L2.
+        if cta_tid == 0:
+            token[0] = cuda.atomic.add(sync, 0, 1)
         cuda.syncthreads()
-        if token[0] == 0:
-            rows = min(BLOCK_M, M - m0)
-            # Threads run along D's contiguous axis, with no division by a run-time value per
-            # element (64-bit integer division is a ~100-instruction routine on the GPU).
-            if ZERO_ALONG_M:  # THREADS // BLOCK_M columns at a time (threads % block_m == 0)
-                m = tid % BLOCK_M
-                if m < rows:
-                    for n in range(tid // BLOCK_M, N, THREADS // BLOCK_M):
-                        d[(m0 + m) * stride_dm + n * stride_dn] = 0
-            else:
-                for m in range(rows):
-                    for n in range(tid, N, THREADS):
-                        d[(m0 + m) * stride_dm + n * stride_dn] = 0
-            cuda.threadfence()  # the zeros reach L2 before the flag can be seen
+        ticket = token[0]
+        t_tiles = rows * chunks
+        is_t = ticket < t_tiles
+        if is_t:
+            pid_m, pid_x = tile_of_device(ticket, rows, chunks, GROUP_M)
+        else:
+            pid_m, pid_x = tile_of_device(ticket - t_tiles, rows, n_tiles, GROUP_M)
+        m0 = pid_m * BLOCK_M
+        x0 = pid_x * BLOCK_N
+
+        if is_t:
+            # -- 2. a T tile: T[m0:, x0:] = A[m0:, :] @ B[:, x0:], then count it in ----------
+            k0, k_len, k_tiles = k_slice(K1, group)
+            multiply_ab(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid,
+                        a, m0 * stride_am + k0 * stride_ak, stride_am, stride_ak,
+                        b, x0 * stride_bn + k0 * stride_bk, stride_bk, stride_bn,
+                        M - m0, K2 - x0, k_len, k_tiles, thread_row, thread_col)
+            if SPLIT > 1:
+                sum_partials(acc, smem, tid, group)
+            if group == 0:
+                store_t(t, 0, stride_tm, stride_tk, M, K2, acc, m0 + thread_row * vec,
+                        x0 + thread_col * vec)
+            cuda.threadfence()  # the tile reaches L2 before the count can be seen
             cuda.syncthreads()
-            if tid == 0:
-                cuda.atomic.exch(sync, ready, 1)
+            if cta_tid == 0:
+                cuda.atomic.add(sync, HEAD + pid_m, 1)
+        else:
+            # -- 3. a D tile: wait until the row block's T tiles are all in ------------------
+            if cta_tid == 0:
+                while cuda.atomic.add(sync, HEAD + pid_m, 0) < chunks:
+                    backoff()
+                cuda.threadfence()
+            cuda.syncthreads()
+            # ... then D[m0:, x0:] = T[m0:, :] @ C[:, x0:]
+            k0, k_len, k_tiles = k_slice(K2, group)
+            multiply_tc(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid,
+                        t, m0 * stride_tm + k0 * stride_tk, stride_tm, stride_tk,
+                        c, x0 * stride_cn + k0 * stride_ck, stride_ck, stride_cn,
+                        M - m0, N - x0, k_len, k_tiles, thread_row, thread_col)
+            if SPLIT > 1:
+                sum_partials(acc, smem, tid, group)
+            if group == 0:
+                store_d(d, 0, stride_dm, stride_dn, M, N, acc, m0 + thread_row * vec,
+                        x0 + thread_col * vec)
 
-        # -- 2. phase 1: T = A[m0:, :] @ B[:, j0:], kept k-major in shared memory ------------
-        multiply_ab(acc, a_frag, b_frag, a_regs, b_regs, smem,
-                    a, m0 * stride_am, stride_am, stride_ak,
-                    b, j0 * stride_bn, stride_bk, stride_bn,
-                    M - m0, K2 - j0, K1, thread_row, thread_col)
-        keep_t(smem, T_BASE, 1, T_ROW, BLOCK_M, BLOCK_N, acc, thread_row * vec, thread_col * vec)
-
-        # -- 3. wait until this row block of D is zero ---------------------------------------
-        if tid == 0:
-            while cuda.atomic.add(sync, ready, 0) == 0:
-                pass
-            cuda.threadfence()
-        # (the barrier at the start of multiply_tc publishes T and the flag to every thread)
-
-        # -- 4. phase 2: D[m0:, :] += T @ C[j0:, :], one n-tile at a time --------------------
-        n_tiles = (N + BLOCK_N - 1) // BLOCK_N
-        first_tile = (pid_j * n_tiles) // chunks  # chunks start apart: their atomics spread
-        k_chunk = min(BLOCK_N, K2 - j0)
-        for s in range(n_tiles):
-            pid_n = first_tile + s
-            if pid_n >= n_tiles:
-                pid_n -= n_tiles
-            n0 = pid_n * BLOCK_N
-            multiply_tc(acc, a_frag, b_frag, a_regs, c_regs, smem,
-                        c, 0, 0, 0,  # A is the resident T: no source
-                        c, j0 * stride_ck + n0 * stride_cn, stride_ck, stride_cn,
-                        BLOCK_M, N - n0, k_chunk, thread_row, thread_col)
-            add_to_d(d, 0, stride_dm, stride_dn, M, N, acc, m0 + thread_row * vec,
-                     n0 + thread_col * vec)
-
-        # -- 5. depart: the row block's last CTA leaves its counters at zero -----------------
-        if tid == 0:
-            if cuda.atomic.add(sync, departed, 1) == chunks - 1:
-                sync[arrived] = 0
-                sync[ready] = 0
-                sync[departed] = 0
+        # -- 4. depart: the last CTA leaves every counter at zero for the next launch ---------
+        if cta_tid == 0:
+            if cuda.atomic.add(sync, 1, 1) == rows * (chunks + n_tiles) - 1:
+                for i in range(HEAD + rows):
+                    sync[i] = 0
 
     return fused_kernel
 
 
 def plan_fused(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, d: MatrixDesc,
-               sync: MatrixDesc) -> KernelLaunch:
-    """The fused kernel's launch on validated operands: D = (A @ B) @ C. ``sync`` is a uint32
-    buffer of at least :func:`sync_slots` counters, all zero (they are zero again after); it
-    comes after D, as an output scratch buffer, for XLA's kernel call."""
-    check_fused_config(config, a.dtype)
+               t: MatrixDesc, sync: MatrixDesc) -> KernelLaunch:
+    """The fused kernel's launch on validated operands: D = (A @ B) @ C through ``t`` (M x
+    K2, any strides: see :func:`intermediate_shape` for the fast layout). ``sync``: a uint32
+    buffer of at least :func:`sync_slots` counters, all zero (and zero again after). Both
+    come after D, as scratch outputs, for XLA's kernel call."""
+    config.check(a.dtype)
     (M, K1), (K2, N) = a.shape, c.shape
+    rows = cdiv(M, config.block_m)
     if sync.span < sync_slots(M, config):
         raise ValueError(f"sync holds {sync.span} counters; the launch needs {sync_slots(M, config)}")
-    shared = fused_shared_bytes(config, a.dtype)
+    if t.shape != (M, K2):
+        raise ValueError(f"t must be {M} x {K2} (A @ B); got {t.shape[0]} x {t.shape[1]}")
+    shared = config.shared_bytes(a.dtype)
     if shared > STATIC_SHARED_LIMIT and shared > (limit := shared_memory_limit()):
         raise ValueError(f"fused config {config.label()} needs {shared} bytes of shared memory per "
                          f"block for {a.dtype}; this device allows {limit}")
-    a_mode, b_mode, _ = operand_modes(a, b, d)
-    _, c_mode, d_mode = operand_modes(b, c, d)
-    kernel = _fused_kernel(config, a.dtype, a_mode, b_mode, c_mode, d_mode)
-    grid = cdiv(M, config.block_m) * cdiv(K2, config.block_n)
-    return kernel_launch(kernel, grid, config.threads, shared,
-                         (a, *a.strides, b, *b.strides, c, *c.strides, d, *d.strides, sync,
-                          M, K1, K2, N))
+    a_mode, b_mode, t_store_mode = operand_modes(a, b, t)  # T as phase 1's output
+    t_mode, c_mode, d_mode = operand_modes(t, c, d)  # and as phase 2's A operand
+    kernel = _fused_kernel(config, a.dtype, a_mode, b_mode, t_store_mode, t_mode, c_mode,
+                              d_mode)
+    grid = rows * (cdiv(K2, config.block_n) + cdiv(N, config.block_n))
+    return kernel_launch(kernel, grid, config.cta_threads, shared,
+                         (a, *a.strides, b, *b.strides, c, *c.strides, d, *d.strides, t, *t.strides,
+                          sync, M, K1, K2, N))
