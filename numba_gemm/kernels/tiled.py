@@ -331,7 +331,6 @@ def tile_storer(config: TileConfig, dtype, mode: tuple):
     span_m, span_n = config.block_m // (thread_m // vec), config.block_n // (thread_n // vec)
     scalar = np.dtype(dtype).type
     along_m = axis == "m"  # column-major C: pieces run down a column
-    use_vector = vectorised
 
     @cuda.jit(device=True)
     def store_piece(c, c0, stride_cm, stride_cn, M, N, acc, row0, col0, piece):
@@ -340,7 +339,7 @@ def tile_storer(config: TileConfig, dtype, mode: tuple):
             m = row0 + v * span_m
             n = col0 + (j // vec) * span_n + j % vec
             if n < N:
-                if use_vector and m + vec <= M:
+                if vectorised and m + vec <= M:
                     column = cuda.local.array(vec, scalar)
                     for e in range(vec):
                         column[e] = acc[(v * vec + e) * thread_n + j]
@@ -355,7 +354,7 @@ def tile_storer(config: TileConfig, dtype, mode: tuple):
             m = row0 + (i // vec) * span_m + i % vec
             n = col0 + w * span_n
             if m < M:
-                if use_vector and n + vec <= N:
+                if vectorised and n + vec <= N:
                     store_vector(c, c0 + m * stride_cm + n, acc, i * thread_n + w * vec)
                 else:
                     for f in range(vec):
