@@ -60,7 +60,7 @@ from ..ordering import tile_of
 from .ptx import cp_async, cp_async_commit, cp_async_wait, load_vector, store_vector
 
 __all__ = ["TileConfig", "DEFAULT_CONFIGS", "SharedLayout", "mainloop", "tile_storer",
-           "split_k_parts", "kernel_jit", "plan_tiled", "operand_modes", "kernel_resources"]
+           "split_k_parts", "tile_computer", "kernel_jit", "plan_tiled", "operand_modes", "kernel_resources"]
 
 VECTOR_BYTES = 16  # one 128-bit load or store
 MAX_THREADS = 1024
@@ -608,6 +608,48 @@ def split_k_parts(config: TileConfig, dtype: np.dtype):
     return group_of, k_slice, sum_partials
 
 
+@functools.cache
+def tile_computer(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple,
+                  c_mode: tuple):
+    """``(thread_tile, group_of, compute_tile, a_registers, b_registers)``: one C tile, from
+    the k loop to the store, as every kernel that multiplies tiles runs it (the tiled kernel
+    here, both products of the fused triple product in ``triple``).
+
+    ``compute_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group, a, a0,
+    stride_am, stride_ak, b, b0, stride_bk, stride_bn, c, c0, stride_cm, stride_cn, M, N, K,
+    m0, n0, thread_row, thread_col)`` sets C[m0:, n0:] (BLOCK_M x BLOCK_N, clipped to M x N)
+    to A[m0:, :] @ B[:, n0:] over k < K, where A(m, k) is ``a[a0 + m * stride_am + k *
+    stride_ak]`` (likewise B from ``b0``, C from ``c0``): each thread group multiplies its
+    slice of k (:func:`split_k_parts`), group 0 sums the slices and stores the tile.
+    ``thread_tile``, ``group_of`` and the register counts: as in :func:`mainloop` and
+    :func:`split_k_parts`.
+    """
+    vec = VECTOR_BYTES // dtype.itemsize
+    SPLIT = config.split_k
+    thread_tile, accumulate, A_REGS, B_REGS = mainloop(config, dtype, a_mode, b_mode)
+    group_of, k_slice, sum_partials = split_k_parts(config, dtype)
+    store_c = tile_storer(config, dtype, c_mode)
+
+    @cuda.jit(device=True)
+    def compute_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group, a, a0,
+                     stride_am, stride_ak, b, b0, stride_bk, stride_bn, c, c0, stride_cm,
+                     stride_cn, M, N, K, m0, n0, thread_row, thread_col):
+        # -- k loop: acc = A[m0:, k0:] @ B[k0:, n0:] (this group's slice of k) ----------------
+        k0, k_len, k_tiles = k_slice(K, group)
+        accumulate(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid,
+                   a, a0 + m0 * stride_am + k0 * stride_ak, stride_am, stride_ak,
+                   b, b0 + n0 * stride_bn + k0 * stride_bk, stride_bk, stride_bn,
+                   M - m0, N - n0, k_len, k_tiles, thread_row, thread_col)
+        if SPLIT > 1:
+            sum_partials(acc, smem, tid, group)
+        # -- epilogue: registers -> C (group 0) ---------------------------------------------
+        if group == 0:
+            store_c(c, c0, stride_cm, stride_cn, M, N, acc, m0 + thread_row * vec,
+                    n0 + thread_col * vec)
+
+    return thread_tile, group_of, compute_tile, A_REGS, B_REGS
+
+
 def kernel_jit(threads: int):
     """``cuda.jit`` for a kernel launched with ``threads`` threads per block: registers capped
     so that one block fits an SM (64K registers; at most 255 per thread), as a launch bound
@@ -620,15 +662,12 @@ def kernel_jit(threads: int):
 @functools.cache
 def _kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple, c_mode: tuple):
     """Compile-time specialisation of the tiled kernel for one config, dtype and layout."""
-    vec = VECTOR_BYTES // dtype.itemsize
     BLOCK_M, BLOCK_N, GROUP_M = config.block_m, config.block_n, config.group_m
     THREAD_M, THREAD_N = config.thread_m, config.thread_n
     ACC_SIZE = THREAD_M * THREAD_N  # shapes of local arrays must be literal constants
     SCALAR = dtype.type  # the scalar class, e.g. np.float32
-    thread_tile, accumulate, A_REGS, B_REGS = mainloop(config, dtype, a_mode, b_mode)
-    group_of, k_slice, sum_partials = split_k_parts(config, dtype)
-    SPLIT = config.split_k
-    store_c = tile_storer(config, dtype, c_mode)
+    thread_tile, group_of, compute_tile, A_REGS, B_REGS = tile_computer(config, dtype, a_mode,
+                                                                         b_mode, c_mode)
     tile_of_device = cuda.jit(device=True)(tile_of)
 
     @kernel_jit(config.cta_threads)
@@ -646,24 +685,15 @@ def _kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple, c
         grid_n = (N + BLOCK_N - 1) // BLOCK_N
         pid_m, pid_n = tile_of_device(cuda.blockIdx.x, grid_m, grid_n, GROUP_M)
         pid_batch = cuda.blockIdx.y
-        m0 = pid_m * BLOCK_M
-        n0 = pid_n * BLOCK_N
         group, tid, base = group_of(cuda.threadIdx.x)
         thread_row, thread_col = thread_tile(tid)
-        k0, k_len, k_tiles = k_slice(K, group)
 
-        # -- k loop: acc = A[m0:, k0:] @ B[k0:, n0:] (this group's slice of k) ----------------
-        accumulate(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid,
-                   a, pid_batch * stride_ab + m0 * stride_am + k0 * stride_ak, stride_am, stride_ak,
-                   b, pid_batch * stride_bb + n0 * stride_bn + k0 * stride_bk, stride_bk, stride_bn,
-                   M - m0, N - n0, k_len, k_tiles, thread_row, thread_col)
-        if SPLIT > 1:
-            sum_partials(acc, smem, tid, group)
-
-        # -- epilogue: registers -> C (group 0) ---------------------------------------------
-        if group == 0:
-            store_c(c, pid_batch * stride_cb, stride_cm, stride_cn, M, N, acc,
-                    m0 + thread_row * vec, n0 + thread_col * vec)
+        # -- C tile = A[m0:, :] @ B[:, n0:], of this product of the batch ----------------------
+        compute_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
+                     a, pid_batch * stride_ab, stride_am, stride_ak,
+                     b, pid_batch * stride_bb, stride_bk, stride_bn,
+                     c, pid_batch * stride_cb, stride_cm, stride_cn, M, N, K,
+                     pid_m * BLOCK_M, pid_n * BLOCK_N, thread_row, thread_col)
 
     return tiled_kernel
 

@@ -70,8 +70,7 @@ from ..descriptor import MatrixDesc
 from ..launch import STATIC_SHARED_LIMIT, KernelLaunch, cdiv, kernel_launch, shared_memory_limit
 from ..ordering import tile_of
 from .ptx import backoff
-from .tiled import (VECTOR_BYTES, TileConfig, kernel_jit, mainloop, operand_modes, split_k_parts,
-                    tile_storer)
+from .tiled import VECTOR_BYTES, TileConfig, kernel_jit, operand_modes, tile_computer
 
 __all__ = ["NAIVE_MAX_THREADS", "SYNC_HEAD", "plan_naive", "plan_fused", "counters_desc",
            "sync_slots", "intermediate_shape", "intermediate_view"]
@@ -164,25 +163,22 @@ def intermediate_view(buffer: MatrixDesc, M: int, K2: int) -> MatrixDesc:
 @functools.cache
 def _fused_kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple,
                      t_store_mode: tuple, t_mode: tuple, c_mode: tuple, d_mode: tuple):
-    """Compile-time specialisation of the streamed kernel for one config, dtype and layout."""
-    vec = VECTOR_BYTES // dtype.itemsize
+    """Compile-time specialisation of the fused kernel for one config, dtype and layout."""
     BLOCK_M, BLOCK_N = config.block_m, config.block_n
-    THREAD_M, THREAD_N, SPLIT = config.thread_m, config.thread_n, config.split_k
+    THREAD_M, THREAD_N = config.thread_m, config.thread_n
     ACC_SIZE = THREAD_M * THREAD_N
     SCALAR = dtype.type
     HEAD = SYNC_HEAD
-    thread_tile, multiply_ab, AB_A_REGS, AB_B_REGS = mainloop(config, dtype, a_mode, b_mode)
-    _, multiply_tc, TC_A_REGS, TC_B_REGS = mainloop(config, dtype, t_mode, c_mode)
+    thread_tile, group_of, t_tile, AB_A_REGS, AB_B_REGS = tile_computer(config, dtype, a_mode,
+                                                                        b_mode, t_store_mode)
+    _, _, d_tile, TC_A_REGS, TC_B_REGS = tile_computer(config, dtype, t_mode, c_mode, d_mode)
     A_REGS, B_REGS = max(AB_A_REGS, TC_A_REGS), max(AB_B_REGS, TC_B_REGS)
-    group_of, k_slice, sum_partials = split_k_parts(config, dtype)
-    store_t = tile_storer(config, dtype, t_store_mode)
-    store_d = tile_storer(config, dtype, d_mode)
     tile_of_device = cuda.jit(device=True)(tile_of)
     GROUP_M = config.group_m
 
     @kernel_jit(config.cta_threads)
     def fused_kernel(a, stride_am, stride_ak, b, stride_bk, stride_bn, c, stride_ck, stride_cn,
-                        d, stride_dm, stride_dn, t, stride_tm, stride_tk, sync, M, K1, K2, N):
+                     d, stride_dm, stride_dn, t, stride_tm, stride_tk, sync, M, K1, K2, N):
         smem = cuda.shared.array(0, dtype)
         token = cuda.shared.array(1, np.int64)  # thread 0's ticket, for the whole CTA
         acc = cuda.local.array(ACC_SIZE, SCALAR)
@@ -217,16 +213,9 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tu
 
         if is_t:
             # -- 2. a T tile: T[m0:, x0:] = A[m0:, :] @ B[:, x0:], then count it in ----------
-            k0, k_len, k_tiles = k_slice(K1, group)
-            multiply_ab(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid,
-                        a, m0 * stride_am + k0 * stride_ak, stride_am, stride_ak,
-                        b, x0 * stride_bn + k0 * stride_bk, stride_bk, stride_bn,
-                        M - m0, K2 - x0, k_len, k_tiles, thread_row, thread_col)
-            if SPLIT > 1:
-                sum_partials(acc, smem, tid, group)
-            if group == 0:
-                store_t(t, 0, stride_tm, stride_tk, M, K2, acc, m0 + thread_row * vec,
-                        x0 + thread_col * vec)
+            t_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
+                   a, 0, stride_am, stride_ak, b, 0, stride_bk, stride_bn,
+                   t, 0, stride_tm, stride_tk, M, K2, K1, m0, x0, thread_row, thread_col)
             cuda.threadfence()  # the tile reaches L2 before the count can be seen
             cuda.syncthreads()
             if cta_tid == 0:
@@ -239,16 +228,9 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tu
                 cuda.threadfence()
             cuda.syncthreads()
             # ... then D[m0:, x0:] = T[m0:, :] @ C[:, x0:]
-            k0, k_len, k_tiles = k_slice(K2, group)
-            multiply_tc(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid,
-                        t, m0 * stride_tm + k0 * stride_tk, stride_tm, stride_tk,
-                        c, x0 * stride_cn + k0 * stride_ck, stride_ck, stride_cn,
-                        M - m0, N - x0, k_len, k_tiles, thread_row, thread_col)
-            if SPLIT > 1:
-                sum_partials(acc, smem, tid, group)
-            if group == 0:
-                store_d(d, 0, stride_dm, stride_dn, M, N, acc, m0 + thread_row * vec,
-                        x0 + thread_col * vec)
+            d_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
+                   t, 0, stride_tm, stride_tk, c, 0, stride_ck, stride_cn,
+                   d, 0, stride_dm, stride_dn, M, N, K2, m0, x0, thread_row, thread_col)
 
         # -- 4. depart: the last CTA leaves every counter at zero for the next launch ---------
         if cta_tid == 0:
@@ -278,8 +260,7 @@ def plan_fused(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, 
                          f"block for {a.dtype}; this device allows {limit}")
     a_mode, b_mode, t_store_mode = operand_modes(a, b, t)  # T as phase 1's output
     t_mode, c_mode, d_mode = operand_modes(t, c, d)  # and as phase 2's A operand
-    kernel = _fused_kernel(config, a.dtype, a_mode, b_mode, t_store_mode, t_mode, c_mode,
-                              d_mode)
+    kernel = _fused_kernel(config, a.dtype, a_mode, b_mode, t_store_mode, t_mode, c_mode, d_mode)
     grid = rows * (cdiv(K2, config.block_n) + cdiv(N, config.block_n))
     return kernel_launch(kernel, grid, config.cta_threads, shared,
                          (a, *a.strides, b, *b.strides, c, *c.strides, d, *d.strides, t, *t.strides,
