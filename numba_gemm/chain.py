@@ -14,20 +14,26 @@ from .autotune import config_for_shape
 from .api import check_choice, check_config, describe_product, plan, run_in_memory_space
 from .descriptor import DeviceNDArray, MatrixDesc  # Numba's device array class, resolved there
 from .kernels.tiled import TileConfig
-from .kernels.triple import (counters_desc, intermediate_shape, intermediate_view, plan_fused,
-                             plan_naive, sync_slots)
-from .launch import KernelLaunch, PreparedLaunch, allocate_output, cdiv, simulated, stream_handle
+from .kernels.triple import (counters_desc, intermediate_row_major, intermediate_shape,
+                             intermediate_view, plan_fused, plan_naive, sync_slots)
+from .launch import (KernelLaunch, PreparedLaunch, allocate_output, cdiv, multiprocessors, simulated,
+                     stream_handle)
 
 __all__ = ["TRIPLE_ALGORITHMS", "ORDERS", "FUSED_UP_TO_MACS", "triple", "choose_order",
-           "choose_triple_algorithm", "fused_config", "plan_triple"]
+           "choose_triple_algorithm", "fused_config", "fused_tiles", "plan_triple"]
 
 TRIPLE_ALGORITHMS = ("auto", "naive", "fused", "unfused")
 ORDERS = ("auto", "left", "right")
 
-# The fused kernel's tiles. Where the tiled GEMM's tuned tiles for A @ B give at least
-# FILL_CTAS CTAs, those (each phase then runs as the tiled GEMM would); for smaller products,
-# SMALL_FUSED_CONFIGS: small tiles with split-k groups, so each SM runs 16 warps (an H100, N = 512,
-# benchmarks/triple_product.py --sweep).
+# The fused kernel's tiles (fused_config). It starts from the tiled GEMM's tuned tiles for A @ B,
+# each product then running as the tiled GEMM would. The fused grid holds both products' tiles,
+# and a last wave of them that fills less than half the SMs leaves most SMs idle for a tile's
+# time: then tiles half as wide (block_n and thread_n halved), whose shorter waves waste less.
+# Where that still gives fewer than FILL_CTAS tiles of T, SMALL_FUSED_CONFIGS: small tiles with
+# split-k groups, so each SM runs 16 warps. Measured on an H100 (fp32, square N,
+# benchmarks/triple_product.py): halving 128x256 tiles to 128x128 made the fused kernel 1.29x
+# faster at N = 1536 (it had fallen back to the small tiles) and 1.01x at 3072 (last wave 36%
+# full); at 2048 and 4096 (last waves 94% and 76% full) 128x256 was 4-10% faster than 128x128.
 SMALL_FUSED_CONFIGS = {
     np.dtype(np.float32): TileConfig(32, 64, 16, 4, 4, 3, 1, split_k=4),
     np.dtype(np.float64): TileConfig(32, 64, 16, 4, 4, 2, 1, split_k=2),
@@ -44,13 +50,29 @@ def choose_order(M: int, K1: int, K2: int, N: int) -> str:
     return "left" if left <= right else "right"
 
 
-def fused_config(M: int, K1: int, K2: int, dtype) -> TileConfig:
-    """The fused kernel's default tiles for A (M x K1) @ B (K1 x K2) @ C."""
+def fused_config(M: int, K1: int, K2: int, N: int, dtype) -> TileConfig:
+    """The fused kernel's default tiles for A (M x K1) @ B (K1 x K2) @ C (K2 x N): the tiled
+    GEMM's tuned tiles for A @ B, adjusted to the fused grid by :func:`fused_tiles`."""
     if simulated():
         return SIMULATOR_FUSED_CONFIG
-    tuned = config_for_shape(M, K2, K1, dtype)
-    if cdiv(M, tuned.block_m) * cdiv(K2, tuned.block_n) >= FILL_CTAS:
-        return tuned
+    return fused_tiles(config_for_shape(M, K2, K1, dtype), M, K2, N, multiprocessors(), dtype)
+
+
+def fused_tiles(tuned: TileConfig, M: int, K2: int, N: int, sms: int, dtype) -> TileConfig:
+    """``tuned``, or tiles half as wide where the fused grid's last wave of ``tuned`` tiles
+    (T's and D's, one CTA per SM of ``sms``) fills less than half the SMs, or
+    ``SMALL_FUSED_CONFIGS`` where T then has fewer than ``FILL_CTAS`` tiles."""
+    config = tuned
+    last_wave = cdiv(M, tuned.block_m) * (cdiv(K2, tuned.block_n) + cdiv(N, tuned.block_n)) % sms
+    if 0 < last_wave < sms / 2:
+        narrow = replace(tuned, block_n=tuned.block_n // 2, thread_n=tuned.thread_n // 2)
+        try:
+            narrow.check(dtype)
+            config = narrow
+        except ValueError:
+            pass  # no valid half-width tiles: keep the tuned ones
+    if cdiv(M, config.block_m) * cdiv(K2, config.block_n) >= FILL_CTAS:
+        return config
     return SMALL_FUSED_CONFIGS[np.dtype(dtype)]
 
 
@@ -139,8 +161,10 @@ def plan_triple(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, out: MatrixDesc,
     if algorithm == "naive":
         return [plan_naive(a, b, c, out)]
     if algorithm == "fused":
-        config = config or fused_config(M, a.shape[1], K2, a.dtype)
-        t = intermediate_view(scratch(intermediate_shape(M, K2, a.dtype)), M, K2)
+        config = config or fused_config(M, a.shape[1], K2, c.shape[1], a.dtype)
+        row_major = intermediate_row_major(config)
+        t = intermediate_view(scratch(intermediate_shape(M, K2, a.dtype, row_major)), M, K2,
+                              row_major)
         return [plan_fused(config, a, b, c, out, t, counters(sync_slots(M, config)))]
     intermediate = scratch((M, K2))
     return [plan(a, b, intermediate, "tiled"), plan(intermediate, c, out, "tiled")]

@@ -69,6 +69,16 @@ def _device_shared_limit(device_id: int) -> int:
     return cuda.get_current_device().MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
 
 
+def multiprocessors() -> int:
+    """The current device's SM count."""
+    return _device_multiprocessors(cuda.get_current_device().id)
+
+
+@functools.cache
+def _device_multiprocessors(device_id: int) -> int:
+    return cuda.get_current_device().MULTIPROCESSOR_COUNT
+
+
 @dataclass(frozen=True)
 class KernelLaunch:
     """One kernel launch, fully decided: what every launch path executes.

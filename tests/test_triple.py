@@ -9,8 +9,11 @@ import numpy as np
 import pytest
 
 import numba_gemm
+import numba_gemm.kernels.triple as triple_kernels
 from numba_gemm import TileConfig
-from numba_gemm.chain import _COUNTERS, choose_order
+from numba_gemm.chain import _COUNTERS, SMALL_FUSED_CONFIGS, choose_order, fused_tiles
+from numba_gemm.descriptor import describe
+from numba_gemm.kernels.triple import intermediate_row_major, intermediate_shape, intermediate_view
 from numba_gemm.testing import CHAIN_LAYOUTS, assert_triple, make_chain, poisoned
 
 ALGORITHMS = ["naive", "fused", "unfused"]
@@ -56,6 +59,53 @@ def test_fused_with_split_k_groups(split_k, layout, rng):
     out = poisoned((17, 70), np.float32, layout=layout)
     numba_gemm.triple(a, b, c, out, algorithm="fused", order="left", config=config)
     assert_triple(out, a, b, c, np.float32)
+
+
+@pytest.mark.parametrize("layout", ["row", "col"])
+@pytest.mark.parametrize("order", ["left", "right"])
+def test_fused_with_row_major_intermediate(order, layout, rng, monkeypatch):
+    # The simulator's 4 x 4 register tiles keep T column-major; larger ones keep it row-major
+    # (ROW_MAJOR_T_FROM): lowered here, the simulated kernel runs with a row-major T.
+    monkeypatch.setattr(triple_kernels, "ROW_MAJOR_T_FROM", 16)
+    a, b, c = make_chain(19, 9, 21, 17, np.float32, layout, rng)
+    out = poisoned((19, 17), np.float32, layout=layout)
+    numba_gemm.triple(a, b, c, out, algorithm="fused", order=order)
+    assert_triple(out, a, b, c, np.float32)
+
+
+def test_intermediate_layouts():
+    assert not intermediate_row_major(TileConfig(128, 128, 16, 8, 8, 3, 8))
+    assert intermediate_row_major(TileConfig(128, 256, 16, 8, 16, 3, 8))
+    buffer = describe(np.empty(intermediate_shape(5, 7, np.float32, True),
+                                                     np.float32), "scratch")
+    assert buffer.shape == (5, 8)  # rows padded to whole 16-byte vectors
+    t = intermediate_view(buffer, 5, 7, True)
+    assert (t.name, t.shape, t.strides) == ("t", (5, 7), (8, 1))
+    buffer = describe(np.empty(intermediate_shape(5, 7, np.float32, False),
+                                                     np.float32), "scratch")
+    assert buffer.shape == (7, 8)  # T column-major: a padded row per column of T
+    t = intermediate_view(buffer, 5, 7, False)
+    assert (t.shape, t.strides) == ((5, 7), (1, 8))
+
+
+WIDE = TileConfig(128, 256, 16, 8, 16, 3, 8)
+
+
+@pytest.mark.parametrize("n, expected", [
+    (4096, WIDE),  # 1024 tiles on 132 SMs: the last wave is 76% full
+    (2048, WIDE),  # 256 tiles: 94% full
+    (3072, TileConfig(128, 128, 16, 8, 8, 3, 8)),  # 576 tiles: 36% full, so half as wide
+    (1536, TileConfig(128, 128, 16, 8, 8, 3, 8)),  # 144 tiles: 9% full
+    (512, SMALL_FUSED_CONFIGS[np.dtype(np.float32)]),  # 16 tiles of T even half as wide
+])
+def test_fused_tiles_fit_the_fused_grid_to_the_sms(n, expected):
+    assert fused_tiles(WIDE, n, n, n, 132, np.float32) == expected
+
+
+def test_fused_tiles_keep_tuned_tiles_that_cannot_narrow():
+    # 64 x 8 tiles cannot halve their 2-wide thread blocks into 16-byte vectors: kept.
+    tuned = TileConfig(64, 8, 16, 4, 4, 2, 8)
+    assert fused_tiles(tuned, 4096, 1000, 8, 132, np.float32) == tuned
 
 
 @pytest.mark.parametrize("algorithm", ["naive", "unfused"])

@@ -26,8 +26,8 @@ dot product of that row with its column of C. Limits: max(K2, N) threads per blo
 
 **fused** (no limit on any size): one launch runs the tiles of both products, the
 tiled kernel's main loop (``tiled.mainloop``) in every CTA. T passes through L2 in
-a scratch buffer (``t``), column-major, so phase 2 copies it with 16-byte
-``cp.async``.
+a scratch buffer (``t``), column-major (phase 2 copies it with 16-byte ``cp.async``)
+or, under the largest register tiles, row-major (``intermediate_row_major``).
 
 1. *Ticket*: each CTA takes the next ticket from a counter (``sync[0]``). Tickets
    ``< rows x chunks`` are T tiles (BLOCK_M x BLOCK_N of T = A @ B), the rest D
@@ -73,7 +73,8 @@ from .ptx import backoff
 from .tiled import VECTOR_BYTES, TileConfig, kernel_jit, operand_modes, tile_computer
 
 __all__ = ["NAIVE_MAX_THREADS", "SYNC_HEAD", "plan_naive", "plan_fused", "counters_desc",
-           "sync_slots", "intermediate_shape", "intermediate_view"]
+           "sync_slots", "ROW_MAJOR_T_FROM", "intermediate_row_major", "intermediate_shape",
+           "intermediate_view"]
 
 NAIVE_MAX_THREADS = 1024  # one thread per column of A @ B and of D
 SYNC_HEAD = 2  # the fused kernel's ticket and departure counters, before one per row block
@@ -147,17 +148,32 @@ def sync_slots(M: int, config: TileConfig) -> int:
     return SYNC_HEAD + cdiv(M, config.block_m)
 
 
-def intermediate_shape(M: int, K2: int, dtype) -> tuple[int, int]:
-    """The rows and columns of the fused kernel's T buffer, a row-major (K2, ld) array that
-    holds T (M x K2) column-major: ``ld`` is M rounded up to whole 16-byte vectors, so that
-    every column starts aligned and phase 2 copies T in 16-byte pieces."""
+# T is column-major (phase 2 then copies its tiles with 16-byte cp.async, as a column-major A)
+# except under register tiles of at least this many elements per thread, where row-major T
+# (phase 2 then loads it through registers, as the tiled kernel loads a row-major A) measured
+# faster. H100, fp32, benchmarks/triple_product.py configs: 128x256 tiles (8x16 per thread)
+# 1-3% faster with row-major T at N = 2048, 3072 and 4096; 128x128 (8x8), 128x64 (8x4),
+# 64x128 (4x8) and the split-k 32x64 (4x4) 1-8% faster with column-major T, N = 512 to 3072.
+ROW_MAJOR_T_FROM = 128
+
+
+def intermediate_row_major(config: TileConfig) -> bool:
+    """Whether the fused kernel keeps T row-major under ``config`` (:data:`ROW_MAJOR_T_FROM`)."""
+    return config.thread_m * config.thread_n >= ROW_MAJOR_T_FROM
+
+
+def intermediate_shape(M: int, K2: int, dtype, row_major: bool) -> tuple[int, int]:
+    """The rows and columns of the row-major scratch buffer that holds the fused kernel's T
+    (M x K2), row-major or column-major: its rows are padded to whole 16-byte vectors, so that
+    every row (or column) of T starts aligned and T moves in 16-byte pieces."""
     vec = VECTOR_BYTES // np.dtype(dtype).itemsize
-    return K2, cdiv(M, vec) * vec
+    return (M, cdiv(K2, vec) * vec) if row_major else (K2, cdiv(M, vec) * vec)
 
 
-def intermediate_view(buffer: MatrixDesc, M: int, K2: int) -> MatrixDesc:
-    """T (M x K2) column-major in ``buffer``, an :func:`intermediate_shape` row-major array."""
-    return replace(buffer, name="t", shape=(M, K2), strides=(1, buffer.strides[0]))
+def intermediate_view(buffer: MatrixDesc, M: int, K2: int, row_major: bool) -> MatrixDesc:
+    """T (M x K2) in ``buffer``, an :func:`intermediate_shape` row-major array."""
+    ld = buffer.strides[0]
+    return replace(buffer, name="t", shape=(M, K2), strides=(ld, 1) if row_major else (1, ld))
 
 
 @functools.cache
