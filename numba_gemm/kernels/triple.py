@@ -52,7 +52,8 @@ launch, lets D tiles of finished row blocks start while T's last tiles run, and
 
 Measured (H100, ``benchmarks/triple_product.py``, README): at N = 512 2.2x faster
 than two tiled GEMMs (31 us of GPU time, against 29 us for PyTorch's two cuBLAS calls);
-from 1024 to 4096 between 0.96x and 1.16x of them. An earlier design kept T in shared
+from 1024 to 4096 between 0.97x (2048, where the tiled GEMM's tiles already fill the SMs)
+and 1.23x (1536) of them. An earlier design kept T in shared
 memory (a CTA per row block and chunk of K2, adding its share into D atomically): it lost
 at N = 512 too (34 us with split-k), and from 1024 on by 20-35%, to the atomics and the
 repeated zeroing of D.
@@ -196,7 +197,7 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tu
     def fused_kernel(a, stride_am, stride_ak, b, stride_bk, stride_bn, c, stride_ck, stride_cn,
                      d, stride_dm, stride_dn, t, stride_tm, stride_tk, sync, M, K1, K2, N):
         smem = cuda.shared.array(0, dtype)
-        token = cuda.shared.array(1, np.int64)  # thread 0's ticket, for the whole CTA
+        tile = cuda.shared.array(3, np.int64)  # the CTA's ticket as (T tile?, pid_m, pid_x)
         acc = cuda.local.array(ACC_SIZE, SCALAR)
         a_frag = cuda.local.array(THREAD_M, SCALAR)
         b_frag = cuda.local.array(THREAD_N, SCALAR)
@@ -214,16 +215,20 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tu
         # Every T tile's ticket comes before every D tile's, so a D tile only waits on tiles
         # whose CTAs are already running. Within each product, the tiled kernel's grouped
         # order (seed 004), so CTAs that run together share operand tiles in L2.
+        # Thread 0 takes and decodes it (divisions by run-time values cost ~100 instructions
+        # each), the CTA reads the tile from shared memory.
         if cta_tid == 0:
-            token[0] = cuda.atomic.add(sync, 0, 1)
+            ticket = cuda.atomic.add(sync, 0, 1)
+            t_tiles = rows * chunks
+            if ticket < t_tiles:
+                tile[0] = 1
+                tile[1], tile[2] = tile_of_device(ticket, rows, chunks, GROUP_M)
+            else:
+                tile[0] = 0
+                tile[1], tile[2] = tile_of_device(ticket - t_tiles, rows, n_tiles, GROUP_M)
         cuda.syncthreads()
-        ticket = token[0]
-        t_tiles = rows * chunks
-        is_t = ticket < t_tiles
-        if is_t:
-            pid_m, pid_x = tile_of_device(ticket, rows, chunks, GROUP_M)
-        else:
-            pid_m, pid_x = tile_of_device(ticket - t_tiles, rows, n_tiles, GROUP_M)
+        is_t = tile[0] != 0
+        pid_m, pid_x = tile[1], tile[2]
         m0 = pid_m * BLOCK_M
         x0 = pid_x * BLOCK_N
 
