@@ -11,7 +11,8 @@ import pytest
 import numba_gemm
 import numba_gemm.kernels.triple as triple_kernels
 from numba_gemm import TileConfig
-from numba_gemm.chain import _COUNTERS, SMALL_FUSED_CONFIGS, choose_order, fused_tiles
+from numba_gemm.chain import (_COUNTERS, _INTERMEDIATES, INTERMEDIATES_KEPT, SMALL_FUSED_CONFIGS,
+                              choose_order, fused_tiles)
 from numba_gemm.descriptor import describe
 from numba_gemm.kernels.triple import intermediate_row_major, intermediate_shape, intermediate_view
 from numba_gemm.testing import CHAIN_LAYOUTS, assert_triple, make_chain, poisoned
@@ -137,6 +138,22 @@ def test_fused_leaves_its_counters_at_zero(rng):
             data = counters.data
             data = data.copy_to_host() if hasattr(data, "copy_to_host") else data
             assert not np.any(data), "the fused kernel left a counter non-zero"
+
+
+@pytest.mark.parametrize("algorithm", ["fused", "unfused"])
+def test_calls_on_a_stream_share_their_intermediate(algorithm, rng):
+    # T is kept per (stream, shape, dtype) between calls, and its old contents never leak in.
+    a, b, c = make_chain(19, 9, 20, 17, np.float32, "row", rng)
+    first = numba_gemm.triple(a, b, c, algorithm=algorithm, order="left")
+    held = dict(_INTERMEDIATES._buffers)
+    a2, b2, c2 = make_chain(19, 9, 20, 17, np.float32, "row", rng)
+    second = numba_gemm.triple(a2, b2, c2, algorithm=algorithm, order="left")
+    assert_triple(first, a, b, c, np.float32)
+    assert_triple(second, a2, b2, c2, np.float32)
+    assert all(_INTERMEDIATES._buffers[key] is buffer for key, buffer in held.items())
+    numba_gemm.triple(*make_chain(7, 3, 5, 2, np.float32, "row", rng), algorithm=algorithm)
+    assert next(reversed(_INTERMEDIATES._buffers)) not in held  # a new shape, a new T
+    assert len(_INTERMEDIATES._buffers) <= INTERMEDIATES_KEPT
 
 
 @pytest.mark.parametrize("shape, expected", [
