@@ -81,6 +81,11 @@ def _transposed(desc: MatrixDesc) -> MatrixDesc:
     return replace(desc, shape=desc.shape[::-1], strides=desc.strides[::-1])
 
 
+def _stream_key(stream) -> tuple:
+    """(context, stream): what per-stream buffers are kept under."""
+    return id(cuda.current_context()) if not simulated() else 0, stream_handle(stream)
+
+
 class _Zeroed:
     """Per-stream uint32 counters for the fused kernel, zero between launches (the kernel
     leaves them zero); grown when a larger launch needs more. A replaced buffer is kept, not
@@ -91,7 +96,7 @@ class _Zeroed:
         self._retired: list = []
 
     def get(self, count: int, stream) -> MatrixDesc:
-        key = (id(cuda.current_context()) if not simulated() else 0, stream_handle(stream))
+        key = _stream_key(stream)
         held = self._buffers.get(key)
         if held is None or held.span < count:
             if held is not None:
@@ -118,8 +123,7 @@ class _Intermediates:
         self._buffers: OrderedDict = OrderedDict()
 
     def get(self, shape: tuple, dtype, stream) -> MatrixDesc:
-        key = (id(cuda.current_context()) if not simulated() else 0, stream_handle(stream),
-               tuple(shape), np.dtype(dtype))
+        key = (*_stream_key(stream), tuple(shape), np.dtype(dtype))
         held = self._buffers.get(key)
         if held is None:
             held = self._buffers[key] = allocate_output(shape, dtype, True, "ab", stream=stream)
