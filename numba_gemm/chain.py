@@ -30,12 +30,17 @@ ORDERS = ("auto", "left", "right")
 # and a last wave of them that fills less than half the SMs leaves most SMs idle for a tile's
 # time: then tiles half as wide (block_n and thread_n halved), whose shorter waves waste less.
 # Where that still gives fewer than FILL_CTAS tiles of T, SMALL_FUSED_CONFIGS: small tiles with
-# split-k groups, so each SM runs 16 warps. Measured on an H100 (fp32, square N,
-# benchmarks/triple_product.py): halving 128x256 tiles to 128x128 made the fused kernel 1.29x
-# faster at N = 1536 (it had fallen back to the small tiles) and 1.01x at 3072 (last wave 36%
-# full); at 2048 and 4096 (last waves 94% and 76% full) 128x256 was 4-10% faster than 128x128.
+# split-k groups, so that a 512-chain's 128 tiles per product keep 8 warps on each SM. Measured
+# on an H100 (fp32, square N, benchmarks/triple_product.py): halving 128x256 tiles to 128x128
+# made the fused kernel 1.29x faster at N = 1536 (it had fallen back to the small tiles) and
+# 1.01x at 3072 (last wave 36% full); at 2048 and 4096 (last waves 94% and 76% full) 128x256
+# was 4-10% faster than 128x128. For the small tiles, 8x4 register tiles in 4 groups (8 warps)
+# were 8% faster at N = 512 (28.5 against 30.9 us) and 2% at 256 than 4x4 ones in 4 groups (16
+# warps): per k step a warp then reads 3 16-byte fragments for 32 FMAs instead of 2 for 16, and
+# Nsight Compute had put the 4x4 tiles' stalls on shared-memory loads (short scoreboard, MIO
+# throttle) and barriers; 2 stages ran 1% faster than 3 at 512 and 0.5% slower at 256.
 SMALL_FUSED_CONFIGS = {
-    np.dtype(np.float32): TileConfig(32, 64, 16, 4, 4, 3, 1, split_k=4),
+    np.dtype(np.float32): TileConfig(32, 64, 16, 8, 4, 2, 1, split_k=4),
     np.dtype(np.float64): TileConfig(32, 64, 16, 4, 4, 2, 1, split_k=2),
 }
 FILL_CTAS = 128  # about one per SM of an H100/H200 (132)

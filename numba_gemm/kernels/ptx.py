@@ -197,9 +197,26 @@ else:
 __all__ += ["load_vector", "store_vector", "cp_async", "cp_async_commit", "cp_async_wait"]
 
 
-# --- waiting on a flag another CTA raises ------------------------------------------------------
+# --- one CTA raising a counter that another waits on -------------------------------------------
+#
+# The pattern of CUTLASS's generic barrier: the CTA's threads write their data, the CTA
+# synchronises, and one thread *releases* (``fence.acq_rel.gpu``, then a relaxed add to the
+# counter: the fence orders every write the barrier ordered before it); the waiting CTA's one
+# thread *acquires* (``ld.acquire.gpu`` until the counter is high enough), then its CTA
+# synchronises and reads the data. Lighter than a ``membar.gl`` (sequentially consistent) in
+# every thread. Both take a 1-D uint32 array and an element index.
 
 if cuda.config.ENABLE_CUDASIM:
+
+    @cuda.jit(device=True)
+    def release_add(array, index):
+        """Simulator twin of the release: an atomic add of 1."""
+        cuda.atomic.add(array, index, 1)
+
+    @cuda.jit(device=True)
+    def load_acquire(array, index):
+        """Simulator twin of the acquiring load: a plain load."""
+        return array[index]
 
     @cuda.jit(device=True)
     def backoff():
@@ -208,8 +225,38 @@ if cuda.config.ENABLE_CUDASIM:
 
 else:
 
+    def _counter_typer(result, text, constraints):
+        def typer(typingctx, array, index):
+            if not (isinstance(array, types.Array) and array.ndim == 1
+                    and array.dtype == types.uint32 and isinstance(index, types.Integer)):
+                return None
+
+            def codegen(context, builder, sig, args):
+                ptr = _pointer(context, builder, sig.args[0], args[0], args[1])
+                value_type = ir.IntType(32) if result == types.uint32 else ir.VoidType()
+                asm = ir.InlineAsm(ir.FunctionType(value_type, [ptr.type]), text, constraints,
+                                   side_effect=True)
+                value = builder.call(asm, [ptr])
+                return value if result == types.uint32 else context.get_dummy_value()
+
+            return result(array, index), codegen
+        return typer
+
+    release_add = intrinsic(_counter_typer(
+        types.void, "fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.u32 [$0], 1;",
+        "l,~{memory}"))
+    release_add.__doc__ = ("Release: order this thread's (and, after a barrier, its CTA's) writes "
+                           "before adding 1 to ``array[index]``.")
+    load_acquire = intrinsic(_counter_typer(
+        types.uint32, "ld.acquire.gpu.global.u32 $0, [$1];", "=r,l,~{memory}"))
+    load_acquire.__doc__ = ("Acquire: ``array[index]``, with every later read of this thread (and, "
+                            "after a barrier, its CTA's) ordered after it.")
+
     @cuda.jit(device=True)
     def backoff():
         """Sleep ~0.2 us between polls of a flag, so the spinning warp leaves the SM's issue
         slots to the CTAs doing the work it waits for."""
         cuda.nanosleep(200)
+
+
+__all__ += ["release_add", "load_acquire"]

@@ -33,14 +33,16 @@ or, under the largest register tiles, row-major (``intermediate_row_major``).
    ``< rows x chunks`` are T tiles (BLOCK_M x BLOCK_N of T = A @ B), the rest D
    tiles, each product in the tiled kernel's grouped order (seed 004).
 2. *T tile*: T[m0:, x0:] = A[m0:, :] @ B[:, x0:], stored; then the CTA counts
-   itself into its row block's counter (``sync[2 + pid_m]``), after a fence.
-3. *D tile*: wait until the row block's counter holds all its T tiles, then
+   itself into its row block's counter (``sync[2 + pid_m]``) with a release
+   (``ptx.release_add``: a barrier, then one thread's ``fence.acq_rel.gpu`` and add).
+3. *D tile*: one thread waits (``ptx.load_acquire``) until the row block's counter
+   holds all its T tiles and a barrier holds the CTA until then; then
    D[m0:, x0:] = T[m0:, :] @ C[:, x0:], stored: D is written once, no atomics, and
    the result is the same bits on every run.
 4. *Split-k* (``TileConfig.split_k``, for small chains): the CTA's threads form
    groups that each run the k loop over a slice of k with their own pipeline; group
    0 sums the partial tiles (``tiled.split_k_parts``). A 512-chain's 32 x 64 tiles
-   then run 16 warps per SM instead of 4.
+   then run 8 warps per SM instead of 2.
 5. *Depart*: the last CTA (``sync[1]``) resets every counter to zero, so the buffer
    is zero again for the next launch on the stream.
 
@@ -70,7 +72,7 @@ from numba import cuda
 from ..descriptor import MatrixDesc
 from ..launch import STATIC_SHARED_LIMIT, KernelLaunch, cdiv, kernel_launch, shared_memory_limit
 from ..ordering import tile_of
-from .ptx import backoff
+from .ptx import backoff, load_acquire, release_add
 from .tiled import VECTOR_BYTES, TileConfig, kernel_jit, operand_modes, tile_computer
 
 __all__ = ["NAIVE_MAX_THREADS", "SYNC_HEAD", "plan_naive", "plan_fused", "counters_desc",
@@ -237,17 +239,15 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tu
             t_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
                    a, 0, stride_am, stride_ak, b, 0, stride_bk, stride_bn,
                    t, 0, stride_tm, stride_tk, M, K2, K1, m0, x0, thread_row, thread_col)
-            cuda.threadfence()  # the tile reaches L2 before the count can be seen
-            cuda.syncthreads()
+            cuda.syncthreads()  # every thread's part of the tile is written ...
             if cta_tid == 0:
-                cuda.atomic.add(sync, HEAD + pid_m, 1)
+                release_add(sync, HEAD + pid_m)  # ... before the count can be seen
         else:
             # -- 3. a D tile: wait until the row block's T tiles are all in ------------------
             if cta_tid == 0:
-                while cuda.atomic.add(sync, HEAD + pid_m, 0) < chunks:
+                while load_acquire(sync, HEAD + pid_m) < chunks:
                     backoff()
-                cuda.threadfence()
-            cuda.syncthreads()
+            cuda.syncthreads()  # no thread reads T before the count was seen
             # ... then D[m0:, x0:] = T[m0:, :] @ C[:, x0:]
             d_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
                    t, 0, stride_tm, stride_tk, c, 0, stride_ck, stride_cn,
