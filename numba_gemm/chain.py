@@ -165,9 +165,9 @@ def resolve(M: int, K1: int, K2: int, N: int, algorithm: str, order: str,
 
 # "auto" fuses up to this many multiply-adds (the chain's two products together): twice those
 # of N = 512. Measured on an H100 (benchmarks/triple_product.py): fused beats two tiled GEMMs
-# 2.2x at N = 512 and 1.03x at 1024 through numba_gemm.triple, but jax_bridge.triple's fused
+# 2.5x at N = 512 and 1.03x at 1024 through numba_gemm.triple, but jax_bridge.triple's fused
 # call took 1.7x longer than its unfused pair at 1024 (not understood yet), and from 1536 on
-# fused is within -3% (2048) to +23% (1536) of unfused.
+# fused is within -2% (2048) to +25% (1536) of unfused.
 FUSED_UP_TO_MACS = 4 * 512 ** 3
 
 
