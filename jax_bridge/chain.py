@@ -86,10 +86,10 @@ def _native(ctx, a, b, c, *, algorithm, order, config):
     from numba_gemm.kernels.triple import counters_desc
 
     (M, K1), (K2, N) = ctx.avals_in[0].shape, ctx.avals_in[2].shape
-    algorithm, order = resolve(M, K1, K2, N, algorithm, order, config)
+    dtype = ctx.avals_in[0].dtype
+    algorithm, order = resolve(M, K1, K2, N, algorithm, order, config, dtype)
     if algorithm == "unfused":
         return _unfused(ctx, a, b, c, order)
-    dtype = ctx.avals_in[0].dtype
     descs = [_row_major(name, aval.shape, dtype)
              for name, aval in zip(("a", "b", "c", "out"), (*ctx.avals_in, ctx.avals_out[0]))]
     # The fused kernel's scratch buffers (T and the counters) are extra outputs of the kernel

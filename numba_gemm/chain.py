@@ -20,7 +20,8 @@ from .launch import (KernelLaunch, PreparedLaunch, allocate_output, cdiv, multip
                      stream_handle)
 
 __all__ = ["TRIPLE_ALGORITHMS", "ORDERS", "FUSED_UP_TO_MACS", "triple", "choose_order",
-           "choose_triple_algorithm", "fused_config", "fused_tiles", "plan_triple"]
+           "choose_triple_algorithm", "fusion_saves_a_wave", "fused_config", "fused_tiles",
+           "plan_triple"]
 
 TRIPLE_ALGORITHMS = ("auto", "naive", "fused", "unfused")
 ORDERS = ("auto", "left", "right")
@@ -151,7 +152,7 @@ def check_triple_arguments(algorithm: str, order: str, config) -> None:
 
 
 def resolve(M: int, K1: int, K2: int, N: int, algorithm: str, order: str,
-            config: TileConfig | None = None) -> tuple[str, str]:
+            config: TileConfig | None = None, dtype=np.float32) -> tuple[str, str]:
     """(algorithm, order) with ``"auto"`` decided: the order by :func:`choose_order`, then the
     algorithm by :func:`choose_triple_algorithm` for that order's sizes (``"fused"`` when a
     config is given)."""
@@ -159,22 +160,37 @@ def resolve(M: int, K1: int, K2: int, N: int, algorithm: str, order: str,
         order = choose_order(M, K1, K2, N)
     if algorithm == "auto":
         sizes = (M, K1, K2, N) if order == "left" else (N, K2, K1, M)
-        algorithm = "fused" if config is not None else choose_triple_algorithm(*sizes)
+        algorithm = "fused" if config is not None else choose_triple_algorithm(*sizes, dtype)
     return algorithm, order
 
 
-# "auto" fuses up to this many multiply-adds (the chain's two products together): twice those
-# of N = 512. Measured on an H100 (benchmarks/triple_product.py): fused beats two tiled GEMMs
-# 2.5x at N = 512 and 1.03x at 1024 through numba_gemm.triple, but jax_bridge.triple's fused
-# call took 1.7x longer than its unfused pair at 1024 (not understood yet), and from 1536 on
-# fused is within -2% (2048) to +25% (1536) of unfused.
+# "auto" fuses chains of up to this many multiply-adds (the two products together): twice
+# those of N = 512; above it, only where one launch saves a ragged wave (fusion_saves_a_wave).
+# Measured on an H100 (benchmarks/triple_product.py, fp32): fused beat two tiled GEMMs 2.5x at
+# N = 512 and 1.03x at 1024 through numba_gemm.triple, but jax_bridge.triple's fused call took
+# 1.7x longer than its unfused pair at 1024 in an earlier session (not understood); from 1536 on
+# fused was 1.25x (1536) and 1.20x (3072) where the tuned tiles left a ragged last wave, 0.98x
+# (2048) and 1.01x (4096) where they did not.
 FUSED_UP_TO_MACS = 4 * 512 ** 3
 
 
-def choose_triple_algorithm(M: int, K1: int, K2: int, N: int) -> str:
-    """``"auto"`` for the left-order chain (A @ B) @ C of these sizes: ``"fused"`` for small
-    chains, ``"unfused"`` (two tiled GEMMs) from :data:`FUSED_UP_TO_MACS` on."""
-    return "fused" if M * K1 * K2 + M * K2 * N <= FUSED_UP_TO_MACS else "unfused"
+def fusion_saves_a_wave(tuned: TileConfig, M: int, K2: int, N: int, sms: int, dtype) -> bool:
+    """Whether :func:`fused_tiles` changes ``tuned`` (the tiled GEMM's tiles for A @ B) for
+    this chain on ``sms`` SMs: where the two products' tiles leave a ragged last wave that one
+    launch of narrower tiles fills, or so few tiles that the small split-k tiles run instead."""
+    return fused_tiles(tuned, M, K2, N, sms, dtype) != tuned
+
+
+def choose_triple_algorithm(M: int, K1: int, K2: int, N: int, dtype=np.float32) -> str:
+    """``"auto"`` for the left-order chain (A @ B) @ C of these sizes: ``"fused"`` for chains
+    of up to :data:`FUSED_UP_TO_MACS` multiply-adds and, above, where
+    :func:`fusion_saves_a_wave` on this GPU; ``"unfused"`` (two tiled GEMMs) otherwise."""
+    if M * K1 * K2 + M * K2 * N <= FUSED_UP_TO_MACS:
+        return "fused"
+    if simulated():  # no SMs to fill: the simulator runs one block at a time
+        return "unfused"
+    tuned = config_for_shape(M, K2, K1, dtype)
+    return "fused" if fusion_saves_a_wave(tuned, M, K2, N, multiprocessors(), dtype) else "unfused"
 
 
 def plan_triple(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, out: MatrixDesc,
@@ -190,7 +206,7 @@ def plan_triple(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, out: MatrixDesc,
     descriptors).
     """
     algorithm, order = resolve(a.shape[0], a.shape[1], c.shape[0], c.shape[1], algorithm, order,
-                               config)
+                               config, a.dtype)
     if order == "right":
         a, b, c, out = _transposed(c), _transposed(b), _transposed(a), _transposed(out)
     M, K2 = a.shape[0], c.shape[0]
@@ -216,8 +232,8 @@ def triple(a: Any, b: Any, c: Any, out: Any = None, *, algorithm: str = "auto",
     - ``"fused"``: one launch that runs the tiles of both products, each tile of D
       as soon as its rows of the intermediate are done (the intermediate passes
       through L2; ``numba_gemm.kernels.triple``). No size limit.
-    - ``"auto"``: fused for small chains, unfused from :data:`FUSED_UP_TO_MACS`
-      multiply-adds on (:func:`choose_triple_algorithm`).
+    - ``"auto"``: fused for small chains and where one launch saves a ragged wave of
+      tiles, else unfused (:func:`choose_triple_algorithm`).
     - ``"naive"``: seed 003's kernel, one block per row of D and one thread per
       column; needs max(K2, N) <= 1024 (``ValueError`` otherwise).
     - ``"unfused"``: two tiled GEMMs through an intermediate in global memory.

@@ -12,8 +12,10 @@ import numba_gemm
 import numba_gemm.kernels.triple as triple_kernels
 from numba_gemm import TileConfig
 from numba_gemm.chain import (_COUNTERS, _INTERMEDIATES, INTERMEDIATES_KEPT, SMALL_FUSED_CONFIGS,
-                              choose_order, fused_tiles)
+                              choose_order, choose_triple_algorithm, fused_tiles,
+                              fusion_saves_a_wave)
 from numba_gemm.descriptor import describe
+from numba_gemm.launch import simulated
 from numba_gemm.kernels.triple import intermediate_row_major, intermediate_shape, intermediate_view
 from numba_gemm.testing import CHAIN_LAYOUTS, assert_triple, make_chain, poisoned
 
@@ -101,6 +103,23 @@ WIDE = TileConfig(128, 256, 16, 8, 16, 3, 8)
 ])
 def test_fused_tiles_fit_the_fused_grid_to_the_sms(n, expected):
     assert fused_tiles(WIDE, n, n, n, 132, np.float32) == expected
+
+
+@pytest.mark.parametrize("n, saves", [(4096, False), (2048, False), (3072, True), (1536, True),
+                                      (512, True)])
+def test_fusion_saves_a_wave_where_fused_tiles_change(n, saves):
+    # "auto" fuses large chains only where the fused grid changes the tuned tiles (measured on
+    # an H100: 1.20-1.25x at 1536 and 3072, 0.98-1.01x at 2048 and 4096).
+    assert fusion_saves_a_wave(WIDE, n, n, n, 132, np.float32) is saves
+
+
+@pytest.mark.skipif(not simulated(), reason="large chains depend on the GPU's SMs")
+def test_auto_fuses_small_chains_and_leaves_large_ones_unfused_on_the_simulator():
+    assert choose_triple_algorithm(512, 512, 512, 512) == "fused"  # 2 x 512^3 multiply-adds
+    assert choose_triple_algorithm(64, 512, 4096, 1536) == "fused"  # exactly 4 x 512^3
+    # Above that, the simulator has no SMs whose waves fusion could fill.
+    assert choose_triple_algorithm(64, 512, 4096, 1537) == "unfused"
+    assert choose_triple_algorithm(1536, 1536, 1536, 1536) == "unfused"
 
 
 def test_fused_tiles_keep_tuned_tiles_that_cannot_narrow():
