@@ -109,7 +109,7 @@ def test_fused_tiles_fit_the_fused_grid_to_the_sms(n, expected):
                                       (512, True)])
 def test_fusion_saves_a_wave_where_fused_tiles_change(n, saves):
     # "auto" fuses large chains only where the fused grid changes the tuned tiles (measured on
-    # an H100: 1.20-1.25x at 1536 and 3072, 0.98-1.01x at 2048 and 4096).
+    # an H100: 1.20-1.25x at 1536 and 3072, 0.97-1.01x at 2048 and 4096).
     assert fusion_saves_a_wave(WIDE, n, n, n, 132, np.float32) is saves
 
 

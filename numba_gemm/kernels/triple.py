@@ -54,7 +54,7 @@ launch, lets D tiles of finished row blocks start while T's last tiles run, and
 
 Measured (H100, ``benchmarks/triple_product.py``, README): at N = 512 2.5x faster
 than two tiled GEMMs (29 us of GPU time, as for PyTorch's two cuBLAS calls); from 1024
-to 4096 between 0.98x (2048, where the tiled GEMM's tiles already fill the SMs) and 1.25x
+to 4096 between 0.97x (2048, where the tiled GEMM's tiles already fill the SMs) and 1.25x
 (1536) of them. An earlier design kept T in shared
 memory (a CTA per row block and chunk of K2, adding its share into D atomically): it lost
 at N = 512 too (34 us with split-k), and from 1024 on by 20-35%, to the atomics and the
