@@ -16,8 +16,8 @@ from .descriptor import DeviceNDArray, MatrixDesc  # Numba's device array class,
 from .kernels.tiled import TileConfig
 from .kernels.triple import (counters_desc, intermediate_row_major, intermediate_shape,
                              intermediate_view, plan_fused, plan_naive, sync_slots)
-from .launch import (KernelLaunch, PreparedLaunch, allocate_output, cdiv, multiprocessors, simulated,
-                     stream_handle)
+from .launch import (KernelLaunch, PreparedLaunch, allocate_output, cdiv, multiprocessors,
+                     simulated, stream_handle)
 
 __all__ = ["TRIPLE_ALGORITHMS", "ORDERS", "FUSED_UP_TO_MACS", "triple", "choose_order",
            "choose_triple_algorithm", "fusion_saves_a_wave", "fused_config", "fused_tiles",
@@ -122,8 +122,8 @@ class _Intermediates:
     """Per-stream intermediates (T = A @ B) of ``triple``, kept between calls: kernels on one
     stream run in order, so a call's kernels start only after the last call's are done with
     T. Allocating and freeing T on every call cost 120-155 us on an H100, more than the fused
-    kernel itself up to N = 512. The buffers of the last INTERMEDIATES_KEPT (stream, shape, dtype) are kept; an evicted one
-    is freed by Numba, whose free waits for the device."""
+    kernel itself up to N = 512. The buffers of the last INTERMEDIATES_KEPT (stream, shape,
+    dtype) are kept; an evicted one is freed by Numba, whose free waits for the device."""
 
     def __init__(self):
         self._buffers: OrderedDict = OrderedDict()
@@ -169,9 +169,8 @@ def resolve(M: int, K1: int, K2: int, N: int, algorithm: str, order: str,
 # Measured on an H100 (benchmarks/triple_product.py, fp32): fused beat two tiled GEMMs 2.5x at
 # N = 512 and 1.03x at 1024 through numba_gemm.triple, but jax_bridge.triple's fused call takes
 # 1.6x longer than its unfused pair at 1024 (227 against 142 us: XLA's compile fits two CTAs
-# per SM, see the README); from 1536 on
-# fused was 1.24x (1536) and 1.21x (3072) where the tuned tiles left a ragged last wave, 0.97x
-# (2048) and 1.01x (4096) where they did not.
+# per SM, see the README); from 1536 on fused was 1.24x (1536) and 1.21x (3072) where the
+# tuned tiles left a ragged last wave, 0.97x (2048) and 1.01x (4096) where they did not.
 FUSED_UP_TO_MACS = 4 * 512 ** 3
 
 
