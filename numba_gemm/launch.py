@@ -19,8 +19,8 @@ from numba import cuda
 from .descriptor import MatrixDesc, describe
 
 __all__ = ["cdiv", "simulated", "device_operand", "allocate_output", "shared_memory_limit",
-           "KernelLaunch", "PreparedLaunch", "kernel_launch", "launch_kernel", "kernel_signature",
-           "numba_parameters", "stream_handle", "STATIC_SHARED_LIMIT", "MAX_GRID_YZ"]
+           "shared_memory_per_multiprocessor", "alone_on_multiprocessor", "KernelLaunch",
+           "PreparedLaunch", "kernel_launch", "launch_kernel", "kernel_signature", "numba_parameters", "stream_handle", "STATIC_SHARED_LIMIT", "MAX_GRID_YZ"]
 
 # The simulator has no limit of its own; report Hopper's (227 KB per block, opt-in).
 SIMULATED_SHARED_LIMIT = 227 * 1024
@@ -67,6 +67,24 @@ def shared_memory_limit() -> int:
 @functools.cache
 def _device_shared_limit(device_id: int) -> int:
     return cuda.get_current_device().MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+
+
+def shared_memory_per_multiprocessor() -> int:
+    """Bytes of shared memory one SM of the current device holds for all its blocks."""
+    if simulated():
+        return SIMULATED_SHARED_LIMIT + 1024
+    return _device_shared_per_multiprocessor(cuda.get_current_device().id)
+
+
+@functools.cache
+def _device_shared_per_multiprocessor(device_id: int) -> int:
+    return cuda.get_current_device().MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
+
+
+def alone_on_multiprocessor(shared: int, per_multiprocessor: int) -> int:
+    """Dynamic shared memory for a block that must run alone on its SM: ``shared``, or more
+    than half of the SM's ``per_multiprocessor`` bytes, so that no second block fits."""
+    return max(shared, per_multiprocessor // 2 + 1)
 
 
 def multiprocessors() -> int:

@@ -15,7 +15,8 @@ from numba_gemm.chain import (_COUNTERS, _INTERMEDIATES, INTERMEDIATES_KEPT, SMA
                               choose_order, choose_triple_algorithm, fused_tiles,
                               fusion_saves_a_wave)
 from numba_gemm.descriptor import describe
-from numba_gemm.launch import simulated
+from numba_gemm.launch import (alone_on_multiprocessor, shared_memory_per_multiprocessor,
+                              simulated)
 from numba_gemm.kernels.triple import intermediate_row_major, intermediate_shape, intermediate_view
 from numba_gemm.testing import CHAIN_LAYOUTS, assert_triple, make_chain, poisoned
 
@@ -89,6 +90,23 @@ def test_intermediate_layouts():
     assert buffer.shape == (7, 8)  # T column-major: a padded row per column of T
     t = intermediate_view(buffer, 5, 7, False)
     assert (t.shape, t.strides) == ((5, 7), (1, 8))
+
+
+@pytest.mark.parametrize("config", [SMALL_FUSED_CONFIGS[np.dtype(np.float32)],
+                                    TileConfig(128, 256, 16, 8, 16, 3, 8)], ids=str)
+def test_fused_launch_runs_one_cta_per_sm(config):
+    # The fused kernel asks for more than half an SM's shared memory, so that no compile of it
+    # (XLA's used fewer registers than Numba's) fits two CTAs, two T tiles, on one SM.
+    n = 64
+    a, b, c, d = (describe(np.ones((n, n), np.float32), name) for name in "abcd")
+    t = intermediate_view(describe(np.empty(intermediate_shape(n, n, np.float32, False),
+                                            np.float32), "scratch"), n, n, False)
+    sync = triple_kernels.counters_desc(64, np.zeros(64, np.uint32))
+    launch = triple_kernels.plan_fused(config, a, b, c, d, t, sync)
+    assert launch.shared > shared_memory_per_multiprocessor() // 2
+    assert launch.shared >= config.shared_bytes(np.float32)
+    assert alone_on_multiprocessor(150_000, 233_472) == 150_000  # already alone: unchanged
+    assert alone_on_multiprocessor(20_000, 233_472) == 116_737
 
 
 WIDE = TileConfig(128, 256, 16, 8, 16, 3, 8)

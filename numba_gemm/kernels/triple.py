@@ -70,7 +70,8 @@ import numpy as np
 from numba import cuda
 
 from ..descriptor import MatrixDesc
-from ..launch import STATIC_SHARED_LIMIT, KernelLaunch, cdiv, kernel_launch, shared_memory_limit
+from ..launch import (STATIC_SHARED_LIMIT, KernelLaunch, alone_on_multiprocessor, cdiv, kernel_launch,
+                      shared_memory_limit, shared_memory_per_multiprocessor)
 from ..ordering import tile_of
 from .ptx import backoff, load_acquire, release_add
 from .tiled import VECTOR_BYTES, TileConfig, kernel_jit, operand_modes, tile_computer
@@ -279,6 +280,9 @@ def plan_fused(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, 
     if shared > STATIC_SHARED_LIMIT and shared > (limit := shared_memory_limit()):
         raise ValueError(f"fused config {config.label()} needs {shared} bytes of shared memory per "
                          f"block for {a.dtype}; this device allows {limit}")
+    # One CTA per SM: where two fit, the block scheduler may put two T tiles on
+    # one SM while others hold only D tiles that wait for them.
+    shared = alone_on_multiprocessor(shared, shared_memory_per_multiprocessor())
     a_mode, b_mode, t_store_mode = operand_modes(a, b, t)  # T as phase 1's output
     t_mode, c_mode, d_mode = operand_modes(t, c, d)  # and as phase 2's A operand
     kernel = _fused_kernel(config, a.dtype, a_mode, b_mode, t_store_mode, t_mode, c_mode, d_mode)
