@@ -39,10 +39,14 @@ ORDERS = ("auto", "left", "right")
 # were 8% faster at N = 512 (28.5 against 30.9 us) and 2% at 256 than 4x4 ones in 4 groups (16
 # warps): per k step a warp then reads 3 16-byte fragments for 32 FMAs instead of 2 for 16, and
 # Nsight Compute had put the 4x4 tiles' stalls on shared-memory loads (short scoreboard, MIO
-# throttle) and barriers; 2 stages ran 1% faster than 3 at 512 and 0.5% slower at 256.
+# throttle) and barriers; 2 stages ran 1% faster than 3 at 512 and 0.5% slower at 256. Each
+# dtype's small configs go from large tiles to small: the first that gives T FILL_CTAS tiles,
+# else the last. At N = 256 (32 tiles of 32 x 64) 32 x 32 tiles ran 1.2x faster (15.3 against
+# 18.3 us); at 512 they ran 1.4x slower (40.3 against 28.8), with one CTA per SM.
 SMALL_FUSED_CONFIGS = {
-    np.dtype(np.float32): TileConfig(32, 64, 16, 8, 4, 2, 1, split_k=4),
-    np.dtype(np.float64): TileConfig(32, 64, 16, 4, 4, 2, 1, split_k=2),
+    np.dtype(np.float32): (TileConfig(32, 64, 16, 8, 4, 2, 1, split_k=4),
+                           TileConfig(32, 32, 16, 4, 4, 2, 1, split_k=4)),
+    np.dtype(np.float64): (TileConfig(32, 64, 16, 4, 4, 2, 1, split_k=2),),
 }
 FILL_CTAS = 128  # about one per SM of an H100/H200 (132)
 SIMULATOR_FUSED_CONFIG = TileConfig(16, 16, 4, 4, 4, 2, 1)  # 16 threads: simulator-sized
@@ -67,7 +71,8 @@ def fused_config(M: int, K1: int, K2: int, N: int, dtype) -> TileConfig:
 def fused_tiles(tuned: TileConfig, M: int, K2: int, N: int, sms: int, dtype) -> TileConfig:
     """``tuned``, or tiles half as wide where the fused grid's last wave of ``tuned`` tiles
     (T's and D's, one CTA per SM of ``sms``) fills less than half the SMs, or
-    ``SMALL_FUSED_CONFIGS`` where T then has fewer than ``FILL_CTAS`` tiles."""
+    the first of ``SMALL_FUSED_CONFIGS`` that gives T ``FILL_CTAS`` tiles where T then has
+    fewer (the smallest where none does)."""
     config = tuned
     last_wave = cdiv(M, tuned.block_m) * (cdiv(K2, tuned.block_n) + cdiv(N, tuned.block_n)) % sms
     if 0 < last_wave < sms / 2:
@@ -77,9 +82,10 @@ def fused_tiles(tuned: TileConfig, M: int, K2: int, N: int, sms: int, dtype) -> 
             config = narrow
         except ValueError:
             pass  # no valid half-width tiles: keep the tuned ones
-    if cdiv(M, config.block_m) * cdiv(K2, config.block_n) >= FILL_CTAS:
-        return config
-    return SMALL_FUSED_CONFIGS[np.dtype(dtype)]
+    for candidate in (config, *SMALL_FUSED_CONFIGS[np.dtype(dtype)]):
+        if cdiv(M, candidate.block_m) * cdiv(K2, candidate.block_n) >= FILL_CTAS:
+            return candidate
+    return candidate
 
 
 def _transposed(desc: MatrixDesc) -> MatrixDesc:

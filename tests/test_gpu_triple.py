@@ -45,9 +45,10 @@ def test_rectangular(algorithm, shape, order, layout, rng):
     assert_triple(out, a, b, c, np.float32)
 
 
-# The small-problem default, the tuned tiles of large products, and split-k with 1024 threads.
-FUSED_CONFIGS = [SMALL_FUSED_CONFIGS[np.dtype(np.float32)], TileConfig(128, 256, 16, 8, 16, 3, 8),
-                 TileConfig(64, 128, 16, 4, 8, 3, 8), TileConfig(32, 64, 16, 4, 4, 2, 1, split_k=8)]
+# The small-problem defaults, the tuned tiles of large products, and split-k with 1024 threads.
+FUSED_CONFIGS = [*SMALL_FUSED_CONFIGS[np.dtype(np.float32)],
+                 TileConfig(128, 256, 16, 8, 16, 3, 8), TileConfig(64, 128, 16, 4, 8, 3, 8),
+                 TileConfig(32, 64, 16, 4, 4, 2, 1, split_k=8)]
 
 
 @pytest.mark.parametrize("config", FUSED_CONFIGS, ids=lambda c: c.label())

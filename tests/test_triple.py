@@ -92,7 +92,7 @@ def test_intermediate_layouts():
     assert (t.shape, t.strides) == ((5, 7), (1, 8))
 
 
-@pytest.mark.parametrize("config", [SMALL_FUSED_CONFIGS[np.dtype(np.float32)],
+@pytest.mark.parametrize("config", [SMALL_FUSED_CONFIGS[np.dtype(np.float32)][0],
                                     TileConfig(128, 256, 16, 8, 16, 3, 8)], ids=str)
 def test_fused_launch_runs_one_cta_per_sm(config):
     # The fused kernel asks for more than half an SM's shared memory, so that no compile of it
@@ -117,7 +117,8 @@ WIDE = TileConfig(128, 256, 16, 8, 16, 3, 8)
     (2048, WIDE),  # 256 tiles: 94% full
     (3072, TileConfig(128, 128, 16, 8, 8, 3, 8)),  # 576 tiles: 36% full, so half as wide
     (1536, TileConfig(128, 128, 16, 8, 8, 3, 8)),  # 144 tiles: 9% full
-    (512, SMALL_FUSED_CONFIGS[np.dtype(np.float32)]),  # 16 tiles of T even half as wide
+    (512, SMALL_FUSED_CONFIGS[np.dtype(np.float32)][0]),  # 16 tiles of T even half as wide
+    (256, SMALL_FUSED_CONFIGS[np.dtype(np.float32)][1]),  # 32 x 64 tiles: only 32 of T
 ])
 def test_fused_tiles_fit_the_fused_grid_to_the_sms(n, expected):
     assert fused_tiles(WIDE, n, n, n, 132, np.float32) == expected
