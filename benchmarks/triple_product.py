@@ -4,12 +4,13 @@
     python benchmarks/triple_product.py --plot-from RESULTS.json [--plot PNG]
 
 Square float32 operands, true fp32 everywhere (no TF32): numba-gemm's
-``triple`` with ``algorithm="naive"`` (N <= 1024), ``"fused"``, ``"unfused"`` and ``"auto"``, and ``jax_bridge.triple`` in ``jax.jit``;
-PyTorch eager ``a @ b @ c`` (two cuBLAS sgemm launches, TF32 off) and
-``jax.jit(lambda a, b, c: a @ b @ c)`` at ``precision="highest"``. Every method
-is timed in the same run on the same GPU: back-to-back calls between two CUDA
-events after a context-wide synchronize, warm-up first, median of 15 rounds of
-at least 20 ms (``numba_gemm.timing``). numba-gemm's rows write into a given
+``triple`` with ``algorithm="naive"`` (N <= 1024), ``"fused"``, ``"unfused"`` and
+``"auto"``, and ``jax_bridge.triple`` in ``jax.jit``; PyTorch eager ``a @ b @ c`` (two
+cuBLAS sgemm launches, TF32 off) and ``jax.jit(lambda a, b, c: a @ b @ c)`` at
+``precision="highest"``. Every method is timed in the same run on the same GPU:
+back-to-back calls between two CUDA events after a context-wide synchronize, warm-up
+first, median of 15 rounds of at least 20 ms (``numba_gemm.timing``), the methods'
+rounds interleaved (round r of each before round r + 1 of any). numba-gemm's rows write into a given
 ``out``; the ``fused, new out`` row lets ``triple`` allocate D on every call,
 as torch and JAX do (through their caching allocators). Each result is checked
 against a float64 product (torch on the GPU) before it is timed.
@@ -27,6 +28,7 @@ import datetime
 import json
 import platform
 import re
+import statistics
 from importlib import metadata
 from pathlib import Path
 
@@ -35,6 +37,7 @@ import numpy as np
 SIZES = (256, 512, 1024, 1536, 2048, 3072, 4096)
 ROUND_S = 0.02  # each timed round runs at least this long
 ROUNDS = 15
+WARMUP = 3
 
 SWEEP = (  # (block_m, block_n, block_k, thread_m, thread_n, stages, group_m, split_k)
     (32, 64, 16, 4, 4, 3, 1, 1), (32, 64, 16, 4, 4, 3, 1, 2), (32, 64, 16, 4, 4, 3, 1, 4),
@@ -53,16 +56,36 @@ def _versions() -> dict:
     return found
 
 
-def _per_call(fn) -> float:
-    """Median seconds per call of back-to-back calls (rounds of >= ROUND_S)."""
-    from numba_gemm.timing import device_clock, median_seconds
+def _calls_per_round(fn) -> int:
+    """How many back-to-back calls of ``fn`` make a round of at least ROUND_S."""
+    from numba_gemm.timing import device_clock
 
     fn()
     start = device_clock()
     fn()
     once = max(device_clock() - start, 1e-6)
-    calls = max(1, int(ROUND_S / once))
-    return median_seconds(fn, warmup=3, reps=ROUNDS, calls_per_rep=calls)
+    return max(1, int(ROUND_S / once))
+
+
+def _interleaved(fns: dict) -> dict:
+    """Median seconds per call of each of ``fns`` (name -> function), over ROUNDS rounds of
+    back-to-back calls. The rounds interleave: round r of every method runs before round
+    r + 1 of any, so drift during the run (clocks, temperature, the host's load) falls on
+    all methods alike instead of on whichever was timed last."""
+    from numba_gemm.timing import device_clock
+
+    calls = {name: _calls_per_round(fn) for name, fn in fns.items()}
+    for fn in fns.values():
+        for _ in range(WARMUP):
+            fn()
+    times = {name: [] for name in fns}
+    for _ in range(ROUNDS):
+        for name, fn in fns.items():
+            start = device_clock()
+            for _ in range(calls[name]):
+                fn()
+            times[name].append((device_clock() - start) / calls[name])
+    return {name: statistics.median(seconds) for name, seconds in times.items()}
 
 
 def measure(n: int, sweep: bool, rng) -> list[dict]:
@@ -109,21 +132,25 @@ def measure(n: int, sweep: bool, rng) -> list[dict]:
             methods[f"fused {config.label()}"] = (
                 lambda config=config: numba_gemm.triple(a, b, c, out, algorithm="fused",
                                                         config=config), config.label())
-    rows = []
-    for name, (fn, config) in methods.items():
+    errors = {}
+    for name, (fn, _) in methods.items():
         out.copy_to_device(np.full((n, n), np.nan, np.float32))  # poison: unwritten shows
         result = fn()
         result = result.cpu().numpy() if isinstance(result, torch.Tensor) else np.asarray(
             result.copy_to_host() if hasattr(result, "copy_to_host") else result)
-        error = float(np.linalg.norm(result - reference) / np.linalg.norm(reference))
-        if not error <= bound:
-            raise AssertionError(f"{name} at N = {n}: relative error {error:.3e} > {bound:.1e}")
+        errors[name] = float(np.linalg.norm(result - reference) / np.linalg.norm(reference))
+        if not errors[name] <= bound:
+            raise AssertionError(f"{name} at N = {n}: relative error {errors[name]:.3e} > "
+                                 f"{bound:.1e}")
         if name == "torch":
             assert not torch.backends.cuda.matmul.allow_tf32
-        seconds = _per_call(fn)
-        rows.append({"size": n, "method": name, "config": config, "median_s": seconds,
-                     "relative_error": error})
-        print(f"N = {n:5d}  {name:40s} {seconds * 1e6:10.1f} us  error {error:.1e}", flush=True)
+    seconds = _interleaved({name: fn for name, (fn, _) in methods.items()})
+    rows = []
+    for name, (_, config) in methods.items():
+        rows.append({"size": n, "method": name, "config": config, "median_s": seconds[name],
+                     "relative_error": errors[name]})
+        print(f"N = {n:5d}  {name:40s} {seconds[name] * 1e6:10.1f} us  error {errors[name]:.1e}",
+              flush=True)
     peers = {r["method"]: r["median_s"] for r in rows}
     for r in rows:
         for peer in ("torch", "jax", "unfused"):
@@ -179,8 +206,9 @@ def main() -> int:
     path = args.results / f"{now:%Y-%m-%d}-{slug}-triple_product.json"
     path.write_text(json.dumps({
         "date": now.isoformat(timespec="seconds"), "device": device, "versions": _versions(),
-        "timing": "median over 15 rounds (>= 20 ms each) of back-to-back calls, per call; "
-                  "CUDA events after a context-wide synchronize (numba_gemm.timing); fp32, no TF32",
+        "timing": "median over 15 rounds (>= 20 ms each) of back-to-back calls, per call, the "
+                  "methods' rounds interleaved; CUDA events after a context-wide synchronize "
+                  "(numba_gemm.timing); fp32, no TF32",
         "rows": rows}, indent=1))
 
     print(f"\nD = A @ B @ C, float32 (no TF32), on {device}: time per call and speed-up")

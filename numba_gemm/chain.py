@@ -170,14 +170,15 @@ def resolve(M: int, K1: int, K2: int, N: int, algorithm: str, order: str,
     return algorithm, order
 
 
-# "auto" fuses chains of up to this many multiply-adds (the two products together): twice
-# those of N = 512; above it, only where one launch saves a ragged wave (fusion_saves_a_wave).
-# Measured on an H100 (benchmarks/triple_product.py, fp32): fused beat two tiled GEMMs 2.5x at
-# N = 512 and 1.03x at 1024 through numba_gemm.triple, but jax_bridge.triple's fused call takes
-# 1.6x longer than its unfused pair at 1024 (227 against 142 us: XLA's compile fits two CTAs
-# per SM, see the README); from 1536 on fused was 1.24x (1536) and 1.21x (3072) where the
-# tuned tiles left a ragged last wave, 0.97x (2048) and 1.01x (4096) where they did not.
-FUSED_UP_TO_MACS = 4 * 512 ** 3
+# "auto" fuses chains of up to this many multiply-adds (the two products together): those of
+# N = 1024; above it, only where one launch saves a ragged wave (fusion_saves_a_wave).
+# Measured on an H100 (benchmarks/triple_product.py, fp32): fused beat two tiled GEMMs 2.8x at
+# N = 256, 2.5x at 512 and 1.03-1.04x at 1024 (in three runs), and jax_bridge.triple's fused
+# call matched its unfused pair at 1024 (142 us) once the fused launch ran one CTA per SM
+# (before, 225 us: XLA's compile fitted two, see the README); from 1536 on fused was 1.23x
+# (1536) and 1.20x (3072) where the tuned tiles left a ragged last wave, 0.99x (2048) and
+# 1.01x (4096) where they did not.
+FUSED_UP_TO_MACS = 2 * 1024 ** 3
 
 
 def fusion_saves_a_wave(tuned: TileConfig, M: int, K2: int, N: int, sms: int, dtype) -> bool:

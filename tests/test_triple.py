@@ -135,9 +135,10 @@ def test_fusion_saves_a_wave_where_fused_tiles_change(n, saves):
 @pytest.mark.skipif(not simulated(), reason="large chains depend on the GPU's SMs")
 def test_auto_fuses_small_chains_and_leaves_large_ones_unfused_on_the_simulator():
     assert choose_triple_algorithm(512, 512, 512, 512) == "fused"  # 2 x 512^3 multiply-adds
-    assert choose_triple_algorithm(64, 512, 4096, 1536) == "fused"  # exactly 4 x 512^3
+    assert choose_triple_algorithm(1024, 1024, 1024, 1024) == "fused"  # 2 x 1024^3
+    assert choose_triple_algorithm(64, 4096, 4096, 4096) == "fused"  # also exactly 2 x 1024^3
     # Above that, the simulator has no SMs whose waves fusion could fill.
-    assert choose_triple_algorithm(64, 512, 4096, 1537) == "unfused"
+    assert choose_triple_algorithm(64, 4096, 4096, 4097) == "unfused"
     assert choose_triple_algorithm(1536, 1536, 1536, 1536) == "unfused"
 
 

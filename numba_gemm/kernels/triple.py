@@ -52,9 +52,13 @@ that is running. Against two launches of the tiled kernel this saves the second
 launch, lets D tiles of finished row blocks start while T's last tiles run, and
 (with split-k) runs the small chain's few tiles with enough warps.
 
+The launch asks for more than half an SM's shared memory, so one CTA runs per SM: XLA's
+compile of this kernel (``jax_bridge``) used fewer registers than Numba's and fitted two,
+and at N = 1024 ran 1.6x slower for it.
+
 Measured (H100, ``benchmarks/triple_product.py``, README): at N = 512 2.5x faster
 than two tiled GEMMs (29 us of GPU time, as for PyTorch's two cuBLAS calls); from 1024
-to 4096 between 0.97x (2048, where the tiled GEMM's tiles already fill the SMs) and 1.25x
+to 4096 between 0.99x (2048, where the tiled GEMM's tiles already fill the SMs) and 1.23x
 (1536) of them. An earlier design kept T in shared
 memory (a CTA per row block and chunk of K2, adding its share into D atomically): it lost
 at N = 512 too (34 us with split-k), and from 1024 on by 20-35%, to the atomics and the
