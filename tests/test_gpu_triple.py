@@ -18,7 +18,7 @@ RECTANGULAR = [(1000, 300, 517, 1023), (64, 2048, 128, 1500), (1500, 7, 1300, 33
 
 
 @pytest.mark.parametrize("n, algorithm", [(n, algorithm) for n in SQUARE
-                                          for algorithm in ("naive", "fused", "unfused")
+                                          for algorithm in ("naive", "fused", "unfused", "auto")
                                           if algorithm != "naive" or n <= 1024])  # its limit
 def test_square(n, algorithm, rng):
     a, b, c = make_chain(n, n, n, n, np.float32, "row", rng, to_device=True)
