@@ -10,10 +10,10 @@ cuBLAS sgemm launches, TF32 off) and ``jax.jit(lambda a, b, c: a @ b @ c)`` at
 ``precision="highest"``. Every method is timed in the same run on the same GPU:
 back-to-back calls between two CUDA events after a context-wide synchronize, warm-up
 first, median of 15 rounds of at least 20 ms (``numba_gemm.timing``), the methods'
-rounds interleaved (round r of each before round r + 1 of any). numba-gemm's rows write into a given
-``out``; the ``fused, new out`` row lets ``triple`` allocate D on every call,
-as torch and JAX do (through their caching allocators). Each result is checked
-against a float64 product (torch on the GPU) before it is timed.
+rounds interleaved (round r of each before round r + 1 of any). numba-gemm's rows
+write into a given ``out``; the ``fused, new out`` row lets ``triple`` allocate D on
+every call, as torch and JAX do (through their caching allocators). Each result is
+checked against a float64 product (torch on the GPU) before it is timed.
 
 ``--sweep`` also times the fused kernel under each candidate tile config.
 Writes ``<DIR>/<date>-<device>-triple_product.json`` and prints a table last;

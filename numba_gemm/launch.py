@@ -20,7 +20,8 @@ from .descriptor import MatrixDesc, describe
 
 __all__ = ["cdiv", "simulated", "device_operand", "allocate_output", "shared_memory_limit",
            "shared_memory_per_multiprocessor", "alone_on_multiprocessor", "KernelLaunch",
-           "PreparedLaunch", "kernel_launch", "launch_kernel", "kernel_signature", "numba_parameters", "stream_handle", "STATIC_SHARED_LIMIT", "MAX_GRID_YZ"]
+           "PreparedLaunch", "kernel_launch", "launch_kernel", "kernel_signature",
+           "numba_parameters", "stream_handle", "STATIC_SHARED_LIMIT", "MAX_GRID_YZ"]
 
 # The simulator has no limit of its own; report Hopper's (227 KB per block, opt-in).
 SIMULATED_SHARED_LIMIT = 227 * 1024

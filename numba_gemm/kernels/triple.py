@@ -74,8 +74,8 @@ import numpy as np
 from numba import cuda
 
 from ..descriptor import MatrixDesc
-from ..launch import (STATIC_SHARED_LIMIT, KernelLaunch, alone_on_multiprocessor, cdiv, kernel_launch,
-                      shared_memory_limit, shared_memory_per_multiprocessor)
+from ..launch import (STATIC_SHARED_LIMIT, KernelLaunch, alone_on_multiprocessor, cdiv,
+                      kernel_launch, shared_memory_limit, shared_memory_per_multiprocessor)
 from ..ordering import tile_of
 from .ptx import backoff, load_acquire, release_add
 from .tiled import VECTOR_BYTES, TileConfig, kernel_jit, operand_modes, tile_computer
