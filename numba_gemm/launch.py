@@ -232,7 +232,12 @@ class PreparedLaunch:
             compiled = _compiled[key] = _Compiled(launch.kernel, kernel_signature(*key))
         if launch.shared > compiled.shared_allowed:
             compiled.allow_shared(launch.shared)
-        values = [v.address if isinstance(v, MatrixDesc) else v for v in numba_parameters(launch.args)]
+        parameters = numba_parameters(launch.args)
+        self._slots: dict = {}  # matrix name -> indices of its data pointer in the buffer
+        for index, value in enumerate(parameters):
+            if isinstance(value, MatrixDesc):
+                self._slots.setdefault(value.name, []).append(index)
+        values = [v.address if isinstance(v, MatrixDesc) else v for v in parameters]
         self._params = ctypes.create_string_buffer(struct.pack(f"{len(values)}q", *values),
                                                    8 * len(values))
         self._size = ctypes.c_size_t(8 * len(values))
@@ -245,6 +250,14 @@ class PreparedLaunch:
         from cuda.bindings import driver as cu
 
         self._launch, self._success = cu.cuLaunchKernel, cu.CUresult.CUDA_SUCCESS  # no import per call
+
+    def rebind(self, name: str, address: int) -> None:
+        """Point the arguments named ``name`` (if any) at ``address``: a matrix of the same
+        shape, strides and dtype as the one this launch was prepared for, elsewhere in memory
+        (a fresh output). CUDA copies the parameters when the kernel is launched, not when
+        it runs."""
+        for index in self._slots.get(name, ()):
+            struct.pack_into("q", self._params, 8 * index, address)
 
     def __call__(self) -> None:
         result = self._launch(*self._arguments)

@@ -3,6 +3,7 @@ kernel's limit, rectangular chains in both orders, layouts, float64 and foreign 
 
 import numpy as np
 import pytest
+from numba import cuda
 
 import numba_gemm
 from numba_gemm.chain import _COUNTERS, SMALL_FUSED_CONFIGS
@@ -146,3 +147,30 @@ def test_repeated_calls_reuse_a_prepared_launch(algorithm, rng, monkeypatch):
     del a, b, c, out
     gc.collect()
     assert all(ref() is None for ref in refs)
+
+
+@pytest.mark.parametrize("order", ["left", "right"])
+@pytest.mark.parametrize("algorithm", ["fused", "unfused", "naive"])
+def test_repeated_calls_without_out_launch_into_a_fresh_output(algorithm, order, rng,
+                                                                 monkeypatch):
+    from numba_gemm import chain
+
+    a, b, c = make_chain(300, 200, 500, 100, np.float32, "row", rng, to_device=True)
+    plans = []
+    plan_triple = chain.plan_triple
+    monkeypatch.setattr(chain, "plan_triple",
+                        lambda *args, **kw: plans.append(1) or plan_triple(*args, **kw))
+    device_array = cuda.device_array
+
+    def poisoned_array(shape, dtype, stream=0):  # each fresh D starts as NaN: unwritten shows
+        array = device_array(shape, dtype, stream=stream)
+        array.copy_to_device(np.full(shape, np.nan, dtype), stream=stream)
+        return array
+
+    monkeypatch.setattr(cuda, "device_array", poisoned_array)
+    results = [numba_gemm.triple(a, b, c, algorithm=algorithm, order=order) for _ in range(3)]
+    assert len(plans) == 1  # planned once; later calls point the cached launches at a new D
+    assert len({d.device_ctypes_pointer.value for d in results}) == 3, "one D per call"
+    for d in results:
+        assert d.shape == (300, 100) and d.dtype == np.float32
+        assert_triple(d, a, b, c, np.float32)
