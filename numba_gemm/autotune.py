@@ -59,7 +59,13 @@ BUCKET_MIN, BUCKET_MAX = 16, 16384
 
 def cache_path() -> Path:
     """Where :func:`tune` stores winners: ``$NUMBA_GEMM_TUNE_CACHE`` or ~/.cache/numba_gemm/."""
-    env = os.environ.get("NUMBA_GEMM_TUNE_CACHE")
+    return _cache_path(os.environ.get("NUMBA_GEMM_TUNE_CACHE"), os.environ.get("HOME"))
+
+
+@functools.lru_cache(maxsize=8)
+def _cache_path(env: str | None, home: str | None) -> Path:
+    # Memoised on the variables it reads: Path.home() costs ~20 us, and every call of
+    # matmul that is not a prepared launch looks the cache up.
     return Path(env) if env else Path.home() / ".cache" / "numba_gemm" / "tuning.json"
 
 
@@ -143,8 +149,9 @@ def config_for_shape(M: int, N: int, K: int, dtype=np.float32, layout: str = "ro
     winners, then ``DEFAULT_CONFIGS``; on the simulator, ``SIMULATOR_CONFIG``."""
     if simulated():
         return SIMULATOR_CONFIG
-    return _config_for(np.dtype(dtype), layout, shape_bucket(M, N, K), cache_path(),
-                       _stamp(cache_path()), _stamp(SHIPPED))
+    user_cache = cache_path()
+    return _config_for(np.dtype(dtype), layout, shape_bucket(M, N, K), user_cache,
+                       _stamp(user_cache), _stamp(SHIPPED))
 
 
 def _stamp(path: Path) -> int | None:

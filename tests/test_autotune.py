@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from numba_gemm import TileConfig
-from numba_gemm.autotune import (SEARCH_SPACE, SHIPPED, _load, _nearest, layout_key, shape_bucket, store,
-                                 tune)
+from numba_gemm.autotune import (SEARCH_SPACE, SHIPPED, _load, _nearest, cache_path, layout_key,
+                                 shape_bucket, store, tune)
 from numba_gemm.descriptor import describe, transpose_view
 from numba_gemm.launch import simulated
 
@@ -21,6 +21,17 @@ def test_layout_keys():
     a = np.ones((8, 4), np.float32)
     assert layout_key(describe(a), describe(a.T)) == "row-col"
     assert layout_key(describe(a[::2, ::2]), describe(transpose_view(a))) == "strided-col"
+
+
+def test_cache_path_follows_its_environment_variables(tmp_path, monkeypatch):
+    # Memoised, but on the variables it reads: a change of either shows at once.
+    monkeypatch.delenv("NUMBA_GEMM_TUNE_CACHE", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "one"))
+    assert cache_path() == tmp_path / "one" / ".cache" / "numba_gemm" / "tuning.json"
+    monkeypatch.setenv("HOME", str(tmp_path / "two"))
+    assert cache_path() == tmp_path / "two" / ".cache" / "numba_gemm" / "tuning.json"
+    monkeypatch.setenv("NUMBA_GEMM_TUNE_CACHE", str(tmp_path / "mine.json"))
+    assert cache_path() == tmp_path / "mine.json"
 
 
 def test_every_search_space_config_is_valid():
