@@ -259,9 +259,10 @@ def triple(a: Any, b: Any, c: Any, out: Any = None, *, algorithm: str = "auto",
             _PREPARED.move_to_end(key)
             if out is None:  # a fresh D, allocated as describe_product would, then launched into
                 fresh = cuda.device_array(cached.out_shape, a.dtype, stream=stream)
+                address = fresh.device_ctypes_pointer.value
                 with _REBINDING:  # a thread's rebind must not reach another thread's launch
                     for prepared in cached.launches:
-                        prepared.rebind("out", fresh.device_ctypes_pointer.value)
+                        prepared.rebind("out", address)
                         prepared()
                 return fresh
             for prepared in cached.launches:
