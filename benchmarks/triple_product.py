@@ -96,7 +96,7 @@ def measure(n: int, sweep: bool, rng) -> list[dict]:
 
     import numba_gemm
     import jax_bridge
-    from numba_gemm.chain import choose_triple_algorithm, fused_config
+    from numba_gemm.chain import choose_triple_algorithm, fused_config, fused_workers
     from numba_gemm.kernels.tiled import TileConfig
     from numba_gemm.testing import tolerance
 
@@ -112,14 +112,15 @@ def measure(n: int, sweep: bool, rng) -> list[dict]:
     jax_chain = jax.jit(lambda a, b, c: jnp.matmul(jnp.matmul(a, b, precision=highest), c,
                                                    precision=highest))
     bridge_chain = jax.jit(jax_bridge.triple)
+    config = fused_config(n, n, n, n, np.float32)
+    workers = fused_workers(config, n, n, n, n)
+    fused_label = config.label() + (f" stream-K {workers[0]}+{workers[1]}" if workers else "")
     methods = {
         "torch": (lambda: ta @ tb @ tc, ""),
         "jax": (lambda: jax_chain(ja, jb, jc), ""),
         "unfused": (lambda: numba_gemm.triple(a, b, c, out, algorithm="unfused"), ""),
-        "fused": (lambda: numba_gemm.triple(a, b, c, out, algorithm="fused"),
-                  fused_config(n, n, n, n, np.float32).label()),
-        "fused, new out": (lambda: numba_gemm.triple(a, b, c, algorithm="fused"),
-                           fused_config(n, n, n, n, np.float32).label()),
+        "fused": (lambda: numba_gemm.triple(a, b, c, out, algorithm="fused"), fused_label),
+        "fused, new out": (lambda: numba_gemm.triple(a, b, c, algorithm="fused"), fused_label),
         "auto": (lambda: numba_gemm.triple(a, b, c, out), choose_triple_algorithm(n, n, n, n)),
         "jax_bridge.triple in jax.jit": (lambda: bridge_chain(ja, jb, jc),
                                          choose_triple_algorithm(n, n, n, n)),

@@ -92,7 +92,7 @@ def _native(ctx, a, b, c, *, algorithm, order, config):
         return _unfused(ctx, a, b, c, order)
     descs = [_row_major(name, aval.shape, dtype)
              for name, aval in zip(("a", "b", "c", "out"), (*ctx.avals_in, ctx.avals_out[0]))]
-    # The fused kernel's scratch buffers (T and the counters) are extra outputs of the kernel
+    # The fused kernel's scratch buffers (T, the partial tiles and the counters) are extra outputs of the kernel
     # call, which zeroes the counters before the launch; XLA buffers have no address yet.
     scratch = {}
 
@@ -100,9 +100,9 @@ def _native(ctx, a, b, c, *, algorithm, order, config):
         scratch["sync"] = (count,), np.uint32
         return counters_desc(count)
 
-    def intermediate(shape):
-        scratch["t"] = shape, dtype
-        return _row_major("t", shape, dtype)
+    def intermediate(shape, name):
+        scratch[name] = shape, dtype
+        return _row_major(name, shape, dtype)
 
     [launch] = plan_triple(*descs, algorithm, order, config, counters=counters,
                            scratch=intermediate)

@@ -15,13 +15,14 @@ from .autotune import config_for_shape
 from .api import check_choice, check_config, describe_product, plan, run_in_memory_space
 from .descriptor import DeviceNDArray, MatrixDesc  # Numba's device array class, resolved there
 from .kernels.tiled import TileConfig
-from .kernels.triple import (counters_desc, intermediate_row_major, intermediate_shape,
-                             intermediate_view, plan_fused, plan_naive, sync_slots)
+from .kernels.triple import (counters_desc, fused_tiles_per_product, intermediate_row_major,
+                             intermediate_shape, intermediate_view, partials_shape, plan_fused,
+                             plan_naive, sync_slots)
 from .launch import (KernelLaunch, PreparedLaunch, allocate_output, cdiv, multiprocessors,
                      simulated, stream_handle)
 
-__all__ = ["TRIPLE_ALGORITHMS", "ORDERS", "FUSED_UP_TO_MACS", "triple", "choose_order",
-           "choose_triple_algorithm", "fusion_saves_a_wave", "fused_config", "fused_tiles",
+__all__ = ["TRIPLE_ALGORITHMS", "ORDERS", "FUSED_UP_TO_MACS", "STREAM_K_FROM_IDLE", "triple",
+           "choose_order", "fused_workers", "choose_triple_algorithm", "fusion_saves_a_wave", "fused_config", "fused_tiles",
            "plan_triple"]
 
 TRIPLE_ALGORITHMS = ("auto", "naive", "fused", "unfused")
@@ -89,6 +90,36 @@ def fused_tiles(tuned: TileConfig, M: int, K2: int, N: int, sms: int, dtype) -> 
     return candidate
 
 
+# Stream-K (``plan_fused`` with workers): one CTA per SM per product, each a range of
+# k-iterations that may start and end inside a tile, the partial tiles passed through a scratch
+# buffer. It wins back the idle SMs of a ragged last wave, but its loop form runs slower per
+# tile than the one-tile-per-CTA kernel. So it runs where the one-tile grid (T's and D's
+# tiles, one CTA per SM) leaves at least STREAM_K_FROM_IDLE of its waves idle, and not under
+# register tiles of ROW_MAJOR_T_FROM elements, which need every register. H100, fp32, square
+# N, one run: N = 1536 (128 x 128 tiles, 288 on 132 SMs: 27% of 3 waves idle) 361.4 us
+# stream-K against 487.3 one tile per CTA (same loop form; the shipped kernel ~478) and 597.1
+# unfused. At 3% idle it won at 3072 (128 x 128: 2688 against 2805) but lost at 1024 (64 x
+# 128: 145.5 against 140.4, ~134 shipped), and under 128 x 256 tiles it lost at 2048 and 4096
+# (841.6 and 6278 against ~783 and ~5900 shipped): the threshold keeps to the clear case.
+STREAM_K_FROM_IDLE = 0.10
+
+
+def fused_workers(config: TileConfig, M: int, K1: int, K2: int, N: int,
+                  sms: int | None = None) -> tuple[int, int] | None:
+    """The fused kernel's stream-K workers per product for this chain, one per SM (``sms``,
+    default this GPU's), or None for one CTA per tile (see :data:`STREAM_K_FROM_IDLE`)."""
+    if config.split_k > 1 or intermediate_row_major(config) or (sms is None and simulated()):
+        return None
+    sms = sms or multiprocessors()
+    t_tiles, d_tiles = fused_tiles_per_product(config, M, K2, N)
+    tiles = t_tiles + d_tiles
+    if 1 - tiles / (cdiv(tiles, sms) * sms) < STREAM_K_FROM_IDLE:
+        return None
+    # At most one worker per k-iteration, so that none is idle.
+    return (min(sms, t_tiles * cdiv(K1, config.block_k)),
+            min(sms, d_tiles * cdiv(K2, config.block_k)))
+
+
 def _transposed(desc: MatrixDesc) -> MatrixDesc:
     """The same memory seen as the transposed matrix (no copy)."""
     return replace(desc, shape=desc.shape[::-1], strides=desc.strides[::-1])
@@ -135,11 +166,11 @@ class _Intermediates:
     def __init__(self):
         self._buffers: OrderedDict = OrderedDict()
 
-    def get(self, shape: tuple, dtype, stream) -> MatrixDesc:
-        key = (*_stream_key(stream), tuple(shape), np.dtype(dtype))
+    def get(self, shape: tuple, dtype, stream, name: str) -> MatrixDesc:
+        key = (*_stream_key(stream), tuple(shape), np.dtype(dtype), name)
         held = self._buffers.get(key)
         if held is None:
-            held = self._buffers[key] = allocate_output(shape, dtype, True, "ab", stream=stream)
+            held = self._buffers[key] = allocate_output(shape, dtype, True, name, stream=stream)
             if len(self._buffers) > INTERMEDIATES_KEPT:
                 self._buffers.popitem(last=False)
         else:
@@ -210,8 +241,8 @@ def plan_triple(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, out: MatrixDesc,
     runs the result, ``jax_bridge.triple`` hands it to XLA). The right order is
     the left order of the transposed chain: D^T = (C^T @ B^T) @ A^T, on
     transposed views. ``counters(count)`` gives the fused kernel's zeroed uint32
-    buffer, ``scratch(shape)`` a row-major buffer for the intermediate (both
-    descriptors).
+    buffer, ``scratch(shape, name)`` a row-major scratch buffer named ``"ab"`` or ``"t"``
+    (the intermediate) or ``"partials"`` (stream-K's partial tiles), both as descriptors.
     """
     algorithm, order = resolve(a.shape[0], a.shape[1], c.shape[0], c.shape[1], algorithm, order,
                                config, a.dtype)
@@ -221,12 +252,16 @@ def plan_triple(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, out: MatrixDesc,
     if algorithm == "naive":
         return [plan_naive(a, b, c, out)]
     if algorithm == "fused":
-        config = config or fused_config(M, a.shape[1], K2, c.shape[1], a.dtype)
+        K1, N = a.shape[1], c.shape[1]
+        config = config or fused_config(M, K1, K2, N, a.dtype)
         row_major = intermediate_row_major(config)
-        t = intermediate_view(scratch(intermediate_shape(M, K2, a.dtype, row_major)), M, K2,
+        t = intermediate_view(scratch(intermediate_shape(M, K2, a.dtype, row_major), "t"), M, K2,
                               row_major)
-        return [plan_fused(config, a, b, c, out, t, counters(sync_slots(M, config)))]
-    intermediate = scratch((M, K2))
+        workers = fused_workers(config, M, K1, K2, N)
+        partials = scratch(partials_shape(config, workers), "partials") if workers else None
+        return [plan_fused(config, a, b, c, out, t, counters(sync_slots(M, config, workers)),
+                           workers, partials)]
+    intermediate = scratch((M, K2), "ab")
     return [plan(a, b, intermediate, "tiled"), plan(intermediate, c, out, "tiled")]
 
 
@@ -275,8 +310,8 @@ def triple(a: Any, b: Any, c: Any, out: Any = None, *, algorithm: str = "auto",
 
     scratch = []  # the intermediate (a cache entry keeps it alive)
 
-    def allocate_scratch(shape):
-        scratch.append(_INTERMEDIATES.get(shape, dtype, stream))
+    def allocate_scratch(shape, name):
+        scratch.append(_INTERMEDIATES.get(shape, dtype, stream, name))
         return scratch[-1]
 
     def launches(a, b, c, out):

@@ -1,18 +1,20 @@
 """The triple product on a real GPU (marker `gpu`): square up to 2048, N = 1025 past the naive
-kernel's limit, rectangular chains in both orders, layouts, float64 and foreign arrays."""
+kernel's limit, rectangular chains in both orders, layouts, stream-K, float64 and foreign
+arrays."""
 
 import numpy as np
 import pytest
 from numba import cuda
 
 import numba_gemm
+import numba_gemm.chain as chain
 from numba_gemm.chain import _COUNTERS, SMALL_FUSED_CONFIGS
 from numba_gemm.kernels.tiled import TileConfig
 from numba_gemm.testing import assert_triple, make_chain, poisoned, relative_error
 
 pytestmark = pytest.mark.gpu
 
-SQUARE = [64, 512, 1024, 1025, 2048]
+SQUARE = [64, 512, 1024, 1025, 1536, 2048]  # 1536: stream-K (chain.fused_workers)
 # (M, K1, K2, N): tall, wide, thin middle, thick middle, odd everywhere.
 RECTANGULAR = [(1000, 300, 517, 1023), (64, 2048, 128, 1500), (1500, 7, 1300, 33),
                (333, 1111, 2000, 77), (1, 1024, 997, 1)]
@@ -52,6 +54,28 @@ FUSED_CONFIGS = [*SMALL_FUSED_CONFIGS[np.dtype(np.float32)],
                  TileConfig(32, 64, 16, 4, 4, 2, 1, split_k=8)]
 
 
+@pytest.mark.parametrize("order", ["left", "right"])
+@pytest.mark.parametrize("shape", RECTANGULAR, ids=lambda s: "x".join(map(str, s)))
+def test_stream_k_rectangular(shape, order, rng, monkeypatch):
+    # Stream-K on every chain (one worker per SM, ranges across tiles), whatever the waves.
+    monkeypatch.setattr(chain, "STREAM_K_FROM_IDLE", -1.0)
+    config = TileConfig(64, 128, 16, 4, 8, 3, 8)
+    M, K1, K2, N = shape if order == "left" else shape[::-1]
+    assert chain.fused_workers(config, M, K1, K2, N) is not None
+    a, b, c = make_chain(*shape, np.float32, "mixed", rng, to_device=True)
+    out = poisoned((shape[0], shape[3]), np.float32, to_device=True, layout="col")
+    for _ in range(2):  # the counters and flags are zero again for the second launch
+        numba_gemm.triple(a, b, c, out, algorithm="fused", order=order, config=config)
+        assert_triple(out, a, b, c, np.float32)
+
+
+def test_stream_k_runs_at_1536(rng):
+    config = chain.fused_config(1536, 1536, 1536, 1536, np.float32)
+    if chain.multiprocessors() != 132:
+        pytest.skip("the 1536 case is measured on 132-SM GPUs (H100/H200 SXM)")
+    assert chain.fused_workers(config, 1536, 1536, 1536, 1536) == (132, 132)
+
+
 @pytest.mark.parametrize("config", FUSED_CONFIGS, ids=lambda c: c.label())
 def test_every_fused_config(config, rng):
     a, b, c = make_chain(700, 333, 1000, 517, np.float32, "mixed", rng, to_device=True)
@@ -70,9 +94,9 @@ def test_repeated_launches_keep_counters_zero(rng):
     """Back-to-back launches of different shapes on one stream reuse the counters."""
     chains = [make_chain(*s, np.float32, "row", rng, to_device=True)
               for s in [(1000, 64, 1000, 1000), (130, 500, 70, 900), (2048, 32, 512, 64)]]
-    outs = [numba_gemm.triple(*chain, algorithm="fused", order="left") for chain in chains * 3]
-    for chain, out in zip(chains * 3, outs):
-        assert_triple(out, *chain, np.float32)
+    outs = [numba_gemm.triple(*abc, algorithm="fused", order="left") for abc in chains * 3]
+    for abc, out in zip(chains * 3, outs):
+        assert_triple(out, *abc, np.float32)
     for counters in _COUNTERS._buffers.values():
         assert not np.any(counters.data.copy_to_host())
 
@@ -105,6 +129,19 @@ def test_jax_bridge_native(algorithm, kernel_calls, rng):
     assert hlo.count("triton_kernel_call_ffi") == kernel_calls
     assert "callback" not in hlo
     assert_triple(np.asarray(f(a, b, c)), np.asarray(a), np.asarray(b), np.asarray(c), np.float32)
+
+
+def test_jax_bridge_stream_k(rng):
+    # At 1536 the fused kernel runs stream-K: its partial tiles are one more scratch output.
+    jax = pytest.importorskip("jax")
+    import jax_bridge
+
+    a, b, c = (jax.device_put(x) for x in make_chain(1536, 1536, 1536, 1536, np.float32, "row", rng))
+    f = jax.jit(lambda a, b, c: jax_bridge.triple(a, b, c, algorithm="fused", order="left"))
+    assert f.lower(a, b, c).compile().as_text().count("triton_kernel_call_ffi") == 1
+    for _ in range(2):
+        assert_triple(np.asarray(f(a, b, c)), np.asarray(a), np.asarray(b), np.asarray(c),
+                      np.float32)
 
 
 def test_jax_bridge_grad_and_right_order(rng):

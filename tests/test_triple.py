@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import numba_gemm
+import numba_gemm.chain as chain
 import numba_gemm.kernels.triple as triple_kernels
 from numba_gemm import TileConfig
 from numba_gemm.chain import (_COUNTERS, _INTERMEDIATES, INTERMEDIATES_KEPT, SMALL_FUSED_CONFIGS,
@@ -177,6 +178,77 @@ def test_fused_leaves_its_counters_at_zero(rng):
             data = counters.data
             data = data.copy_to_host() if hasattr(data, "copy_to_host") else data
             assert not np.any(data), "the fused kernel left a counter non-zero"
+
+
+# Stream-K: (33, 21, 40, 17) in the simulator's 16 x 16 x 4 tiles has 9 T tiles of 6
+# k-iterations and 6 D tiles of 10. Worker counts below the tiles make ranges that cross tiles
+# (partials added by the next worker), above them several workers per tile, one a single
+# worker per product summing every tile itself.
+STREAM_K_SHAPE = (33, 21, 40, 17)
+
+
+@pytest.mark.parametrize("workers, order", [((5, 4), "left"), ((7, 11), "left"),
+                                            ((1, 1), "left"), ((5, 4), "right")], ids=str)
+def test_stream_k_matches_float64_reference(workers, order, rng, monkeypatch):
+    monkeypatch.setattr(chain, "fused_workers", lambda *args: workers)
+    shape = STREAM_K_SHAPE if order == "left" else STREAM_K_SHAPE[::-1]
+    a, b, c = make_chain(*shape, np.float32, "mixed", rng)
+    out = poisoned((shape[0], shape[3]), np.float32, layout="col")
+    numba_gemm.triple(a, b, c, out, algorithm="fused", order=order)
+    assert_triple(out, a, b, c, np.float32)
+    for counters in _COUNTERS._buffers.values():  # zero again for the next launch
+        assert not np.any(counters.data), "the stream-K kernel left a counter or flag non-zero"
+
+
+@pytest.mark.parametrize("variant, dtype", [("split_k", np.float64),
+                                            ("row-major T", np.float32)], ids=str)
+def test_stream_k_with_split_k_groups_and_row_major_intermediate(variant, dtype, rng,
+                                                                  monkeypatch):
+    monkeypatch.setattr(chain, "fused_workers", lambda *args: (4, 5))
+    config = None
+    if variant == "split_k":
+        config = TileConfig(16, 16, 4, 4, 4, 2, 1, split_k=2)
+    else:
+        monkeypatch.setattr(triple_kernels, "ROW_MAJOR_T_FROM", 16)
+    a, b, c = make_chain(*STREAM_K_SHAPE, dtype, "row", rng)
+    out = poisoned((STREAM_K_SHAPE[0], STREAM_K_SHAPE[3]), dtype)
+    numba_gemm.triple(a, b, c, out, algorithm="fused", order="left", config=config)
+    assert_triple(out, a, b, c, dtype)
+
+
+NARROW = TileConfig(128, 128, 16, 8, 8, 3, 8)
+
+
+@pytest.mark.parametrize("config, n, expected", [
+    (NARROW, 1536, (132, 132)),  # 288 tiles on 132 SMs: 27% of 3 waves idle
+    (NARROW, 3072, None),  # 1152 tiles: 3% of 9 waves idle
+    (TileConfig(64, 128, 16, 4, 8, 3, 8), 1024, None),  # 256 tiles: 3%
+    (WIDE, 1536, None),  # 8 x 16 register tiles need every register: never stream-K
+    (SMALL_FUSED_CONFIGS[np.dtype(np.float32)][0], 512, None),  # split-k groups
+    (NARROW, 128, (8, 8)),  # 1 tile each, 8 k-iterations: one worker per k-iteration
+], ids=str)
+def test_stream_k_runs_where_one_tile_per_cta_leaves_waves_idle(config, n, expected):
+    assert chain.fused_workers(config, n, n, n, n, sms=132) == expected
+
+
+@pytest.mark.parametrize("workers, partials, message", [
+    ((0, 4), 10_000, "workers for T must be an int from 1 to 54"),
+    ((5, 61), 10_000, "workers for D must be an int from 1 to 60"),
+    ((5, 4.0), 10_000, "workers for D must be an int"),
+    ((5, 4), 100, "partials must hold 2304 float32 elements"),
+    ((5, 4), None, "got none"),
+])
+def test_stream_k_plan_errors(workers, partials, message):
+    M, K1, K2, N = STREAM_K_SHAPE
+    config = TileConfig(16, 16, 4, 4, 4, 2, 1)
+    a, b, c, d = (describe(np.ones(shape, np.float32), name) for name, shape in
+                  zip("abcd", ((M, K1), (K1, K2), (K2, N), (M, N))))
+    t = describe(np.empty((M, K2), np.float32), "t")
+    sync = triple_kernels.counters_desc(256, np.zeros(256, np.uint32))
+    buffer = None if partials is None else describe(np.empty((1, partials), np.float32),
+                                                    "partials")
+    with pytest.raises(ValueError, match=message):
+        triple_kernels.plan_fused(config, a, b, c, d, t, sync, workers, buffer)
 
 
 @pytest.mark.parametrize("algorithm", ["fused", "unfused"])

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 import numpy as np
 from numba import cuda
@@ -60,7 +61,7 @@ from ..ordering import tile_of
 from .ptx import cp_async, cp_async_commit, cp_async_wait, load_vector, store_vector
 
 __all__ = ["TileConfig", "DEFAULT_CONFIGS", "SharedLayout", "mainloop", "tile_storer",
-           "split_k_parts", "tile_computer", "kernel_jit", "plan_tiled", "operand_modes", "kernel_resources"]
+           "split_k_parts", "TileFunctions", "tile_computer", "kernel_jit", "plan_tiled", "operand_modes", "kernel_resources"]
 
 VECTOR_BYTES = 16  # one 128-bit load or store
 MAX_THREADS = 1024
@@ -608,19 +609,35 @@ def split_k_parts(config: TileConfig, dtype: np.dtype):
     return group_of, k_slice, sum_partials
 
 
+class TileFunctions(NamedTuple):
+    """The device functions (and staging-register counts) of one C tile: see
+    :func:`tile_computer`."""
+
+    thread_tile: object
+    group_of: object
+    sum_tile: object
+    store_tile: object
+    compute_tile: object
+    a_registers: int
+    b_registers: int
+
+
 @functools.cache
 def tile_computer(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple,
-                  c_mode: tuple):
-    """``(thread_tile, group_of, compute_tile, a_registers, b_registers)``: one C tile, from
-    the k loop to the store, as every kernel that multiplies tiles runs it (the tiled kernel
-    here, both products of the fused triple product in ``triple``).
+                  c_mode: tuple) -> TileFunctions:
+    """One C tile, from the k loop to the store, as every kernel that multiplies tiles runs it
+    (the tiled kernel here, both products of the fused triple product in ``triple``).
 
-    ``compute_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group, a, a0,
-    stride_am, stride_ak, b, b0, stride_bk, stride_bn, c, c0, stride_cm, stride_cn, M, N, K,
-    m0, n0, thread_row, thread_col)`` sets C[m0:, n0:] (BLOCK_M x BLOCK_N, clipped to M x N)
-    to A[m0:, :] @ B[:, n0:] over k < K, where A(m, k) is ``a[a0 + m * stride_am + k *
-    stride_ak]`` (likewise B from ``b0``, C from ``c0``): each thread group multiplies its
-    slice of k (:func:`split_k_parts`), group 0 sums the slices and stores the tile.
+    ``sum_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group, a, a0, stride_am,
+    stride_ak, b, b0, stride_bk, stride_bn, M, N, K, m0, n0, thread_row, thread_col)`` leaves
+    in group 0's ``acc`` the BLOCK_M x BLOCK_N tile at (m0, n0) of A @ B over k < K, where
+    A(m, k) is ``a[a0 + m * stride_am + k * stride_ak]`` (likewise B from ``b0``; rows and
+    columns past M x N are zeros): each thread group multiplies its slice of k
+    (:func:`split_k_parts`) and group 0 sums the slices. ``store_tile(c, c0, stride_cm,
+    stride_cn, M, N, acc, m0, n0, thread_row, thread_col)`` writes group 0's ``acc`` into
+    C[m0:, n0:] (C(m, n) is ``c[c0 + m * stride_cm + n * stride_cn]``), clipped to M x N.
+    ``compute_tile(..., a, a0, stride_am, stride_ak, b, b0, stride_bk, stride_bn, c, c0,
+    stride_cm, stride_cn, M, N, K, m0, n0, thread_row, thread_col)`` is both.
     ``thread_tile``, ``group_of`` and the register counts: as in :func:`mainloop` and
     :func:`split_k_parts`.
     """
@@ -631,9 +648,9 @@ def tile_computer(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tu
     store_c = tile_storer(config, dtype, c_mode)
 
     @cuda.jit(device=True)
-    def compute_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group, a, a0,
-                     stride_am, stride_ak, b, b0, stride_bk, stride_bn, c, c0, stride_cm,
-                     stride_cn, M, N, K, m0, n0, thread_row, thread_col):
+    def sum_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group, a, a0, stride_am,
+                 stride_ak, b, b0, stride_bk, stride_bn, M, N, K, m0, n0, thread_row,
+                 thread_col):
         # -- k loop: acc = A[m0:, k0:] @ B[k0:, n0:] (this group's slice of k) ----------------
         k0, k_len, k_tiles = k_slice(K, group)
         accumulate(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid,
@@ -642,12 +659,25 @@ def tile_computer(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tu
                    M - m0, N - n0, k_len, k_tiles, thread_row, thread_col)
         if SPLIT > 1:
             sum_partials(acc, smem, tid, group)
+
+    @cuda.jit(device=True)
+    def store_tile(c, c0, stride_cm, stride_cn, M, N, acc, m0, n0, thread_row, thread_col):
+        store_c(c, c0, stride_cm, stride_cn, M, N, acc, m0 + thread_row * vec,
+                n0 + thread_col * vec)
+
+    @cuda.jit(device=True)
+    def compute_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group, a, a0,
+                     stride_am, stride_ak, b, b0, stride_bk, stride_bn, c, c0, stride_cm,
+                     stride_cn, M, N, K, m0, n0, thread_row, thread_col):
+        sum_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group, a, a0, stride_am,
+                 stride_ak, b, b0, stride_bk, stride_bn, M, N, K, m0, n0, thread_row,
+                 thread_col)
         # -- epilogue: registers -> C (group 0) ---------------------------------------------
         if group == 0:
-            store_c(c, c0, stride_cm, stride_cn, M, N, acc, m0 + thread_row * vec,
-                    n0 + thread_col * vec)
+            store_tile(c, c0, stride_cm, stride_cn, M, N, acc, m0, n0, thread_row, thread_col)
 
-    return thread_tile, group_of, compute_tile, A_REGS, B_REGS
+    return TileFunctions(thread_tile, group_of, sum_tile, store_tile, compute_tile, A_REGS,
+                         B_REGS)
 
 
 def kernel_jit(threads: int):
@@ -666,8 +696,8 @@ def _kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple, c
     THREAD_M, THREAD_N = config.thread_m, config.thread_n
     ACC_SIZE = THREAD_M * THREAD_N  # shapes of local arrays must be literal constants
     SCALAR = dtype.type  # the scalar class, e.g. np.float32
-    thread_tile, group_of, compute_tile, A_REGS, B_REGS = tile_computer(config, dtype, a_mode,
-                                                                         b_mode, c_mode)
+    thread_tile, group_of, _, _, compute_tile, A_REGS, B_REGS = tile_computer(
+        config, dtype, a_mode, b_mode, c_mode)
     tile_of_device = cuda.jit(device=True)(tile_of)
 
     @kernel_jit(config.cta_threads)

@@ -46,6 +46,18 @@ or, under the largest register tiles, row-major (``intermediate_row_major``).
 5. *Depart*: the last CTA (``sync[1]``) resets every counter to zero, so the buffer
    is zero again for the next launch on the stream.
 
+**stream-K** (``plan_fused`` with ``workers``; ``numba_gemm.chain.fused_workers`` picks it
+where one tile per CTA leaves a tenth or more of the waves idle, e.g. N = 1536: 288 tiles of
+128 x 128 on 132 SMs): one worker (CTA) per SM per product, each a range of the product's
+k-iterations, tiles times k-tiles in grouped order, cut into equal parts. A range may start
+and end inside a tile. Each CTA runs its range's segments from the last to the first: a
+segment that does not reach its tile's last k-iteration leaves its partial tile in
+``partials`` and raises its flag; the one that does adds the partial tiles of the workers
+before it (waiting on their flags) and stores the tile. D segments wait for their row block
+of T as above. Waits only go to lower tickets, so the argument below holds for it too. The
+loop form costs registers: under 8 x 16 register tiles it ran 6-8% slower per tile, so it is
+not used there (``fused_workers``).
+
 The wait in step 3 cannot deadlock, whatever order the GPU schedules CTAs in: a
 CTA only waits on tiles with smaller tickets, and a ticket is only taken by a CTA
 that is running. Against two launches of the tiled kernel this saves the second
@@ -58,8 +70,8 @@ and at N = 1024 ran 1.6x slower for it.
 
 Measured (H100, ``benchmarks/triple_product.py``, README): at N = 512 2.5x faster
 than two tiled GEMMs (29 us of GPU time, as for PyTorch's two cuBLAS calls); from 1024
-to 4096 between 0.99x (2048, where the tiled GEMM's tiles already fill the SMs) and 1.23x
-(1536) of them. An earlier design kept T in shared
+to 4096 between 0.99x (2048, where the tiled GEMM's tiles already fill the SMs) and 1.65x
+(1536, stream-K) of them. An earlier design kept T in shared
 memory (a CTA per row block and chunk of K2, adding its share into D atomically): it lost
 at N = 512 too (34 us with split-k), and from 1024 on by 20-35%, to the atomics and the
 repeated zeroing of D.
@@ -77,11 +89,11 @@ from ..descriptor import MatrixDesc
 from ..launch import (STATIC_SHARED_LIMIT, KernelLaunch, alone_on_multiprocessor, cdiv,
                       kernel_launch, shared_memory_limit, shared_memory_per_multiprocessor)
 from ..ordering import tile_of
-from .ptx import backoff, load_acquire, release_add
+from .ptx import backoff, load_acquire, load_from_l2, release_add
 from .tiled import VECTOR_BYTES, TileConfig, kernel_jit, operand_modes, tile_computer
 
 __all__ = ["NAIVE_MAX_THREADS", "SYNC_HEAD", "plan_naive", "plan_fused", "counters_desc",
-           "sync_slots", "ROW_MAJOR_T_FROM", "intermediate_row_major", "intermediate_shape",
+           "sync_slots", "fused_tiles_per_product", "partials_shape", "ROW_MAJOR_T_FROM", "intermediate_row_major", "intermediate_shape",
            "intermediate_view"]
 
 NAIVE_MAX_THREADS = 1024  # one thread per column of A @ B and of D
@@ -151,9 +163,10 @@ def counters_desc(count: int, array=None) -> MatrixDesc:
                       array)
 
 
-def sync_slots(M: int, config: TileConfig) -> int:
-    """How many uint32 counters the fused kernel's ``sync`` buffer needs (all zero at launch)."""
-    return SYNC_HEAD + cdiv(M, config.block_m)
+def sync_slots(M: int, config: TileConfig, workers: tuple[int, int] | None = None) -> int:
+    """How many uint32 counters the fused kernel's ``sync`` buffer needs (all zero at launch):
+    the head and one per row block, and under stream-K one per worker (:func:`plan_fused`)."""
+    return SYNC_HEAD + cdiv(M, config.block_m) + (sum(workers) if workers is not None else 0)
 
 
 # T is column-major (phase 2 then copies its tiles with 16-byte cp.async, as a column-major A)
@@ -193,10 +206,10 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tu
     ACC_SIZE = THREAD_M * THREAD_N
     SCALAR = dtype.type
     HEAD = SYNC_HEAD
-    thread_tile, group_of, t_tile, AB_A_REGS, AB_B_REGS = tile_computer(config, dtype, a_mode,
-                                                                        b_mode, t_store_mode)
-    _, _, d_tile, TC_A_REGS, TC_B_REGS = tile_computer(config, dtype, t_mode, c_mode, d_mode)
-    A_REGS, B_REGS = max(AB_A_REGS, TC_A_REGS), max(AB_B_REGS, TC_B_REGS)
+    ab = tile_computer(config, dtype, a_mode, b_mode, t_store_mode)
+    tc = tile_computer(config, dtype, t_mode, c_mode, d_mode)
+    thread_tile, group_of, t_tile, d_tile = ab.thread_tile, ab.group_of, ab.compute_tile, tc.compute_tile
+    A_REGS, B_REGS = max(ab.a_registers, tc.a_registers), max(ab.b_registers, tc.b_registers)
     tile_of_device = cuda.jit(device=True)(tile_of)
     GROUP_M = config.group_m
 
@@ -267,17 +280,203 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tu
     return fused_kernel
 
 
+@functools.cache
+def _stream_k_kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple,
+                  t_store_mode: tuple, t_mode: tuple, c_mode: tuple, d_mode: tuple):
+    """Compile-time specialisation of the stream-K fused kernel (workers over ranges of
+    k-iterations) for one config, dtype and layout."""
+    BLOCK_M, BLOCK_N, BLOCK_K = config.block_m, config.block_n, config.block_k
+    THREAD_M, THREAD_N = config.thread_m, config.thread_n
+    THREADS = config.threads
+    ACC_SIZE = THREAD_M * THREAD_N
+    SLOT = THREADS * ACC_SIZE  # one partial tile in ``partials``
+    SCALAR = dtype.type
+    HEAD = SYNC_HEAD
+    ab = tile_computer(config, dtype, a_mode, b_mode, t_store_mode)
+    tc = tile_computer(config, dtype, t_mode, c_mode, d_mode)
+    thread_tile, group_of = ab.thread_tile, ab.group_of
+    sum_t, store_t, sum_d, store_d = ab.sum_tile, ab.store_tile, tc.sum_tile, tc.store_tile
+    A_REGS, B_REGS = max(ab.a_registers, tc.a_registers), max(ab.b_registers, tc.b_registers)
+    tile_of_device = cuda.jit(device=True)(tile_of)
+    GROUP_M = config.group_m
+
+    @kernel_jit(config.cta_threads)
+    def stream_k_kernel(a, stride_am, stride_ak, b, stride_bk, stride_bn, c, stride_ck, stride_cn,
+                     d, stride_dm, stride_dn, t, stride_tm, stride_tk, partials, sync,
+                     M, K1, K2, N, t_workers, d_workers):
+        smem = cuda.shared.array(0, dtype)
+        plan = cuda.shared.array(12, np.int64)  # thread 0's bookkeeping, for the CTA
+        acc = cuda.local.array(ACC_SIZE, SCALAR)
+        a_frag = cuda.local.array(THREAD_M, SCALAR)
+        b_frag = cuda.local.array(THREAD_N, SCALAR)
+        a_regs = cuda.local.array(A_REGS, SCALAR)
+        b_regs = cuda.local.array(B_REGS, SCALAR)
+
+        cta_tid = cuda.threadIdx.x
+        group, tid, base = group_of(cta_tid)
+        thread_row, thread_col = thread_tile(tid)
+        rows = (M + BLOCK_M - 1) // BLOCK_M
+        chunks = (K2 + BLOCK_N - 1) // BLOCK_N  # T tiles per row block
+        n_tiles = (N + BLOCK_N - 1) // BLOCK_N  # D tiles per row block
+        flags = HEAD + rows  # one per worker: its partial tile is in ``partials``
+
+        # -- 1. a ticket: workers are handed out in ticket order, not launch order -----------
+        # T's workers come before D's, so a CTA only ever waits on lower tickets, whose CTAs
+        # are already running (and on the simulator, which runs one block at a time, done).
+        # Thread 0 does the bookkeeping (divisions by run-time values cost ~100 instructions
+        # each) and hands it to the CTA through shared memory.
+        if cta_tid == 0:
+            ticket = cuda.atomic.add(sync, 0, 1)
+            plan[0] = ticket
+            if ticket < t_workers:
+                worker, workers, cols, inner = ticket, t_workers, chunks, K1
+            else:
+                worker, workers, cols, inner = ticket - t_workers, d_workers, n_tiles, K2
+            # -- 2. the worker's share of its product's k-iterations ----------------------
+            # The product's tiles (grouped order, seed 004) times their k-iterations, cut
+            # into `workers` equal ranges. With one worker per tile a range is one whole
+            # tile; with fewer (stream-K) a range may start or end inside a tile.
+            k_iters = (inner + BLOCK_K - 1) // BLOCK_K
+            total = rows * cols * k_iters
+            plan[1] = worker * total // workers  # the range's first k-iteration
+            plan[2] = (worker + 1) * total // workers  # and its end
+            plan[3] = k_iters
+            plan[4] = total
+            plan[9] = -1  # no segment yet
+        cuda.syncthreads()
+        # Segments run from the range's end to its start: a tile's first k-iterations, which
+        # a range ends with, are done first, so that the worker that finishes the tile (the
+        # one holding its last k-iteration: the next in ticket order) rarely waits for them.
+        # The plan stays in shared memory and is read where needed, not held in registers
+        # across the k loop, whose register tiles need nearly all 255.
+        while True:
+            cuda.syncthreads()  # every thread has read the last segment's plan
+            if cta_tid == 0:
+                if plan[9] >= 0:
+                    plan[2] = plan[9]  # the next segment ends where the last one began
+                ticket, begin, it, k_iters = plan[0], plan[1], plan[2], plan[3]
+                if it > begin:
+                    if ticket < t_workers:
+                        worker, workers, cols, inner = ticket, t_workers, chunks, K1
+                    else:
+                        worker, workers, cols, inner = ticket - t_workers, d_workers, n_tiles, K2
+                    total = plan[4]
+                    tile_index = (it - 1) // k_iters
+                    tile_begin = tile_index * k_iters
+                    first = max(begin, tile_begin)
+                    plan[5] = tile_begin
+                    plan[6], plan[7] = tile_of_device(tile_index, rows, cols, GROUP_M)
+                    # earlier workers that hold part of the tile (their partials come first)
+                    other = worker - 1
+                    while other >= 0 and (other + 1) * total // workers > tile_begin:
+                        other -= 1
+                    plan[8] = worker - 1 - other
+                    plan[9] = first
+                    plan[10] = (first - tile_begin) * BLOCK_K  # the segment's k range: k0 ...
+                    plan[11] = min(inner - plan[10], (it - first) * BLOCK_K)  # ... to k0 + k_len
+            cuda.syncthreads()
+            if plan[2] <= plan[1]:
+                break
+            m0, x0, k0, k_len = plan[6] * BLOCK_M, plan[7] * BLOCK_N, plan[10], plan[11]
+            if plan[0] < t_workers:
+                # -- 3. T[m0:, x0:] += A[m0:, k0:] @ B[k0:, x0:] over this segment ---------
+                sum_t(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
+                      a, k0 * stride_ak, stride_am, stride_ak, b, k0 * stride_bk, stride_bk,
+                      stride_bn, M, K2, k_len, m0, x0, thread_row, thread_col)
+            else:
+                # -- 4. a D segment waits until its row block's T tiles are all in ----------
+                if cta_tid == 0:
+                    while load_acquire(sync, HEAD + plan[6]) < chunks:
+                        backoff()
+                cuda.syncthreads()  # no thread reads T before the count was seen
+                sum_d(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
+                      t, k0 * stride_tk, stride_tm, stride_tk, c, k0 * stride_ck, stride_ck,
+                      stride_cn, M, N, k_len, m0, x0, thread_row, thread_col)
+            slot = plan[0]
+            is_t = slot < t_workers
+            if plan[2] < plan[5] + plan[3]:
+                # -- 5a. not the tile's end: leave the partial tile for the worker that is --
+                if group == 0:
+                    for e in range(ACC_SIZE):
+                        partials[slot * SLOT + e * THREADS + tid] = acc[e]
+                cuda.syncthreads()  # every thread's part is written ...
+                if cta_tid == 0:
+                    release_add(sync, flags + slot)  # ... before the flag can be seen
+            else:
+                # -- 5b. the tile's end: add the earlier workers' partials, store the tile --
+                # (workers worker - 1, ..., worker - earlier hold its earlier k-iterations)
+                for back in range(1, plan[8] + 1):
+                    other_slot = slot - back
+                    if cta_tid == 0:
+                        while load_acquire(sync, flags + other_slot) == 0:
+                            backoff()
+                    cuda.syncthreads()
+                    if group == 0:
+                        for e in range(ACC_SIZE):
+                            acc[e] += load_from_l2(partials, other_slot * SLOT + e * THREADS + tid)
+                m0, x0 = plan[6] * BLOCK_M, plan[7] * BLOCK_N
+                if is_t:
+                    if group == 0:
+                        store_t(t, 0, stride_tm, stride_tk, M, K2, acc, m0, x0, thread_row,
+                                thread_col)
+                    cuda.syncthreads()  # every thread's part of the tile is written ...
+                    if cta_tid == 0:
+                        release_add(sync, HEAD + plan[6])  # ... before the count can be seen
+                elif group == 0:
+                    store_d(d, 0, stride_dm, stride_dn, M, N, acc, m0, x0, thread_row,
+                            thread_col)
+
+        # -- 6. depart: the last CTA leaves every counter at zero for the next launch ---------
+        if cta_tid == 0:
+            if cuda.atomic.add(sync, 1, 1) == t_workers + d_workers - 1:
+                for i in range(flags + t_workers + d_workers):
+                    sync[i] = 0
+
+    return stream_k_kernel
+
+
+def fused_tiles_per_product(config: TileConfig, M: int, K2: int, N: int) -> tuple[int, int]:
+    """(T's tiles, D's tiles) of the fused kernel under ``config``: its CTAs per product when
+    it runs one per tile."""
+    rows = cdiv(M, config.block_m)
+    return rows * cdiv(K2, config.block_n), rows * cdiv(N, config.block_n)
+
+
+def partials_shape(config: TileConfig, workers: tuple[int, int]) -> tuple[int, int]:
+    """The row-major scratch buffer of the fused kernel's partial tiles: one row per worker."""
+    return sum(workers), config.block_m * config.block_n
+
+
 def plan_fused(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, d: MatrixDesc,
-               t: MatrixDesc, sync: MatrixDesc) -> KernelLaunch:
+               t: MatrixDesc, sync: MatrixDesc, workers: tuple[int, int] | None = None,
+               partials: MatrixDesc | None = None) -> KernelLaunch:
     """The fused kernel's launch on validated operands: D = (A @ B) @ C through ``t`` (M x
     K2, any strides: see :func:`intermediate_shape` for the fast layout). ``sync``: a uint32
-    buffer of at least :func:`sync_slots` counters, all zero (and zero again after). Both
-    come after D, as scratch outputs, for XLA's kernel call."""
+    buffer of at least :func:`sync_slots` counters, all zero (and zero again after).
+
+    ``workers=None``: one CTA per tile. ``workers=(t_workers, d_workers)``: the stream-K
+    kernel, that many CTAs per product (each from 1 to the product's tiles times their
+    k-iterations), each a range of k-iterations that may start and end inside a tile;
+    ``partials`` (:func:`partials_shape`) then holds the partial tiles. ``t``, ``partials``
+    and ``sync`` come after D, as scratch outputs, for XLA's kernel call."""
     config.check(a.dtype)
     (M, K1), (K2, N) = a.shape, c.shape
-    rows = cdiv(M, config.block_m)
-    if sync.span < sync_slots(M, config):
-        raise ValueError(f"sync holds {sync.span} counters; the launch needs {sync_slots(M, config)}")
+    if workers is not None:
+        workers = tuple(workers)
+        tiles = fused_tiles_per_product(config, M, K2, N)
+        for name, count, tile_count, inner in zip(("T", "D"), workers, tiles, (K1, K2)):
+            most = tile_count * cdiv(inner, config.block_k)  # one k-iteration each
+            if not isinstance(count, int) or not 1 <= count <= most:
+                raise ValueError(f"workers for {name} must be an int from 1 to {most} (its "
+                                 f"tiles' k-iterations), so that none is idle; got {count!r}")
+        needed = int(np.prod(partials_shape(config, workers)))
+        if partials is None or partials.span < needed or partials.dtype != a.dtype:
+            raise ValueError(f"partials must hold {needed} {a.dtype} elements for {workers} "
+                             f"workers (partials_shape); got "
+                             f"{'none' if partials is None else f'{partials.span} {partials.dtype}'}")
+    slots = sync_slots(M, config, workers)
+    if sync.span < slots:
+        raise ValueError(f"sync holds {sync.span} counters; the launch needs {slots}")
     if t.shape != (M, K2):
         raise ValueError(f"t must be {M} x {K2} (A @ B); got {t.shape[0]} x {t.shape[1]}")
     shared = config.shared_bytes(a.dtype)
@@ -287,10 +486,13 @@ def plan_fused(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, 
     # One CTA per SM: where two fit, the block scheduler may put two T tiles on
     # one SM while others hold only D tiles that wait for them.
     shared = alone_on_multiprocessor(shared, shared_memory_per_multiprocessor())
-    a_mode, b_mode, t_store_mode = operand_modes(a, b, t)  # T as phase 1's output
-    t_mode, c_mode, d_mode = operand_modes(t, c, d)  # and as phase 2's A operand
-    kernel = _fused_kernel(config, a.dtype, a_mode, b_mode, t_store_mode, t_mode, c_mode, d_mode)
-    grid = rows * (cdiv(K2, config.block_n) + cdiv(N, config.block_n))
-    return kernel_launch(kernel, grid, config.cta_threads, shared,
-                         (a, *a.strides, b, *b.strides, c, *c.strides, d, *d.strides, t, *t.strides,
-                          sync, M, K1, K2, N))
+    modes = (*operand_modes(a, b, t),  # T as phase 1's output ...
+             *operand_modes(t, c, d))  # ... and as phase 2's A operand
+    operands = (a, *a.strides, b, *b.strides, c, *c.strides, d, *d.strides, t, *t.strides)
+    if workers is None:
+        kernel = _fused_kernel(config, a.dtype, *modes)
+        return kernel_launch(kernel, sum(fused_tiles_per_product(config, M, K2, N)),
+                             config.cta_threads, shared, (*operands, sync, M, K1, K2, N))
+    kernel = _stream_k_kernel(config, a.dtype, *modes)
+    return kernel_launch(kernel, sum(workers), config.cta_threads, shared,
+                         (*operands, partials, sync, M, K1, K2, N, *workers))
