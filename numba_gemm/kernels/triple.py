@@ -197,19 +197,36 @@ def intermediate_view(buffer: MatrixDesc, M: int, K2: int, row_major: bool) -> M
     return replace(buffer, name="t", shape=(M, K2), strides=(ld, 1) if row_major else (1, ld))
 
 
+def _products(config: TileConfig, dtype: np.dtype, modes: tuple):
+    """What both fused kernels compile from: the tile functions of T = A @ B (``ab``) and
+    of D = T @ C (``tc``) under the six operand ``modes``, the staging-register counts they
+    share, and the device function that counts a chain's tiles."""
+    ab = tile_computer(config, dtype, *modes[:3])
+    tc = tile_computer(config, dtype, *modes[3:])
+    BLOCK_M, BLOCK_N = config.block_m, config.block_n
+
+    @cuda.jit(device=True)
+    def tile_counts(M, K2, N):
+        """(row blocks, T tiles per row block, D tiles per row block)."""
+        return ((M + BLOCK_M - 1) // BLOCK_M, (K2 + BLOCK_N - 1) // BLOCK_N,
+                (N + BLOCK_N - 1) // BLOCK_N)
+
+    return (ab, tc, max(ab.a_registers, tc.a_registers), max(ab.b_registers, tc.b_registers),
+            tile_counts)
+
+
 @functools.cache
-def _fused_kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple,
-                     t_store_mode: tuple, t_mode: tuple, c_mode: tuple, d_mode: tuple):
-    """Compile-time specialisation of the fused kernel for one config, dtype and layout."""
+def _fused_kernel(config: TileConfig, dtype: np.dtype, *modes: tuple):
+    """Compile-time specialisation of the fused kernel (one tile per CTA) for one config,
+    dtype and layout (``modes``: A, B, T stored; T, C, D)."""
     BLOCK_M, BLOCK_N = config.block_m, config.block_n
     THREAD_M, THREAD_N = config.thread_m, config.thread_n
     ACC_SIZE = THREAD_M * THREAD_N
     SCALAR = dtype.type
     HEAD = SYNC_HEAD
-    ab = tile_computer(config, dtype, a_mode, b_mode, t_store_mode)
-    tc = tile_computer(config, dtype, t_mode, c_mode, d_mode)
-    thread_tile, group_of, t_tile, d_tile = ab.thread_tile, ab.group_of, ab.compute_tile, tc.compute_tile
-    A_REGS, B_REGS = max(ab.a_registers, tc.a_registers), max(ab.b_registers, tc.b_registers)
+    ab, tc, A_REGS, B_REGS, tile_counts = _products(config, dtype, modes)
+    thread_tile, group_of, t_tile, d_tile = (ab.thread_tile, ab.group_of, ab.compute_tile,
+                                             tc.compute_tile)
     tile_of_device = cuda.jit(device=True)(tile_of)
     GROUP_M = config.group_m
 
@@ -227,9 +244,7 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tu
         cta_tid = cuda.threadIdx.x
         group, tid, base = group_of(cta_tid)
         thread_row, thread_col = thread_tile(tid)
-        rows = (M + BLOCK_M - 1) // BLOCK_M
-        chunks = (K2 + BLOCK_N - 1) // BLOCK_N  # T tiles per row block
-        n_tiles = (N + BLOCK_N - 1) // BLOCK_N  # D tiles per row block
+        rows, chunks, n_tiles = tile_counts(M, K2, N)  # chunks: T tiles per row block
 
         # -- 1. a ticket: tiles are handed out in ticket order, not launch order -------------
         # Every T tile's ticket comes before every D tile's, so a D tile only waits on tiles
@@ -281,10 +296,9 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tu
 
 
 @functools.cache
-def _stream_k_kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple,
-                  t_store_mode: tuple, t_mode: tuple, c_mode: tuple, d_mode: tuple):
+def _stream_k_kernel(config: TileConfig, dtype: np.dtype, *modes: tuple):
     """Compile-time specialisation of the stream-K fused kernel (workers over ranges of
-    k-iterations) for one config, dtype and layout."""
+    k-iterations) for one config, dtype and layout (``modes`` as for ``_fused_kernel``)."""
     BLOCK_M, BLOCK_N, BLOCK_K = config.block_m, config.block_n, config.block_k
     THREAD_M, THREAD_N = config.thread_m, config.thread_n
     THREADS = config.threads
@@ -292,18 +306,16 @@ def _stream_k_kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode:
     SLOT = THREADS * ACC_SIZE  # one partial tile in ``partials``
     SCALAR = dtype.type
     HEAD = SYNC_HEAD
-    ab = tile_computer(config, dtype, a_mode, b_mode, t_store_mode)
-    tc = tile_computer(config, dtype, t_mode, c_mode, d_mode)
+    ab, tc, A_REGS, B_REGS, tile_counts = _products(config, dtype, modes)
     thread_tile, group_of = ab.thread_tile, ab.group_of
     sum_t, store_t, sum_d, store_d = ab.sum_tile, ab.store_tile, tc.sum_tile, tc.store_tile
-    A_REGS, B_REGS = max(ab.a_registers, tc.a_registers), max(ab.b_registers, tc.b_registers)
     tile_of_device = cuda.jit(device=True)(tile_of)
     GROUP_M = config.group_m
 
     @kernel_jit(config.cta_threads)
-    def stream_k_kernel(a, stride_am, stride_ak, b, stride_bk, stride_bn, c, stride_ck, stride_cn,
-                     d, stride_dm, stride_dn, t, stride_tm, stride_tk, partials, sync,
-                     M, K1, K2, N, t_workers, d_workers):
+    def stream_k_kernel(a, stride_am, stride_ak, b, stride_bk, stride_bn, c, stride_ck,
+                        stride_cn, d, stride_dm, stride_dn, t, stride_tm, stride_tk, partials,
+                        sync, M, K1, K2, N, t_workers, d_workers):
         smem = cuda.shared.array(0, dtype)
         plan = cuda.shared.array(12, np.int64)  # thread 0's bookkeeping, for the CTA
         acc = cuda.local.array(ACC_SIZE, SCALAR)
@@ -311,14 +323,12 @@ def _stream_k_kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode:
         b_frag = cuda.local.array(THREAD_N, SCALAR)
         a_regs = cuda.local.array(A_REGS, SCALAR)
         b_regs = cuda.local.array(B_REGS, SCALAR)
+        rows, chunks, n_tiles = tile_counts(M, K2, N)  # chunks: T tiles per row block
+        flags = HEAD + rows  # one per worker: its partial tile is in ``partials``
 
         cta_tid = cuda.threadIdx.x
         group, tid, base = group_of(cta_tid)
         thread_row, thread_col = thread_tile(tid)
-        rows = (M + BLOCK_M - 1) // BLOCK_M
-        chunks = (K2 + BLOCK_N - 1) // BLOCK_N  # T tiles per row block
-        n_tiles = (N + BLOCK_N - 1) // BLOCK_N  # D tiles per row block
-        flags = HEAD + rows  # one per worker: its partial tile is in ``partials``
 
         # -- 1. a ticket: workers are handed out in ticket order, not launch order -----------
         # T's workers come before D's, so a CTA only ever waits on lower tickets, whose CTAs
