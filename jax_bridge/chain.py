@@ -92,8 +92,9 @@ def _native(ctx, a, b, c, *, algorithm, order, config):
         return _unfused(ctx, a, b, c, order)
     descs = [_row_major(name, aval.shape, dtype)
              for name, aval in zip(("a", "b", "c", "out"), (*ctx.avals_in, ctx.avals_out[0]))]
-    # The fused kernel's scratch buffers (T, the partial tiles and the counters) are extra outputs of the kernel
-    # call, which zeroes the counters before the launch; XLA buffers have no address yet.
+    # The fused kernel's scratch buffers (T, stream-K's partial tiles, the counters) are extra
+    # outputs of the kernel call, which zeroes the counters before the launch; XLA buffers
+    # have no address yet.
     scratch = {}
 
     def counters(count):

@@ -22,8 +22,8 @@ from .launch import (KernelLaunch, PreparedLaunch, allocate_output, cdiv, multip
                      simulated, stream_handle)
 
 __all__ = ["TRIPLE_ALGORITHMS", "ORDERS", "FUSED_UP_TO_MACS", "STREAM_K_FROM_IDLE", "triple",
-           "choose_order", "fused_workers", "choose_triple_algorithm", "fusion_saves_a_wave", "fused_config", "fused_tiles",
-           "plan_triple"]
+           "choose_order", "choose_triple_algorithm", "fusion_saves_a_wave", "fused_config",
+           "fused_tiles", "fused_workers", "plan_triple"]
 
 TRIPLE_ALGORITHMS = ("auto", "naive", "fused", "unfused")
 ORDERS = ("auto", "left", "right")

@@ -61,7 +61,8 @@ from ..ordering import tile_of
 from .ptx import cp_async, cp_async_commit, cp_async_wait, load_vector, store_vector
 
 __all__ = ["TileConfig", "DEFAULT_CONFIGS", "SharedLayout", "mainloop", "tile_storer",
-           "split_k_parts", "TileFunctions", "tile_computer", "kernel_jit", "plan_tiled", "operand_modes", "kernel_resources"]
+           "split_k_parts", "TileFunctions", "tile_computer", "kernel_jit", "plan_tiled",
+           "operand_modes", "kernel_resources"]
 
 VECTOR_BYTES = 16  # one 128-bit load or store
 MAX_THREADS = 1024
@@ -696,8 +697,9 @@ def _kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple, c
     THREAD_M, THREAD_N = config.thread_m, config.thread_n
     ACC_SIZE = THREAD_M * THREAD_N  # shapes of local arrays must be literal constants
     SCALAR = dtype.type  # the scalar class, e.g. np.float32
-    thread_tile, group_of, _, _, compute_tile, A_REGS, B_REGS = tile_computer(
-        config, dtype, a_mode, b_mode, c_mode)
+    tile = tile_computer(config, dtype, a_mode, b_mode, c_mode)
+    thread_tile, group_of, compute_tile = tile.thread_tile, tile.group_of, tile.compute_tile
+    A_REGS, B_REGS = tile.a_registers, tile.b_registers
     tile_of_device = cuda.jit(device=True)(tile_of)
 
     @kernel_jit(config.cta_threads)

@@ -93,8 +93,8 @@ from .ptx import backoff, load_acquire, load_from_l2, release_add
 from .tiled import VECTOR_BYTES, TileConfig, kernel_jit, operand_modes, tile_computer
 
 __all__ = ["NAIVE_MAX_THREADS", "SYNC_HEAD", "plan_naive", "plan_fused", "counters_desc",
-           "sync_slots", "fused_tiles_per_product", "partials_shape", "ROW_MAJOR_T_FROM", "intermediate_row_major", "intermediate_shape",
-           "intermediate_view"]
+           "sync_slots", "fused_tiles_per_product", "partials_shape", "ROW_MAJOR_T_FROM",
+           "intermediate_row_major", "intermediate_shape", "intermediate_view"]
 
 NAIVE_MAX_THREADS = 1024  # one thread per column of A @ B and of D
 SYNC_HEAD = 2  # the fused kernel's ticket and departure counters, before one per row block
