@@ -312,6 +312,13 @@ def _stream_k_kernel(config: TileConfig, dtype: np.dtype, *modes: tuple):
     tile_of_device = cuda.jit(device=True)(tile_of)
     GROUP_M = config.group_m
 
+    @cuda.jit(device=True)
+    def product_of(ticket, t_workers, d_workers, chunks, n_tiles, K1, K2):
+        """(worker, workers, tiles per row block, k extent) of the product a ticket works on."""
+        if ticket < t_workers:
+            return ticket, t_workers, chunks, K1
+        return ticket - t_workers, d_workers, n_tiles, K2
+
     @kernel_jit(config.cta_threads)
     def stream_k_kernel(a, stride_am, stride_ak, b, stride_bk, stride_bn, c, stride_ck,
                         stride_cn, d, stride_dm, stride_dn, t, stride_tm, stride_tk, partials,
@@ -336,12 +343,9 @@ def _stream_k_kernel(config: TileConfig, dtype: np.dtype, *modes: tuple):
         # Thread 0 does the bookkeeping (divisions by run-time values cost ~100 instructions
         # each) and hands it to the CTA through shared memory.
         if cta_tid == 0:
-            ticket = cuda.atomic.add(sync, 0, 1)
-            plan[0] = ticket
-            if ticket < t_workers:
-                worker, workers, cols, inner = ticket, t_workers, chunks, K1
-            else:
-                worker, workers, cols, inner = ticket - t_workers, d_workers, n_tiles, K2
+            plan[0] = cuda.atomic.add(sync, 0, 1)
+            worker, workers, cols, inner = product_of(plan[0], t_workers, d_workers, chunks,
+                                                      n_tiles, K1, K2)
             # -- 2. the worker's share of its product's k-iterations ----------------------
             # The product's tiles (grouped order, seed 004) times their k-iterations, cut
             # into `workers` equal ranges. With one worker per tile a range is one whole
@@ -366,10 +370,8 @@ def _stream_k_kernel(config: TileConfig, dtype: np.dtype, *modes: tuple):
                     plan[2] = plan[9]  # the next segment ends where the last one began
                 ticket, begin, it, k_iters = plan[0], plan[1], plan[2], plan[3]
                 if it > begin:
-                    if ticket < t_workers:
-                        worker, workers, cols, inner = ticket, t_workers, chunks, K1
-                    else:
-                        worker, workers, cols, inner = ticket - t_workers, d_workers, n_tiles, K2
+                    worker, workers, cols, inner = product_of(ticket, t_workers, d_workers,
+                                                              chunks, n_tiles, K1, K2)
                     total = plan[4]
                     tile_index = (it - 1) // k_iters
                     tile_begin = tile_index * k_iters
