@@ -186,10 +186,14 @@ def test_every_shipped_config_is_correct_and_spill_free(dtype, config, rng):
     from numba_gemm.descriptor import describe
     from numba_gemm.kernels.tiled import kernel_resources
 
-    M, N, K = 1000, 1023, 517  # every edge of every tile shape
-    a, b = make_operands(M, N, K, dtype, "row", rng, to_device=True)
-    out = poisoned((M, N), dtype, to_device=True)
-    numba_gemm.matmul(a, b, out, algorithm="tiled", config=config)
-    assert_product(out, a, b, dtype)
-    resources = kernel_resources(config, describe(a, "a"), describe(b, "b"), describe(out, "out"))
-    assert resources["local_bytes"] == 0, f"{config.label()} spills: {resources}"
+    # Every edge of every tile shape; then whole tiles (the specialisation without edge code,
+    # whose k loop reloads the last k-tile rather than test for the end).
+    whole = (2 * config.block_m, 3 * config.block_n, 3 * config.block_k * config.split_k)
+    for M, N, K in [(1000, 1023, 517), whole]:
+        a, b = make_operands(M, N, K, dtype, "row", rng, to_device=True)
+        out = poisoned((M, N), dtype, to_device=True)
+        numba_gemm.matmul(a, b, out, algorithm="tiled", config=config)
+        assert_product(out, a, b, dtype)
+        descs = describe(a, "a"), describe(b, "b"), describe(out, "out")
+        resources = kernel_resources(config, *descs)
+        assert resources["local_bytes"] == 0, f"{config.label()} spills at {M}x{N}x{K}: {resources}"

@@ -78,10 +78,14 @@ def test_stream_k_runs_at_1536(rng):
 
 @pytest.mark.parametrize("config", FUSED_CONFIGS, ids=lambda c: c.label())
 def test_every_fused_config(config, rng):
-    a, b, c = make_chain(700, 333, 1000, 517, np.float32, "mixed", rng, to_device=True)
-    out = poisoned((700, 517), np.float32, to_device=True)
-    numba_gemm.triple(a, b, c, out, algorithm="fused", order="left", config=config)
-    assert_triple(out, a, b, c, np.float32)
+    # Edges everywhere; then whole tiles, k-tiles and split-k slices (no edge code).
+    whole = (2 * config.block_m, 4 * config.block_k * config.split_k, 2 * config.block_n,
+             3 * config.block_n)
+    for M, K1, K2, N in [(700, 333, 1000, 517), whole]:
+        a, b, c = make_chain(M, K1, K2, N, np.float32, "mixed", rng, to_device=True)
+        out = poisoned((M, N), np.float32, to_device=True)
+        numba_gemm.triple(a, b, c, out, algorithm="fused", order="left", config=config)
+        assert_triple(out, a, b, c, np.float32)
 
 
 @pytest.mark.parametrize("algorithm", ["naive", "fused", "unfused"])

@@ -13,7 +13,8 @@ import numba_gemm
 from numba_gemm import TileConfig
 from numba_gemm.autotune import SIMULATOR_CONFIG
 from numba_gemm.descriptor import describe
-from numba_gemm.kernels.tiled import operand_modes
+from numba_gemm.kernels import tiled
+from numba_gemm.kernels.tiled import operand_modes, plan_tiled, whole_tiles
 from numba_gemm.testing import LAYOUTS, assert_product, check_layouts, make_operands, poisoned
 
 CONFIGS = {
@@ -25,8 +26,12 @@ CONFIGS = {
     "16x16x4-t4x4-s2-k3": TileConfig(16, 16, 4, 4, 4, 2, 1, split_k=3),
 }
 # 1 and primes; (48, 40, 24): interior CTAs and whole k-tiles (the copy fast path) beside edges;
-# multiples of 4 keep rows 16-byte aligned so the vector copies and stores run.
-SHAPES = [(1, 1, 1), (1, 17, 5), (19, 1, 7), (5, 7, 1), (33, 31, 37), (48, 40, 24)]
+# multiples of 4 keep rows 16-byte aligned so the vector copies and stores run. (32, 48, 24)
+# and (64, 32, 8): whole tiles (the kernel without edge code, whole_tiles) under some configs:
+# 16 x 16 tiles both, split-k in 3 groups the first, 32 x 32 tiles the second, with one k-tile
+# for 3 stages (the k loop's copies ahead reload it).
+SHAPES = [(1, 1, 1), (1, 17, 5), (19, 1, 7), (5, 7, 1), (33, 31, 37), (48, 40, 24), (32, 48, 24),
+          (64, 32, 8)]
 
 
 
@@ -42,6 +47,24 @@ def test_tiled_matches_float64_reference(config, shape, layout, dtype, rng):
         check_layouts(layout, a, b, out)
     assert numba_gemm.matmul(a, b, out, algorithm="tiled", config=CONFIGS[config]) is out
     assert_product(out, a, b, dtype)
+
+
+@pytest.mark.parametrize("config, shape, expected", [
+    ("16x16x4-t4x4-s2", (32, 48, 24), True),
+    ("16x16x4-t4x4-s2-k3", (32, 48, 24), True),  # 24 = 2 k-tiles for each of 3 groups
+    ("16x16x4-t4x4-s2-k3", (64, 32, 8), False),  # 8: the groups' slices would be uneven
+    ("32x32x8-t8x4-s3", (32, 48, 24), False),  # N = 48: a half tile
+    ("32x32x8-t8x4-s3", (64, 32, 8), True),
+    ("32x32x8-t8x4-s3", (64, 32, 12), False),  # K = 12: half a k-tile
+])
+def test_whole_tiles_select_the_kernel_without_edge_code(config, shape, expected, rng):
+    M, N, K = shape
+    config = CONFIGS[config]
+    assert whole_tiles(config, M, N, K) is expected
+    a, b = make_operands(M, N, K, np.float32, "row", rng)
+    descs = describe(a, "a"), describe(b, "b"), describe(poisoned((M, N), np.float32), "out")
+    kernel = tiled._kernel(config, np.dtype(np.float32), *operand_modes(*descs), expected)
+    assert plan_tiled(config, *descs).kernel is kernel
 
 
 @pytest.mark.parametrize("layout, expected", [

@@ -66,6 +66,36 @@ def test_fused_with_split_k_groups(split_k, layout, rng):
     assert_triple(out, a, b, c, np.float32)
 
 
+@pytest.mark.parametrize("shape, split_k, left, right", [
+    # whole 16 x 16 tiles and 4-deep k-tiles everywhere, also for each of 2 split-k groups
+    ((32, 16, 48, 32), 1, (True, True), (True, True)),
+    ((32, 16, 48, 32), 2, (True, True), (True, True)),
+    # N = 20 cuts D's last n-tile (and, in the right order, both products' last row block)
+    ((32, 16, 48, 20), 1, (True, False), (False, False)),
+    # K1 = 8 is 2 k-tiles, which 3 split-k groups cannot share evenly
+    ((32, 8, 48, 32), 3, (False, True), (False, False)),
+])
+@pytest.mark.parametrize("order", ["left", "right"])
+def test_fused_without_edge_code_where_tiles_are_whole(shape, split_k, left, right, order, rng,
+                                                       monkeypatch):
+    # Each product compiles without edge code where its tiles and k-slices are whole
+    # (tiled.whole_tiles); the right order is the left order of the transposed chain.
+    compiled = []
+    original = triple_kernels._fused_kernel
+
+    def spy(config, dtype, interiors, *modes):
+        compiled.append(interiors)
+        return original(config, dtype, interiors, *modes)
+
+    monkeypatch.setattr(triple_kernels, "_fused_kernel", spy)
+    config = TileConfig(16, 16, 4, 4, 4, 2, 1, split_k=split_k)
+    a, b, c = make_chain(*shape, np.float32, "row", rng)
+    out = poisoned((shape[0], shape[3]), np.float32, layout="row")
+    numba_gemm.triple(a, b, c, out, algorithm="fused", order=order, config=config)
+    assert_triple(out, a, b, c, np.float32)
+    assert compiled == [left if order == "left" else right]
+
+
 @pytest.mark.parametrize("layout", ["row", "col"])
 @pytest.mark.parametrize("order", ["left", "right"])
 def test_fused_with_row_major_intermediate(order, layout, rng, monkeypatch):
@@ -188,10 +218,13 @@ STREAM_K_SHAPE = (33, 21, 40, 17)
 
 
 @pytest.mark.parametrize("workers, order", [((5, 4), "left"), ((7, 11), "left"),
-                                            ((1, 1), "left"), ((5, 4), "right")], ids=str)
+                                            ((1, 1), "left"), ((5, 4), "right"),
+                                            ((5, 4), "whole tiles")], ids=str)
 def test_stream_k_matches_float64_reference(workers, order, rng, monkeypatch):
     monkeypatch.setattr(chain, "fused_workers", lambda *args: workers)
     shape = STREAM_K_SHAPE if order == "left" else STREAM_K_SHAPE[::-1]
+    if order == "whole tiles":  # the kernel without edge code: 6 T and 6 D tiles of 4 and 12
+        shape, order = (32, 16, 48, 48), "left"  # k-iterations, in 5 and 4 ranges
     a, b, c = make_chain(*shape, np.float32, "mixed", rng)
     out = poisoned((shape[0], shape[3]), np.float32, layout="col")
     numba_gemm.triple(a, b, c, out, algorithm="fused", order=order)

@@ -27,7 +27,14 @@ stride):
 Edges are handled in the kernel: copies of elements outside A or B zero-fill
 shared memory (``cp.async``'s source size; register-staged loads load zeros),
 so the k sum stays exact, and out-of-range rows and columns are simply not
-stored. No operand is padded or copied.
+stored. No operand is padded or copied. Where every tile and k-slice lies inside
+the matrices (:func:`whole_tiles`: M, N and K multiples of the tile) a second
+specialisation has no edge code at all: no bounds tests in the copies or the
+stores, and a k loop without branches (the copies ahead of the last k-tiles
+reload the last one instead of being skipped). It runs 4-6% faster on an H100
+at N = 1024-4096, and it is half the code: the fused triple product, which holds
+two tiles' code, ran its second product's k loop 3% slower than the same SASS
+in the tiled kernel until its binary shrank from 207 KB to 104 KB.
 
 Layouts are compile-time specialisations (``_kernel``'s key), never copies:
 
@@ -61,7 +68,7 @@ from ..ordering import tile_of
 from .ptx import cp_async, cp_async_commit, cp_async_wait, load_vector, store_vector
 
 __all__ = ["TileConfig", "DEFAULT_CONFIGS", "SharedLayout", "mainloop", "tile_storer",
-           "split_k_parts", "TileFunctions", "tile_computer", "kernel_jit", "plan_tiled",
+           "split_k_parts", "TileFunctions", "tile_computer", "whole_tiles", "kernel_jit", "plan_tiled",
            "operand_modes", "kernel_resources"]
 
 VECTOR_BYTES = 16  # one 128-bit load or store
@@ -206,7 +213,16 @@ def operand_modes(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc) -> tuple[tuple, t
     return a_mode, b_mode, c_mode
 
 
-def _tile_loader(config: TileConfig, dtype, block_x: int, mode: tuple):
+def whole_tiles(config: TileConfig, M: int, N: int, K: int) -> bool:
+    """Whether every tile and every k-slice of an M x N x K product under ``config`` lies
+    inside the matrices: M, N multiples of the block tile and K of block_k times split_k
+    (each split-k group then runs whole k-tiles of its own). Kernels compiled for such
+    products carry no edge code (``interior``)."""
+    return (M % config.block_m == 0 and N % config.block_n == 0
+            and K % (config.block_k * config.split_k) == 0)
+
+
+def _tile_loader(config: TileConfig, dtype, block_x: int, mode: tuple, interior: bool):
     """The cp.async copies of one k-major operand tile: ``(first, load)`` device functions.
 
     The tile is ``src[(k0 + k) * stride_k + (x0 + x) * stride_x]`` for k <
@@ -220,7 +236,8 @@ def _tile_loader(config: TileConfig, dtype, block_x: int, mode: tuple):
     - ``load(smem, dst, src, src_index, src_step, x_left, k_left)`` issues the
       copies: ``dst``/``src_index`` locate copy 0, ``src_step`` is the source
       distance between copies, ``x_left``/``k_left`` how many columns/rows the
-      matrix has from copy 0 on. Elements outside it are zero-filled.
+      matrix has from copy 0 on. Elements outside it are zero-filled (``interior``:
+      there are none, and the bounds are not tested).
     """
     axis, vectorised = mode
     vec = VECTOR_BYTES // np.dtype(dtype).itemsize
@@ -247,7 +264,7 @@ def _tile_loader(config: TileConfig, dtype, block_x: int, mode: tuple):
 
     @cuda.jit(device=True)
     def load(smem, dst, src, src_index, src_step, x_left, k_left):
-        if k_left > last_k and x_left >= last_x + width:
+        if interior or (k_left > last_k and x_left >= last_x + width):
             # All of this thread's copies lie inside the matrix (every thread, but at the
             # edges): no bounds arithmetic, ~5 instructions per copy fewer.
             for r in range(copies):
@@ -264,7 +281,7 @@ def _tile_loader(config: TileConfig, dtype, block_x: int, mode: tuple):
     return first, load, step_k, step_x
 
 
-def _staged_loader(config: TileConfig, dtype, block_x: int):
+def _staged_loader(config: TileConfig, dtype, block_x: int, interior: bool):
     """16-byte loads of a k-contiguous operand tile (row-major A, column-major B) through
     registers: ``(first, fetch, put, step_x)`` device functions.
 
@@ -274,7 +291,7 @@ def _staged_loader(config: TileConfig, dtype, block_x: int):
     into registers before the current tile's FMAs; ``put(smem, dst, regs)``
     stores them, element by element, down the k-major tile afterwards. Copy r
     is copy 0 moved ``r * step_x`` along the tile axis; elements outside the
-    matrix are zeros.
+    matrix are zeros (``interior``: there are none, and the bounds are not tested).
     """
     vec = VECTOR_BYTES // np.dtype(dtype).itemsize
     block_k, threads, row = config.block_k, config.threads, block_x + vec
@@ -289,7 +306,7 @@ def _staged_loader(config: TileConfig, dtype, block_x: int):
 
     @cuda.jit(device=True)
     def fetch(regs, src, src_index, src_step, x_left, k_left):
-        if k_left >= vec and x_left > last_x:  # every copy inside the matrix: whole vectors
+        if interior or (k_left >= vec and x_left > last_x):  # every copy inside: whole vectors
             for r in range(copies):
                 load_vector(regs, r * vec, src, src_index + r * src_step)
         else:
@@ -307,23 +324,24 @@ def _staged_loader(config: TileConfig, dtype, block_x: int):
     return first, fetch, put, step_x, copies * vec
 
 
-def _operand_loader(config: TileConfig, dtype, block_x: int, mode: tuple):
+def _operand_loader(config: TileConfig, dtype, block_x: int, mode: tuple, interior: bool):
     """(staged?, first, load or fetch, put, step_k, step_x, registers) for one operand."""
     vec = VECTOR_BYTES // np.dtype(dtype).itemsize
     if mode == ("k", True) and config.block_k % vec == 0:
-        first, fetch, put, step_x, registers = _staged_loader(config, dtype, block_x)
+        first, fetch, put, step_x, registers = _staged_loader(config, dtype, block_x, interior)
         return True, first, fetch, put, 0, step_x, registers
-    first, load, step_k, step_x = _tile_loader(config, dtype, block_x, mode)
+    first, load, step_k, step_x = _tile_loader(config, dtype, block_x, mode, interior)
     return False, first, load, load, step_k, step_x, 1  # put is unused: cp.async lands in place
 
 
-def tile_storer(config: TileConfig, dtype, mode: tuple):
+def tile_storer(config: TileConfig, dtype, mode: tuple, interior: bool = False):
     """Device function: write a thread's THREAD_M x THREAD_N accumulator block into C.
 
     ``store(c, c0, stride_cm, stride_cn, M, N, acc, row0, col0)``: ``acc[i * THREAD_N + j]``
     holds C(row0 + (i // vec) * span_m + i % vec, col0 + (j // vec) * span_n + j % vec);
     C(m, n) is ``c[c0 + m * stride_cm + n * stride_cn]``; elements outside M x N are skipped.
     Pieces run along C's contiguous axis (``mode``), as 16-byte vectors where allowed.
+    ``interior``: the block lies inside C, and no bound is tested.
     Written as straight-line code (one piece per 16-byte vector of C), since a
     rolled loop would index ``acc`` at run time and push it out of registers.
     """
@@ -340,27 +358,27 @@ def tile_storer(config: TileConfig, dtype, mode: tuple):
             j, v = piece // (thread_m // vec), piece % (thread_m // vec)
             m = row0 + v * span_m
             n = col0 + (j // vec) * span_n + j % vec
-            if n < N:
-                if vectorised and m + vec <= M:
+            if interior or n < N:
+                if vectorised and (interior or m + vec <= M):
                     column = cuda.local.array(vec, scalar)
                     for e in range(vec):
                         column[e] = acc[(v * vec + e) * thread_n + j]
                     store_vector(c, c0 + m + n * stride_cn, column, 0)
                 else:
                     for e in range(vec):
-                        if m + e < M:
+                        if interior or m + e < M:
                             c[c0 + (m + e) * stride_cm + n * stride_cn] = \
                                 acc[(v * vec + e) * thread_n + j]
         else:  # piece = (row i, vector w of vec columns)
             i, w = piece // (thread_n // vec), piece % (thread_n // vec)
             m = row0 + (i // vec) * span_m + i % vec
             n = col0 + w * span_n
-            if m < M:
-                if vectorised and n + vec <= N:
+            if interior or m < M:
+                if vectorised and (interior or n + vec <= N):
                     store_vector(c, c0 + m * stride_cm + n, acc, i * thread_n + w * vec)
                 else:
                     for f in range(vec):
-                        if n + f < N:
+                        if interior or n + f < N:
                             c[c0 + m * stride_cm + (n + f) * stride_cn] = \
                                 acc[i * thread_n + w * vec + f]
 
@@ -441,7 +459,8 @@ def _k_tile_multiplier(config: TileConfig, dtype: np.dtype):
 
 
 @functools.cache
-def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple):
+def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple,
+             interior: bool = False):
     """``(thread_tile, accumulate, a_registers, b_registers)``: a CTA's k loop, shared by
     every kernel that multiplies tiles (``tiled`` here, the fused triple product in
     ``triple``). ``a_registers``/``b_registers``: the lengths of the per-thread staging
@@ -460,6 +479,11 @@ def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple):
     ``threadIdx.x`` without split-k: :func:`split_k_parts`). Starts with a barrier of the
     whole CTA, so every group must run the same ``k_tiles``; it may run again on the same
     shared memory.
+
+    ``interior``: the tiles lie inside A and B and K = k_tiles * BLOCK_K (``whole_tiles``).
+    No bound is tested, and the loop has no branch but its back edge: where the copies ahead
+    would pass the last k-tile they copy the last one again into a buffer no one reads
+    (cheaper than the tests), and the loop ends by waiting for those copies.
     """
     config.check(dtype)
     vec = VECTOR_BYTES // dtype.itemsize
@@ -472,10 +496,11 @@ def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple):
     B_BASE = layout.b_base
     multiply_k_tile = _k_tile_multiplier(config, dtype)
     A_STAGED, first_a, load_a, put_a, A_STEP_K, A_STEP_M, A_REGS = _operand_loader(
-        config, dtype, BLOCK_M, a_mode)
+        config, dtype, BLOCK_M, a_mode, interior)
     B_STAGED, first_b, load_b, put_b, B_STEP_K, B_STEP_N, B_REGS = _operand_loader(
-        config, dtype, BLOCK_N, b_mode)
+        config, dtype, BLOCK_N, b_mode, interior)
     wait_for_oldest = cp_async_wait(STAGES - 2)
+    wait_for_all = cp_async_wait(0)
 
     @cuda.jit(device=True)
     def thread_tile(tid):
@@ -527,15 +552,16 @@ def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple):
 
         # -- main loop: wait for k-tile t, start k-tile t + STAGES - 1, multiply k-tile t -----
         stage = 0  # = t % STAGES, kept as a counter (a modulo by 3 costs ~20 instructions)
+        last_tile = k_tiles - 1
         for t in range(k_tiles):
             wait_for_oldest()
             # Makes every thread's copies of tile t visible, and guarantees that all
             # threads finished tile t - 1, whose buffer the next copies overwrite.
             cuda.syncthreads()
             ahead = t + STAGES - 1
-            if ahead < k_tiles:
+            if interior or ahead < k_tiles:  # interior: past the end, the last tile again
                 ahead_stage = stage - 1 if stage > 0 else STAGES - 1  # = ahead % STAGES
-                k0 = ahead * BLOCK_K
+                k0 = min(ahead, last_tile) * BLOCK_K
                 if not A_STAGED:
                     load_a(smem, ahead_stage * A_STAGE + a_dst, a, a_src + k0 * stride_ak,
                            a_step, a_x_left, K - k0 - a_k)
@@ -544,10 +570,11 @@ def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple):
                            b_step, b_x_left, K - k0 - b_k)
             cp_async_commit()
             # Register-staged operands: load k-tile t + 1 now, store it after the FMAs.
-            next_k0 = (t + 1) * BLOCK_K
-            if A_STAGED and t + 1 < k_tiles:
+            next_k0 = min(t + 1, last_tile) * BLOCK_K
+            more = interior or t + 1 < k_tiles
+            if A_STAGED and more:
                 load_a(a_regs, a, a_src + next_k0, a_step, a_x_left, K - next_k0 - a_k)
-            if B_STAGED and t + 1 < k_tiles:
+            if B_STAGED and more:
                 load_b(b_regs, b, b_src + next_k0, b_step, b_x_left, K - next_k0 - b_k)
             a_tile = base + stage * A_STAGE + thread_row * vec
             b_tile = base + B_BASE + stage * B_STAGE + thread_col * vec
@@ -555,10 +582,12 @@ def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple):
             stage = stage + 1 if stage < STAGES - 1 else 0
             # The next stage's buffers were last read in iteration t + 1 - STAGES, which every
             # thread finished before this iteration's barrier.
-            if A_STAGED and t + 1 < k_tiles:
+            if A_STAGED and more:
                 put_a(smem, stage * A_STAGE + a_dst, a_regs)
-            if B_STAGED and t + 1 < k_tiles:
+            if B_STAGED and more:
                 put_b(smem, stage * B_STAGE + b_dst, b_regs)
+        if interior:
+            wait_for_all()  # the reloads of the last tile land before the buffers are reused
 
     return thread_tile, accumulate, A_REGS, B_REGS
 
@@ -625,7 +654,7 @@ class TileFunctions(NamedTuple):
 
 @functools.cache
 def tile_computer(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple,
-                  c_mode: tuple) -> TileFunctions:
+                  c_mode: tuple, interior: bool = False) -> TileFunctions:
     """One C tile, from the k loop to the store, as every kernel that multiplies tiles runs it
     (the tiled kernel here, both products of the fused triple product in ``triple``).
 
@@ -640,13 +669,14 @@ def tile_computer(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tu
     ``compute_tile(..., a, a0, stride_am, stride_ak, b, b0, stride_bk, stride_bn, c, c0,
     stride_cm, stride_cn, M, N, K, m0, n0, thread_row, thread_col)`` is both.
     ``thread_tile``, ``group_of`` and the register counts: as in :func:`mainloop` and
-    :func:`split_k_parts`.
+    :func:`split_k_parts`. ``interior``: for products whose tiles all lie inside the matrices
+    (:func:`whole_tiles`), compiled without edge code.
     """
     vec = VECTOR_BYTES // dtype.itemsize
     SPLIT = config.split_k
-    thread_tile, accumulate, A_REGS, B_REGS = mainloop(config, dtype, a_mode, b_mode)
+    thread_tile, accumulate, A_REGS, B_REGS = mainloop(config, dtype, a_mode, b_mode, interior)
     group_of, k_slice, sum_partials = split_k_parts(config, dtype)
-    store_c = tile_storer(config, dtype, c_mode)
+    store_c = tile_storer(config, dtype, c_mode, interior)
 
     @cuda.jit(device=True)
     def sum_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group, a, a0, stride_am,
@@ -691,13 +721,15 @@ def kernel_jit(threads: int):
 
 
 @functools.cache
-def _kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple, c_mode: tuple):
-    """Compile-time specialisation of the tiled kernel for one config, dtype and layout."""
+def _kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple, c_mode: tuple,
+            interior: bool):
+    """Compile-time specialisation of the tiled kernel for one config, dtype, layout and
+    ``interior`` (:func:`whole_tiles`)."""
     BLOCK_M, BLOCK_N, GROUP_M = config.block_m, config.block_n, config.group_m
     THREAD_M, THREAD_N = config.thread_m, config.thread_n
     ACC_SIZE = THREAD_M * THREAD_N  # shapes of local arrays must be literal constants
     SCALAR = dtype.type  # the scalar class, e.g. np.float32
-    tile = tile_computer(config, dtype, a_mode, b_mode, c_mode)
+    tile = tile_computer(config, dtype, a_mode, b_mode, c_mode, interior)
     thread_tile, group_of, compute_tile = tile.thread_tile, tile.group_of, tile.compute_tile
     A_REGS, B_REGS = tile.a_registers, tile.b_registers
     tile_of_device = cuda.jit(device=True)(tile_of)
@@ -739,7 +771,7 @@ def plan_tiled(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc) 
     if shared > STATIC_SHARED_LIMIT and shared > (limit := shared_memory_limit()):
         raise ValueError(f"tile config {config.label()} needs {shared} bytes of shared memory per "
                          f"block for {a.dtype}; this device allows {limit}")
-    kernel = _kernel(config, a.dtype, *operand_modes(a, b, c))
+    kernel = _kernel(config, a.dtype, *operand_modes(a, b, c), whole_tiles(config, M, N, K))
     grid = (cdiv(M, config.block_m) * cdiv(N, config.block_n), c.batch)
     return kernel_launch(kernel, grid, config.cta_threads, shared,
                          (a, a.batch_stride, *a.strides, b, b.batch_stride, *b.strides,
@@ -750,7 +782,8 @@ def kernel_resources(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: Matrix
     """Registers per thread, local memory per thread (spills and stack; 0 is the goal) and
     shared memory per block of the compiled specialisation for these operands (on a GPU;
     compiles it if needed)."""
-    kernel = _kernel(config, a.dtype, *operand_modes(a, b, c))
+    (M, K), N = a.shape, b.shape[1]
+    kernel = _kernel(config, a.dtype, *operand_modes(a, b, c), whole_tiles(config, M, N, K))
     array, index = kernel.typeof_pyval(np.empty(0, a.dtype)), kernel.typeof_pyval(np.int64(0))
     compiled = kernel.compile((array, index, index, index) * 3 + (index,) * 3)
     return {"registers": compiled.regs_per_thread, "local_bytes": compiled.local_mem_per_thread,

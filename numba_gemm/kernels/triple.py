@@ -90,7 +90,7 @@ from ..launch import (STATIC_SHARED_LIMIT, KernelLaunch, alone_on_multiprocessor
                       kernel_launch, shared_memory_limit, shared_memory_per_multiprocessor)
 from ..ordering import tile_of
 from .ptx import backoff, load_acquire, load_from_l2, release_add
-from .tiled import VECTOR_BYTES, TileConfig, kernel_jit, operand_modes, tile_computer
+from .tiled import VECTOR_BYTES, TileConfig, kernel_jit, operand_modes, tile_computer, whole_tiles
 
 __all__ = ["NAIVE_MAX_THREADS", "SYNC_HEAD", "plan_naive", "plan_fused", "counters_desc",
            "sync_slots", "fused_tiles_per_product", "partials_shape", "ROW_MAJOR_T_FROM",
@@ -197,12 +197,13 @@ def intermediate_view(buffer: MatrixDesc, M: int, K2: int, row_major: bool) -> M
     return replace(buffer, name="t", shape=(M, K2), strides=(ld, 1) if row_major else (1, ld))
 
 
-def _products(config: TileConfig, dtype: np.dtype, modes: tuple):
+def _products(config: TileConfig, dtype: np.dtype, interiors: tuple, modes: tuple):
     """What both fused kernels compile from: the tile functions of T = A @ B (``ab``) and
-    of D = T @ C (``tc``) under the six operand ``modes``, the staging-register counts they
-    share, and the device function that counts a chain's tiles."""
-    ab = tile_computer(config, dtype, *modes[:3])
-    tc = tile_computer(config, dtype, *modes[3:])
+    of D = T @ C (``tc``) under the six operand ``modes`` and the two products' ``interiors``
+    (``tiled.whole_tiles``), the staging-register counts they share, and the device
+    function that counts a chain's tiles."""
+    ab = tile_computer(config, dtype, *modes[:3], interiors[0])
+    tc = tile_computer(config, dtype, *modes[3:], interiors[1])
     BLOCK_M, BLOCK_N = config.block_m, config.block_n
 
     @cuda.jit(device=True)
@@ -216,15 +217,16 @@ def _products(config: TileConfig, dtype: np.dtype, modes: tuple):
 
 
 @functools.cache
-def _fused_kernel(config: TileConfig, dtype: np.dtype, *modes: tuple):
+def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, *modes: tuple):
     """Compile-time specialisation of the fused kernel (one tile per CTA) for one config,
-    dtype and layout (``modes``: A, B, T stored; T, C, D)."""
+    dtype, layout (``modes``: A, B, T stored; T, C, D) and ``interiors`` (T's, D's:
+    ``tiled.whole_tiles``)."""
     BLOCK_M, BLOCK_N = config.block_m, config.block_n
     THREAD_M, THREAD_N = config.thread_m, config.thread_n
     ACC_SIZE = THREAD_M * THREAD_N
     SCALAR = dtype.type
     HEAD = SYNC_HEAD
-    ab, tc, A_REGS, B_REGS, tile_counts = _products(config, dtype, modes)
+    ab, tc, A_REGS, B_REGS, tile_counts = _products(config, dtype, interiors, modes)
     thread_tile, group_of, t_tile, d_tile = (ab.thread_tile, ab.group_of, ab.compute_tile,
                                              tc.compute_tile)
     tile_of_device = cuda.jit(device=True)(tile_of)
@@ -296,9 +298,9 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, *modes: tuple):
 
 
 @functools.cache
-def _stream_k_kernel(config: TileConfig, dtype: np.dtype, *modes: tuple):
+def _stream_k_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, *modes: tuple):
     """Compile-time specialisation of the stream-K fused kernel (workers over ranges of
-    k-iterations) for one config, dtype and layout (``modes`` as for ``_fused_kernel``)."""
+    k-iterations) for one config, dtype, layout and interiors (as for ``_fused_kernel``)."""
     BLOCK_M, BLOCK_N, BLOCK_K = config.block_m, config.block_n, config.block_k
     THREAD_M, THREAD_N = config.thread_m, config.thread_n
     THREADS = config.threads
@@ -306,7 +308,7 @@ def _stream_k_kernel(config: TileConfig, dtype: np.dtype, *modes: tuple):
     SLOT = THREADS * ACC_SIZE  # one partial tile in ``partials``
     SCALAR = dtype.type
     HEAD = SYNC_HEAD
-    ab, tc, A_REGS, B_REGS, tile_counts = _products(config, dtype, modes)
+    ab, tc, A_REGS, B_REGS, tile_counts = _products(config, dtype, interiors, modes)
     thread_tile, group_of = ab.thread_tile, ab.group_of
     sum_t, store_t, sum_d, store_d = ab.sum_tile, ab.store_tile, tc.sum_tile, tc.store_tile
     tile_of_device = cuda.jit(device=True)(tile_of)
@@ -501,10 +503,14 @@ def plan_fused(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, 
     modes = (*operand_modes(a, b, t),  # T as phase 1's output ...
              *operand_modes(t, c, d))  # ... and as phase 2's A operand
     operands = (a, *a.strides, b, *b.strides, c, *c.strides, d, *d.strides, t, *t.strides)
+    # Without edge code where the tiles fit (half the binary, and faster: tiled.whole_tiles).
+    # Stream-K's segments are whole k-tiles, which split-k groups would cut unevenly.
+    interiors = tuple(whole_tiles(config, M, x, inner) and (workers is None or config.split_k == 1)
+                      for x, inner in ((K2, K1), (N, K2)))
     if workers is None:
-        kernel = _fused_kernel(config, a.dtype, *modes)
+        kernel = _fused_kernel(config, a.dtype, interiors, *modes)
         return kernel_launch(kernel, sum(fused_tiles_per_product(config, M, K2, N)),
                              config.cta_threads, shared, (*operands, sync, M, K1, K2, N))
-    kernel = _stream_k_kernel(config, a.dtype, *modes)
+    kernel = _stream_k_kernel(config, a.dtype, interiors, *modes)
     return kernel_launch(kernel, sum(workers), config.cta_threads, shared,
                          (*operands, partials, sync, M, K1, K2, N, *workers))
