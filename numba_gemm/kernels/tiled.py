@@ -69,8 +69,8 @@ from ..ordering import tile_of
 from .ptx import cp_async, cp_async_commit, cp_async_wait, load_vector, store_vector
 
 __all__ = ["TileConfig", "DEFAULT_CONFIGS", "SharedLayout", "mainloop", "tile_storer",
-           "split_k_parts", "TileFunctions", "tile_computer", "whole_tiles", "kernel_jit", "plan_tiled",
-           "operand_modes", "kernel_resources"]
+           "split_k_parts", "TileFunctions", "tile_computer", "whole_tiles", "kernel_jit",
+           "plan_tiled", "operand_modes", "kernel_resources"]
 
 VECTOR_BYTES = 16  # one 128-bit load or store
 MAX_THREADS = 1024

@@ -75,8 +75,9 @@ kernel (instruction fetch) until then.
 
 Measured (H100, ``benchmarks/triple_product.py``, README): at N = 512 2.5x faster
 than two tiled GEMMs (26.6 us); from 1024 to 4096 between 1.01x (2048 and 4096, where the
-tiled GEMM's tiles already fill the SMs) and 1.60x (1536, stream-K) of them. An earlier design kept T in shared
-memory (a CTA per row block and chunk of K2, adding its share into D atomically): it lost
+tiled GEMM's tiles already fill the SMs) and 1.60x (1536, stream-K) of them. An earlier
+design kept T in shared memory (a CTA per row block and chunk of K2, adding its share into
+D atomically): it lost
 at N = 512 too (34 us with split-k), and from 1024 on by 20-35%, to the atomics and the
 repeated zeroing of D.
 """
@@ -509,7 +510,8 @@ def plan_fused(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, 
     operands = (a, *a.strides, b, *b.strides, c, *c.strides, d, *d.strides, t, *t.strides)
     # Without edge code where the tiles fit (half the binary, and faster: tiled.whole_tiles).
     # Stream-K's segments are whole k-tiles, which split-k groups would cut unevenly.
-    interiors = tuple(whole_tiles(config, M, x, inner) and (workers is None or config.split_k == 1)
+    interiors = tuple(whole_tiles(config, M, x, inner)
+                      and (workers is None or config.split_k == 1)
                       for x, inner in ((K2, K1), (N, K2)))
     if workers is None:
         kernel = _fused_kernel(config, a.dtype, interiors, *modes)
