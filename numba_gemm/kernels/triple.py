@@ -433,7 +433,7 @@ def _stream_k_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, *mod
                     if group == 0:
                         for e in range(ACC_SIZE):
                             acc[e] += load_from_l2(partials, other_slot * SLOT + e * THREADS + tid)
-                m0, x0 = plan[6] * BLOCK_M, plan[7] * BLOCK_N
+                m0, x0 = plan[6] * BLOCK_M, plan[7] * BLOCK_N  # re-read, not kept in registers
                 if is_t:
                     if group == 0:
                         store_t(t, 0, stride_tm, stride_tk, M, K2, acc, m0, x0, thread_row,
@@ -490,9 +490,9 @@ def plan_fused(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, 
                                  f"tiles' k-iterations), so that none is idle; got {count!r}")
         needed = int(np.prod(partials_shape(config, workers)))
         if partials is None or partials.span < needed or partials.dtype != a.dtype:
+            got = "none" if partials is None else f"{partials.span} {partials.dtype}"
             raise ValueError(f"partials must hold {needed} {a.dtype} elements for {workers} "
-                             f"workers (partials_shape); got "
-                             f"{'none' if partials is None else f'{partials.span} {partials.dtype}'}")
+                             f"workers (partials_shape); got {got}")
     slots = sync_slots(M, config, workers)
     if sync.span < slots:
         raise ValueError(f"sync holds {sync.span} counters; the launch needs {slots}")
