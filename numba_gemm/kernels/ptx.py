@@ -260,3 +260,51 @@ else:
 
 
 __all__ += ["release_add", "load_acquire"]
+
+
+# --- barriers of part of a CTA ------------------------------------------------------------------
+#
+# ``warp_barrier()``: the warp's (``bar.warp.sync``); ``named_barrier(barrier, threads)``: hardware
+# barrier ``barrier`` (1-15; 0 is ``syncthreads``'s) for ``threads`` threads, whole warps, that all
+# name it. Both order the shared-memory accesses (and completed ``cp.async`` copies) of the
+# threads that meet there. The simulator has neither: its twins are the CTA's barrier, a stronger
+# one, valid where every thread of the CTA reaches the barrier equally often.
+
+if cuda.config.ENABLE_CUDASIM:
+
+    @cuda.jit(device=True)
+    def warp_barrier():
+        """Simulator twin of ``bar.warp.sync``: the CTA's barrier."""
+        cuda.syncthreads()
+
+    @cuda.jit(device=True)
+    def named_barrier(barrier, threads):
+        """Simulator twin of ``bar.sync barrier, threads``: the CTA's barrier."""
+        cuda.syncthreads()
+
+else:
+
+    @cuda.jit(device=True)
+    def warp_barrier():
+        """``bar.warp.sync`` of the whole warp."""
+        cuda.syncwarp()
+
+    @intrinsic
+    def named_barrier(typingctx, barrier, threads):
+        """``bar.sync barrier, threads``: wait until ``threads`` threads reached barrier ``barrier``."""
+        if not (isinstance(barrier, types.Integer) and isinstance(threads, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            i32 = ir.IntType(32)
+            ids = [context.cast(builder, value, kind, types.int32)
+                   for value, kind in zip(args, sig.args)]
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32, i32]), "bar.sync $0, $1;",
+                               "r,r,~{memory}", side_effect=True)
+            builder.call(asm, ids)
+            return context.get_dummy_value()
+
+        return types.void(barrier, threads), codegen
+
+
+__all__ += ["warp_barrier", "named_barrier"]

@@ -14,7 +14,10 @@ stride):
    (stored k-major, ``As[k][m]``) and of B (``Bs[k][n]``). ``cp.async`` copies
    global -> shared without registers; ``STAGES - 1`` k-tiles are in flight
    while the CTA multiplies the oldest (register-staged operands, below: one).
-   One barrier per k-tile.
+   One barrier per k-tile: the CTA's, or under split-k each thread group's own (a
+   hardware barrier per group, or the warp's for one-warp groups), since a group only
+   shares its own buffers; the fused triple product ran 6% faster at N = 512 (H100)
+   when its 4 groups of 2 warps stopped meeting every k-tile.
 3. *Register blocking*: each thread owns a THREAD_M x THREAD_N block of C in
    registers. Per k step it reads THREAD_M values of A and THREAD_N of B from
    shared memory as 16-byte vectors and does THREAD_M * THREAD_N FMAs. Its rows
@@ -66,7 +69,8 @@ from numba import cuda
 from ..descriptor import MatrixDesc
 from ..launch import STATIC_SHARED_LIMIT, KernelLaunch, cdiv, kernel_launch, shared_memory_limit
 from ..ordering import tile_of
-from .ptx import cp_async, cp_async_commit, cp_async_wait, load_vector, store_vector
+from .ptx import (cp_async, cp_async_commit, cp_async_wait, load_vector, named_barrier,
+                  store_vector, warp_barrier)
 
 __all__ = ["TileConfig", "DEFAULT_CONFIGS", "SharedLayout", "mainloop", "tile_storer",
            "split_k_parts", "TileFunctions", "tile_computer", "whole_tiles", "kernel_jit",
@@ -459,6 +463,31 @@ def _k_tile_multiplier(config: TileConfig, dtype: np.dtype):
     return _unrolled(k_step, config.block_k, "acc, a_frag, b_frag, smem, a_tile, b_tile")
 
 
+# Hardware barriers a CTA has (0 is syncthreads'); split-k groups take 1 to split_k.
+BARRIERS = 16
+
+
+def _group_barrier(config: TileConfig):
+    """Device function: the barrier of the k loop, which guards one thread group's own
+    buffers. With split-k, the group's alone where it is whole warps (one warp: the warp's
+    barrier; more: a hardware barrier per group), so the CTA's groups do not wait on one
+    another every k-tile; otherwise the CTA's."""
+    THREADS = config.threads
+    if THREADS == WARP and config.split_k > 1:
+        return warp_barrier
+
+    CTA_WIDE = config.split_k == 1 or THREADS % WARP != 0 or config.split_k >= BARRIERS
+
+    @cuda.jit(device=True)
+    def group_barrier():
+        if CTA_WIDE:  # known when compiling: the other branch is not compiled
+            cuda.syncthreads()
+        else:
+            named_barrier(1 + cuda.threadIdx.x // THREADS, THREADS)
+
+    return group_barrier
+
+
 @functools.cache
 def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple,
              interior: bool = False):
@@ -502,6 +531,7 @@ def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple,
         config, dtype, BLOCK_N, b_mode, interior)
     wait_for_oldest = cp_async_wait(STAGES - 2)
     wait_for_all = cp_async_wait(0)
+    k_tile_barrier = _group_barrier(config)
 
     @cuda.jit(device=True)
     def thread_tile(tid):
@@ -558,7 +588,7 @@ def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple,
             wait_for_oldest()
             # Makes every thread's copies of tile t visible, and guarantees that all
             # threads finished tile t - 1, whose buffer the next copies overwrite.
-            cuda.syncthreads()
+            k_tile_barrier()
             ahead = t + STAGES - 1
             if interior or ahead < k_tiles:  # interior: past the end, the last tile again
                 ahead_stage = stage - 1 if stage > 0 else STAGES - 1  # = ahead % STAGES

@@ -43,8 +43,9 @@ or, under the largest register tiles, row-major (``intermediate_row_major``).
    groups that each run the k loop over a slice of k with their own pipeline; group
    0 sums the partial tiles (``tiled.split_k_parts``). A 512-chain's 32 x 64 tiles
    then run 8 warps per SM instead of 2.
-5. *Depart*: the last CTA (``sync[1]``) resets every counter to zero, so the buffer
-   is zero again for the next launch on the stream.
+5. *Depart*: the last CTA of a D tile (``sync[1]`` counts them) resets every counter to
+   zero, so the buffer is zero again for the next launch on the stream. D tiles wait for
+   every T tile, so no CTA uses a counter after that.
 
 **stream-K** (``plan_fused`` with ``workers``; ``numba_gemm.chain.fused_workers`` picks it
 where one tile per CTA leaves a tenth or more of the waves idle, e.g. N = 1536: 288 tiles of
@@ -292,12 +293,14 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, *modes:
             d_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
                    t, 0, stride_tm, stride_tk, c, 0, stride_ck, stride_cn,
                    d, 0, stride_dm, stride_dn, M, N, K2, m0, x0, thread_row, thread_col)
-
-        # -- 4. depart: the last CTA leaves every counter at zero for the next launch ---------
-        if cta_tid == 0:
-            if cuda.atomic.add(sync, 1, 1) == rows * (chunks + n_tiles) - 1:
-                for i in range(HEAD + rows):
-                    sync[i] = 0
+            # -- 4. depart: the last D tile leaves every counter at zero for the next launch -
+            # Only D tiles count: each T tile has D tiles that wait for it, so the last CTA to
+            # depart holds a D tile, and T's CTAs, which end together, leave without another
+            # atomic on one counter.
+            if cta_tid == 0:
+                if cuda.atomic.add(sync, 1, 1) == rows * n_tiles - 1:
+                    for i in range(HEAD + rows):
+                        sync[i] = 0
 
     return fused_kernel
 
