@@ -27,10 +27,13 @@ def test_loop_orders_on_gpu(algorithm, shape, layout, rng):
 
 @pytest.mark.parametrize("layout", ["row", "b_col"])  # cp.async copies; register-staged B
 @pytest.mark.parametrize("config", [numba_gemm.TileConfig(32, 64, 16, 4, 4, 3, 1, split_k=4),
-                                    numba_gemm.TileConfig(64, 128, 16, 4, 8, 3, 8, split_k=2)],
+                                    numba_gemm.TileConfig(64, 128, 16, 4, 8, 3, 8, split_k=2),
+                                    numba_gemm.TileConfig(16, 32, 16, 4, 4, 2, 1, split_k=4)],
                          ids=lambda c: c.label())
 def test_split_k_configs_on_gpu(config, layout, rng):
-    # 512 and 256 threads per CTA, k sliced over the groups (1: all but one group past K).
+    # 512, 256 and 128 threads per CTA, k sliced over the groups (1: all but one group past
+    # K). Groups of 128 and 256 threads meet at a hardware barrier each, groups of one warp
+    # at the warp's (tiled._group_barrier).
     for M, N, K in [(1, 1, 1), (257, 1023, 129), (512, 512, 512), (100, 70, 3000)]:
         a, b = make_operands(M, N, K, np.float32, layout, rng, to_device=True)
         out = poisoned((M, N), np.float32, to_device=True, layout=layout)

@@ -291,7 +291,7 @@ else:
 
     @intrinsic
     def named_barrier(typingctx, barrier, threads):
-        """``bar.sync barrier, threads``: wait until ``threads`` threads reached barrier ``barrier``."""
+        """``bar.sync barrier, threads``: wait until ``threads`` threads reach ``barrier``."""
         if not (isinstance(barrier, types.Integer) and isinstance(threads, types.Integer)):
             return None
 
