@@ -475,17 +475,19 @@ def _group_barrier(config: TileConfig):
     THREADS = config.threads
     if THREADS == WARP and config.split_k > 1:
         return warp_barrier
-
-    CTA_WIDE = config.split_k == 1 or THREADS % WARP != 0 or config.split_k >= BARRIERS
+    if config.split_k == 1 or THREADS % WARP or config.split_k >= BARRIERS:
+        return _cta_barrier
 
     @cuda.jit(device=True)
     def group_barrier():
-        if CTA_WIDE:  # known when compiling: the other branch is not compiled
-            cuda.syncthreads()
-        else:
-            named_barrier(1 + cuda.threadIdx.x // THREADS, THREADS)
+        named_barrier(1 + cuda.threadIdx.x // THREADS, THREADS)
 
     return group_barrier
+
+
+@cuda.jit(device=True)
+def _cta_barrier():
+    cuda.syncthreads()
 
 
 @functools.cache
