@@ -6,14 +6,18 @@
 Square float32 operands, true fp32 everywhere (no TF32): numba-gemm's
 ``triple`` with ``algorithm="naive"`` (N <= 1024), ``"fused"``, ``"unfused"`` and
 ``"auto"``, and ``jax_bridge.triple`` in ``jax.jit``; PyTorch eager ``a @ b @ c`` (two
-cuBLAS sgemm launches, TF32 off) and ``jax.jit(lambda a, b, c: a @ b @ c)`` at
+cuBLAS sgemm launches, TF32 off), the same two launches replayed from a CUDA graph (their GPU
+time without eager PyTorch's host work) and ``jax.jit(lambda a, b, c: a @ b @ c)`` at
 ``precision="highest"``. Every method is timed in the same run on the same GPU:
 back-to-back calls between two CUDA events after a context-wide synchronize, warm-up
 first, median of 15 rounds of at least 20 ms (``numba_gemm.timing``), the methods'
 rounds interleaved (round r of each before round r + 1 of any). numba-gemm's rows
 write into a given ``out``; the ``fused, new out`` row lets ``triple`` allocate D on
 every call, as torch and JAX do (through their caching allocators). Each result is
-checked against a float64 product (torch on the GPU) before it is timed.
+checked against a float64 product (torch on the GPU) before it is timed. ``host_s`` is the
+host's time per call alone: the median over 5 runs of 50 calls queued without waiting for
+the GPU. Where it comes near the time per call, the method is bound by its host work (as
+PyTorch eager is at N = 512), and its time follows the host's speed from run to run.
 
 ``--sweep`` also times the fused kernel under each candidate tile config.
 Writes ``<DIR>/<date>-<device>-triple_product.json`` and prints a table last;
@@ -38,6 +42,7 @@ SIZES = (256, 512, 1024, 1536, 2048, 3072, 4096)
 ROUND_S = 0.02  # each timed round runs at least this long
 ROUNDS = 15
 WARMUP = 3
+HOST_CALLS, HOST_RUNS = 50, 5  # few enough calls that the launch queue never fills
 
 SWEEP = (  # (block_m, block_n, block_k, thread_m, thread_n, stages, group_m, split_k)
     (32, 64, 16, 4, 4, 3, 1, 1), (32, 64, 16, 4, 4, 3, 1, 2), (32, 64, 16, 4, 4, 3, 1, 4),
@@ -88,6 +93,45 @@ def _interleaved(fns: dict) -> dict:
     return {name: statistics.median(seconds) for name, seconds in times.items()}
 
 
+def _host_seconds(fn) -> float:
+    """Median host time per call of ``fn`` over HOST_RUNS runs of HOST_CALLS calls queued
+    without waiting for the GPU (it is waited for between runs)."""
+    import time
+
+    from numba_gemm.timing import device_clock
+
+    times = []
+    for _ in range(HOST_RUNS):
+        device_clock()  # the GPU is idle, the queue empty
+        start = time.perf_counter()
+        for _ in range(HOST_CALLS):
+            fn()
+        times.append((time.perf_counter() - start) / HOST_CALLS)
+    device_clock()
+    return statistics.median(times)
+
+
+def _torch_graph(fn):
+    """``fn``'s CUDA work captured in a CUDA graph (torch's): a function that replays it."""
+    import torch
+
+    side = torch.cuda.Stream()  # capture needs warm-up off the default stream
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(WARMUP):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        result = fn()
+
+    def replay():
+        graph.replay()
+        return result
+
+    return replay
+
+
 def measure(n: int, sweep: bool, rng) -> list[dict]:
     import jax
     import jax.numpy as jnp
@@ -117,6 +161,7 @@ def measure(n: int, sweep: bool, rng) -> list[dict]:
     fused_label = config.label() + (f" stream-K {workers[0]}+{workers[1]}" if workers else "")
     methods = {
         "torch": (lambda: ta @ tb @ tc, ""),
+        "torch, CUDA graph": (_torch_graph(lambda: ta @ tb @ tc), ""),
         "jax": (lambda: jax_chain(ja, jb, jc), ""),
         "unfused": (lambda: numba_gemm.triple(a, b, c, out, algorithm="unfused"), ""),
         "fused": (lambda: numba_gemm.triple(a, b, c, out, algorithm="fused"), fused_label),
@@ -147,20 +192,24 @@ def measure(n: int, sweep: bool, rng) -> list[dict]:
             assert not torch.backends.cuda.matmul.allow_tf32
     seconds = _interleaved({name: fn for name, (fn, _) in methods.items()})
     rows = []
-    for name, (_, config) in methods.items():
+    for name, (fn, config) in methods.items():
+        host = _host_seconds(fn)
         rows.append({"size": n, "method": name, "config": config, "median_s": seconds[name],
-                     "relative_error": errors[name]})
-        print(f"N = {n:5d}  {name:40s} {seconds[name] * 1e6:10.1f} us  error {errors[name]:.1e}",
-              flush=True)
+                     "host_s": host, "relative_error": errors[name]})
+        print(f"N = {n:5d}  {name:40s} {seconds[name] * 1e6:10.1f} us  host {host * 1e6:7.1f} us"
+              f"  error {errors[name]:.1e}", flush=True)
     peers = {r["method"]: r["median_s"] for r in rows}
     for r in rows:
-        for peer in ("torch", "jax", "unfused"):
-            r[f"speedup_vs_{peer}"] = peers[peer] / r["median_s"]
+        for peer, key in (("torch", "torch"), ("torch, CUDA graph", "torch_graph"),
+                          ("jax", "jax"), ("unfused", "unfused")):
+            r[f"speedup_vs_{key}"] = peers[peer] / r["median_s"]
     return rows
 
 
-PLOTTED = ("naive", "fused", "unfused", "torch", "jax", "jax_bridge.triple in jax.jit")
+PLOTTED = ("naive", "fused", "unfused", "torch", "torch, CUDA graph", "jax",
+           "jax_bridge.triple in jax.jit")
 LABELS = {"torch": "PyTorch eager a @ b @ c", "jax": "jax.jit(a @ b @ c), highest",
+          "torch, CUDA graph": "PyTorch's kernels from a CUDA graph",
           "naive": "naive (seed 003)", "fused": "fused", "unfused": "unfused (2 tiled GEMMs)",
           "jax_bridge.triple in jax.jit": "jax_bridge.triple in jax.jit (auto)"}
 
@@ -209,15 +258,17 @@ def main() -> int:
         "date": now.isoformat(timespec="seconds"), "device": device, "versions": _versions(),
         "timing": "median over 15 rounds (>= 20 ms each) of back-to-back calls, per call, the "
                   "methods' rounds interleaved; CUDA events after a context-wide synchronize "
-                  "(numba_gemm.timing); fp32, no TF32",
+                  "(numba_gemm.timing); fp32, no TF32. host_s: the host's time per call alone, "
+                  "median of 5 runs of 50 calls queued without waiting for the GPU",
         "rows": rows}, indent=1))
 
     print(f"\nD = A @ B @ C, float32 (no TF32), on {device}: time per call and speed-up")
-    print(f"{'N':>5} {'method':40} {'us':>9} {'vs torch':>9} {'vs jax':>8} {'vs unfused':>11}")
+    print(f"{'N':>5} {'method':34} {'us':>9} {'host us':>8} {'vs torch':>9} {'vs graph':>9} "
+          f"{'vs jax':>8} {'vs unfused':>11}")
     for r in rows:
-        print(f"{r['size']:5d} {r['method']:40} {r['median_s'] * 1e6:9.1f} "
-              f"{r['speedup_vs_torch']:8.2f}x {r['speedup_vs_jax']:7.2f}x "
-              f"{r['speedup_vs_unfused']:10.2f}x")
+        print(f"{r['size']:5d} {r['method']:34} {r['median_s'] * 1e6:9.1f} {r['host_s'] * 1e6:8.1f} "
+              f"{r['speedup_vs_torch']:8.2f}x {r['speedup_vs_torch_graph']:8.2f}x "
+              f"{r['speedup_vs_jax']:7.2f}x {r['speedup_vs_unfused']:10.2f}x")
     print(f"results: {path}")
     return 0
 

@@ -12,9 +12,9 @@ import numba_gemm
 import numba_gemm.chain as chain
 import numba_gemm.kernels.triple as triple_kernels
 from numba_gemm import TileConfig
-from numba_gemm.chain import (_COUNTERS, _INTERMEDIATES, INTERMEDIATES_KEPT, SMALL_FUSED_CONFIGS,
-                              choose_order, choose_triple_algorithm, fused_tiles,
-                              fusion_saves_a_wave)
+from numba_gemm.chain import (_COUNTERS, _INTERMEDIATES, INTERMEDIATES_KEPT,
+                              SIMULATOR_FUSED_CONFIG, SMALL_FUSED_CONFIGS, choose_order,
+                              choose_triple_algorithm, fused_tiles, fusion_saves_a_wave)
 from numba_gemm.descriptor import describe
 from numba_gemm.launch import (alone_on_multiprocessor, shared_memory_per_multiprocessor,
                               simulated)
@@ -88,6 +88,8 @@ def test_fused_without_edge_code_where_tiles_are_whole(shape, split_k, left, rig
         return original(config, dtype, interiors, *modes)
 
     monkeypatch.setattr(triple_kernels, "_fused_kernel", spy)
+    # One CTA per tile on a GPU too, where grids this small would otherwise run stream-K.
+    monkeypatch.setattr(chain, "fused_workers", lambda *args: None)
     config = TileConfig(16, 16, 4, 4, 4, 2, 1, split_k=split_k)
     a, b, c = make_chain(*shape, np.float32, "row", rng)
     out = poisoned((shape[0], shape[3]), np.float32, layout="row")
@@ -227,7 +229,8 @@ def test_stream_k_matches_float64_reference(workers, order, rng, monkeypatch):
         shape, order = (32, 16, 48, 48), "left"  # k-iterations, in 5 and 4 ranges
     a, b, c = make_chain(*shape, np.float32, "mixed", rng)
     out = poisoned((shape[0], shape[3]), np.float32, layout="col")
-    numba_gemm.triple(a, b, c, out, algorithm="fused", order=order)
+    # The tiles the counts above assume, on a GPU too (where fused_config picks larger ones).
+    numba_gemm.triple(a, b, c, out, algorithm="fused", order=order, config=SIMULATOR_FUSED_CONFIG)
     assert_triple(out, a, b, c, np.float32)
     for counters in _COUNTERS._buffers.values():  # zero again for the next launch
         assert not np.any(counters.data), "the stream-K kernel left a counter or flag non-zero"
@@ -238,7 +241,7 @@ def test_stream_k_matches_float64_reference(workers, order, rng, monkeypatch):
 def test_stream_k_with_split_k_groups_and_row_major_intermediate(variant, dtype, rng,
                                                                   monkeypatch):
     monkeypatch.setattr(chain, "fused_workers", lambda *args: (4, 5))
-    config = None
+    config = SIMULATOR_FUSED_CONFIG  # (on a GPU too, where fused_config picks larger tiles)
     if variant == "split_k":
         config = TileConfig(16, 16, 4, 4, 4, 2, 1, split_k=2)
     else:
