@@ -104,8 +104,17 @@ def _demo_triple(size: int, rng, simulated: bool, reps: int) -> int:
             for layout in ("row", "mixed"):
                 a, b, c = make_chain(M, K1, K2, N, np.float32, layout, rng, to_device=not simulated)
                 out = poisoned((M, N), np.float32, to_device=not simulated)
-                seconds = median_seconds(lambda: triple(a, b, c, out, algorithm=algorithm,
-                                                        order=order), warmup=1, reps=reps)
+                try:
+                    seconds = median_seconds(lambda: triple(a, b, c, out, algorithm=algorithm,
+                                                            order=order), warmup=1, reps=reps)
+                except ValueError as refusal:
+                    if algorithm != "naive":
+                        raise
+                    # Seed 003's kernel runs one thread per column: past 1024 it refuses, as
+                    # documented (at the GPU's default size, K2 = 1031).
+                    print(f"{algorithm:12} {order:6} {layout:7} refused: "
+                          f"needs {str(refusal).split('it needs ')[-1]}")
+                    continue
                 error = relative_error(out, triple_reference(a, b, c))
                 ok = error <= tolerance(np.float32, K1) + tolerance(np.float32, K2)
                 failures += not ok

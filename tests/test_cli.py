@@ -28,6 +28,24 @@ def test_demo_on_the_simulator():
     assert len(triple_rows) == 16  # 4 algorithms x 2 orders x 2 layouts, each checked
 
 
+def test_demo_reports_the_naive_kernels_refusal_past_its_limit(monkeypatch, capsys):
+    # At the GPU's default size (1024) the demo's chain has K2 = 1031, past the naive
+    # kernel's 1024 threads per block: the demo says so and goes on (here with a limit of 8).
+    import numpy as np
+
+    import numba_gemm.kernels.triple as triple_kernels
+    from numba_gemm.__main__ import _demo_triple
+    from numba_gemm.launch import simulated
+
+    monkeypatch.setattr(triple_kernels, "NAIVE_MAX_THREADS", 8)
+    assert _demo_triple(9, np.random.default_rng(0), simulated(), 1) == 0
+    lines = capsys.readouterr().out.splitlines()
+    refused = [line for line in lines if line.startswith("naive") and "refused" in line]
+    assert len(refused) == 4, lines  # 2 orders x 2 layouts
+    assert "use algorithm='fused'" in refused[0]
+    assert sum(line.startswith(("auto:fused", "fused", "unfused")) for line in lines) == 12
+
+
 def test_bench_prints_the_committed_results():
     result = run("bench", "--algorithm", "tiled", "--algorithm", "jnp.matmul")
     assert result.returncode == 0, result.stderr
