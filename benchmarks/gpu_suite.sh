@@ -8,7 +8,7 @@
 # SKIP_TESTS=1 skips the test suite (to re-run only the measurements), ONLY_TESTS=1 stops
 # after it and the demo; BENCHMARKS picks benchmark files (default: all of benchmarks/).
 # The tests run in TEST_SHARDS pytest processes at once (default: the CPU count less 2, at
-# most 14), since compiling the kernels takes most of their time: ~6 minutes on a 16-core
+# most 14), since compiling the kernels takes most of their time: ~7 minutes on a 16-core
 # H100 machine instead of ~40 in one process.
 set -uo pipefail
 cd "$(dirname "$0")/.."
