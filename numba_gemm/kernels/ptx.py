@@ -58,6 +58,9 @@ else:
 # Each takes 1-D arrays and element indices. ``load_vector``/``store_vector`` move 16 bytes
 # (4 float32 or 2 float64) between a global or shared array, where the address must be
 # 16-byte aligned, and a per-thread local array (registers once indices are constant).
+# ``move_element`` moves one element. None of them tests for a negative index, which plain
+# indexing with a signed index does (Python's wraparound: a 64-bit compare, a select and an
+# add per access, at run time).
 # ``cp_async(width)`` copies ``width`` elements global -> shared without passing through
 # registers (Ampere+ ``cp.async``); elements past ``valid`` are zero-filled, which is how
 # tile edges are handled. ``cp_async_commit``/``cp_async_wait(n)`` close a group of copies
@@ -76,6 +79,11 @@ if cuda.config.ENABLE_CUDASIM:
         """Simulator twin: 16 bytes of ``src`` into ``dst``."""
         for e in range(16 // dst.itemsize):
             dst[dst_index + e] = src[src_index + e]
+
+    @cuda.jit(device=True)
+    def move_element(dst, dst_index, src, src_index):
+        """Simulator twin: one element of ``src`` into ``dst``."""
+        dst[dst_index] = src[src_index]
 
     def cp_async(width):
         @cuda.jit(device=True)
@@ -140,6 +148,21 @@ else:
     store_vector = intrinsic(_vector_move(load_side_is_src=False))
     store_vector.__doc__ = "dst[dst_index:+w] = src[src_index:+w], one 16-byte store to dst (aligned)."
 
+    @intrinsic
+    def move_element(typingctx, dst, dst_index, src, src_index):
+        """dst[dst_index] = src[src_index], with no test for negative indices."""
+        if not (_same_float_arrays(dst, src) and isinstance(dst_index, types.Integer)
+                and isinstance(src_index, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            dst_t, _, src_t, _ = sig.args
+            value = builder.load(_pointer(context, builder, src_t, args[2], args[3]))
+            builder.store(value, _pointer(context, builder, dst_t, args[0], args[1]))
+            return context.get_dummy_value()
+
+        return types.void(dst, dst_index, src, src_index), codegen
+
     @functools.cache
     def cp_async(width):
         """``cp.async`` of ``width`` elements (whose bytes must be 4, 8 or 16) global -> shared."""
@@ -194,7 +217,8 @@ else:
         return _asm_statement(f"cp.async.wait_group {int(pending)};")
 
 
-__all__ += ["load_vector", "store_vector", "cp_async", "cp_async_commit", "cp_async_wait"]
+__all__ += ["load_vector", "store_vector", "move_element", "cp_async", "cp_async_commit",
+            "cp_async_wait"]
 
 
 # --- one CTA raising a counter that another waits on -------------------------------------------

@@ -69,8 +69,8 @@ from numba import cuda
 from ..descriptor import MatrixDesc
 from ..launch import STATIC_SHARED_LIMIT, KernelLaunch, cdiv, kernel_launch, shared_memory_limit
 from ..ordering import tile_of
-from .ptx import (cp_async, cp_async_commit, cp_async_wait, load_vector, named_barrier,
-                  store_vector, warp_barrier)
+from .ptx import (cp_async, cp_async_commit, cp_async_wait, load_vector, move_element,
+                  named_barrier, store_vector, warp_barrier)
 
 __all__ = ["TileConfig", "DEFAULT_CONFIGS", "SharedLayout", "mainloop", "tile_storer",
            "split_k_parts", "TileFunctions", "tile_computer", "whole_tiles", "kernel_jit",
@@ -324,7 +324,7 @@ def _staged_loader(config: TileConfig, dtype, block_x: int, interior: bool):
     def put(smem, dst, regs):
         for r in range(copies):
             for e in range(vec):
-                smem[dst + r * step_x + e * row] = regs[r * vec + e]
+                move_element(smem, dst + r * step_x + e * row, regs, r * vec + e)
 
     return first, fetch, put, step_x, copies * vec
 
@@ -636,10 +636,15 @@ def split_k_parts(config: TileConfig, dtype: np.dtype):
       the same number for every group (``mainloop``'s barriers are the whole CTA's);
     - ``sum_partials(acc, smem, tid, group)``: after the k loops, group 0's ``acc``
       becomes the sum of every group's, added in group order (deterministic). Partial
-      tiles pass through shared memory with consecutive threads at consecutive addresses.
+      tiles pass through shared memory as 16-byte vectors, consecutive threads at
+      consecutive vectors (the vector helpers also skip the negative-index test that plain
+      indexing compiles to: ~5 integer instructions per element, 231 instructions for each
+      partial tile's 32 additions at N = 512 in the fused triple product).
     """
     THREADS, SPLIT, BLOCK_K = config.threads, config.split_k, config.block_k
     ACC_SIZE = config.thread_m * config.thread_n
+    VEC = VECTOR_BYTES // dtype.itemsize
+    SCALAR = dtype.type
     GROUP = SharedLayout.of(config, dtype).group
     SLOT = THREADS * ACC_SIZE  # one group's partial tile
 
@@ -660,14 +665,18 @@ def split_k_parts(config: TileConfig, dtype: np.dtype):
     def sum_partials(acc, smem, tid, group):
         cuda.syncthreads()  # every group is done with its pipeline buffers, which this reuses
         if group > 0:
-            slot = (group - 1) * SLOT + tid
-            for e in range(ACC_SIZE):
-                smem[slot + e * THREADS] = acc[e]
+            slot = (group - 1) * SLOT + tid * VEC
+            for v in range(ACC_SIZE // VEC):
+                store_vector(smem, slot + v * THREADS * VEC, acc, v * VEC)
         cuda.syncthreads()
         if group == 0:
+            part = cuda.local.array(VEC, SCALAR)
             for g in range(SPLIT - 1):
-                for e in range(ACC_SIZE):
-                    acc[e] += smem[g * SLOT + e * THREADS + tid]
+                slot = g * SLOT + tid * VEC
+                for v in range(ACC_SIZE // VEC):
+                    load_vector(part, 0, smem, slot + v * THREADS * VEC)
+                    for e in range(VEC):
+                        acc[v * VEC + e] += part[e]
 
     return group_of, k_slice, sum_partials
 

@@ -95,7 +95,7 @@ from ..descriptor import MatrixDesc
 from ..launch import (STATIC_SHARED_LIMIT, KernelLaunch, alone_on_multiprocessor, cdiv,
                       kernel_launch, shared_memory_limit, shared_memory_per_multiprocessor)
 from ..ordering import tile_of
-from .ptx import backoff, load_acquire, load_from_l2, release_add
+from .ptx import backoff, load_acquire, load_from_l2, move_element, release_add
 from .tiled import VECTOR_BYTES, TileConfig, kernel_jit, operand_modes, tile_computer, whole_tiles
 
 __all__ = ["NAIVE_MAX_THREADS", "SYNC_HEAD", "plan_naive", "plan_fused", "counters_desc",
@@ -420,7 +420,7 @@ def _stream_k_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, *mod
                 # -- 5a. not the tile's end: leave the partial tile for the worker that is --
                 if group == 0:
                     for e in range(ACC_SIZE):
-                        partials[slot * SLOT + e * THREADS + tid] = acc[e]
+                        move_element(partials, slot * SLOT + e * THREADS + tid, acc, e)
                 cuda.syncthreads()  # every thread's part is written ...
                 if cta_tid == 0:
                     release_add(sync, flags + slot)  # ... before the flag can be seen
