@@ -210,9 +210,9 @@ def resolve(M: int, K1: int, K2: int, N: int, algorithm: str, order: str,
 # (before, 225 us: XLA's compile fitted two, see the README); from 1536 on fused was 1.23x
 # (1536) and 1.20x (3072) where the tuned tiles left a ragged last wave, 0.99x (2048) and
 # 1.01x (4096) where they did not. Since the kernels without edge code (tiled.whole_tiles)
-# fused is 0.996x-1.011x at 2048 and 1.00-1.01x at 4096 (four benchmark runs, and probes):
-# level within a run's noise, and only for whole tiles (a ragged chain's fused binary carries the edge code that
-# slowed its second product), to move "auto".
+# fused was 0.996x-1.011x at 2048 and 1.00-1.01x at 4096 (four benchmark runs, and probes),
+# and since the shared-memory stores without negative-index tests (tiled GEMM 2.6-3.4%
+# faster there, the fused kernel 1.1-1.3%) 0.984x at both: never enough to move "auto".
 FUSED_UP_TO_MACS = 2 * 1024 ** 3
 
 

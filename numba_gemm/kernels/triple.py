@@ -74,10 +74,12 @@ Both kernels compile each product without edge code where its tiles are whole
 sat 110-147 KB into a 207 KB binary, had run 3% slower than the same SASS in the tiled
 kernel (instruction fetch) until then.
 
-Measured (H100, ``benchmarks/triple_product.py``, README): at N = 512 2.7x faster
-than two tiled GEMMs (24.4 us) and 1.1x PyTorch's two cuBLAS kernels replayed from a CUDA
-graph; from 1024 to 4096 between 0.996x-1.01x (2048 and 4096, where the tiled GEMM's tiles
-already fill the SMs: equal within a run's noise) and 1.60x (1536, stream-K) of them. An
+Measured (H100, ``benchmarks/triple_product.py``, README): at N = 512 3.0x faster
+than two tiled GEMMs (22.1 us) and 1.23x PyTorch's two cuBLAS kernels replayed from a CUDA
+graph; from 1024 to 4096 between 0.984x (2048 and 4096, where the tiled GEMM's tiles
+already fill the SMs, and ptxas schedules the same k loop slightly worse in this kernel
+than in the tiled one: its D tiles run 2.7% longer than the tiled launch of T @ C) and
+1.62x (1536, stream-K) of them. An
 earlier design kept T in shared memory (a CTA per row block and chunk of K2, adding its
 share into D atomically): it lost at N = 512 too (34 us with split-k), and from 1024 on by
 20-35%, to the atomics and the repeated zeroing of D.
