@@ -114,7 +114,10 @@ else:
         return (isinstance(dst, types.Array) and isinstance(src, types.Array) and dst.ndim == 1
                 and src.ndim == 1 and dst.dtype == src.dtype and isinstance(dst.dtype, types.Float))
 
-    def _vector_move(load_side_is_src: bool):
+    def _move(kind: str):
+        """Typer of ``dst[dst_index:] = src[src_index:]``: one element (``"element"``), or 16
+        bytes as one vector load from ``src`` (``"load"``) or one vector store to ``dst``
+        (``"store"``)."""
         def typer(typingctx, dst, dst_index, src, src_index):
             if not (_same_float_arrays(dst, src) and isinstance(dst_index, types.Integer)
                     and isinstance(src_index, types.Integer)):
@@ -122,12 +125,15 @@ else:
 
             def codegen(context, builder, sig, args):
                 dst_t, _, src_t, _ = sig.args
+                dst_ptr = _pointer(context, builder, dst_t, args[0], args[1])
+                src_ptr = _pointer(context, builder, src_t, args[2], args[3])
+                if kind == "element":
+                    builder.store(builder.load(src_ptr), dst_ptr)
+                    return context.get_dummy_value()
                 elem = context.get_value_type(dst_t.dtype)
                 width = 16 // (dst_t.dtype.bitwidth // 8)
                 vec_ptr_t = ir.VectorType(elem, width).as_pointer()
-                dst_ptr = _pointer(context, builder, dst_t, args[0], args[1])
-                src_ptr = _pointer(context, builder, src_t, args[2], args[3])
-                if load_side_is_src:  # vector load from src, element stores into dst
+                if kind == "load":  # vector load from src, element stores into dst
                     vec = builder.load(builder.bitcast(src_ptr, vec_ptr_t), align=16)
                     for e in range(width):
                         builder.store(builder.extract_element(vec, ir.Constant(ir.IntType(32), e)),
@@ -143,25 +149,12 @@ else:
             return types.void(dst, dst_index, src, src_index), codegen
         return typer
 
-    load_vector = intrinsic(_vector_move(load_side_is_src=True))
+    load_vector = intrinsic(_move("load"))
     load_vector.__doc__ = "dst[dst_index:+w] = src[src_index:+w], one 16-byte load from src (aligned)."
-    store_vector = intrinsic(_vector_move(load_side_is_src=False))
+    store_vector = intrinsic(_move("store"))
     store_vector.__doc__ = "dst[dst_index:+w] = src[src_index:+w], one 16-byte store to dst (aligned)."
-
-    @intrinsic
-    def move_element(typingctx, dst, dst_index, src, src_index):
-        """dst[dst_index] = src[src_index], with no test for negative indices."""
-        if not (_same_float_arrays(dst, src) and isinstance(dst_index, types.Integer)
-                and isinstance(src_index, types.Integer)):
-            return None
-
-        def codegen(context, builder, sig, args):
-            dst_t, _, src_t, _ = sig.args
-            value = builder.load(_pointer(context, builder, src_t, args[2], args[3]))
-            builder.store(value, _pointer(context, builder, dst_t, args[0], args[1]))
-            return context.get_dummy_value()
-
-        return types.void(dst, dst_index, src, src_index), codegen
+    move_element = intrinsic(_move("element"))
+    move_element.__doc__ = "dst[dst_index] = src[src_index], with no test for negative indices."
 
     @functools.cache
     def cp_async(width):
