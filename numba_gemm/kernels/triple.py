@@ -79,10 +79,9 @@ than two tiled GEMMs (22.1 us) and 1.23x PyTorch's two cuBLAS kernels replayed f
 graph; from 1024 to 4096 between 0.984x (2048 and 4096, where the tiled GEMM's tiles
 already fill the SMs, and ptxas schedules the same k loop slightly worse in this kernel
 than in the tiled one: its D tiles run 2.7% longer than the tiled launch of T @ C) and
-1.62x (1536, stream-K) of them. An
-earlier design kept T in shared memory (a CTA per row block and chunk of K2, adding its
-share into D atomically): it lost at N = 512 too (34 us with split-k), and from 1024 on by
-20-35%, to the atomics and the repeated zeroing of D.
+1.62x (1536, stream-K) of them. An earlier design kept T in shared memory (a CTA per row
+block and chunk of K2, adding its share into D atomically): it lost at N = 512 too (34 us
+with split-k), and from 1024 on by 20-35%, to the atomics and the repeated zeroing of D.
 """
 
 from __future__ import annotations
