@@ -110,6 +110,37 @@ def test_fused_with_row_major_intermediate(order, layout, rng, monkeypatch):
     assert_triple(out, a, b, c, np.float32)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape, one_site", [
+    ((32, 16, 48, 32), True),  # whole tiles, every operand row-major and aligned
+    ((32, 16, 48, 20), False),  # N = 20 cuts D's tiles: D's tile function has edge code
+])
+def test_fused_kernel_calls_one_tile_function_where_both_products_share_it(shape, one_site,
+                                                                           dtype, rng,
+                                                                           monkeypatch):
+    # With T row-major (ROW_MAJOR_T_FROM lowered for the simulator's 4 x 4 register tiles), T
+    # is stored as D is and read as A is: where the tiles are also whole, both products
+    # compile to one tile function, which the kernel calls from one site (ONE_TILE).
+    monkeypatch.setattr(triple_kernels, "ROW_MAJOR_T_FROM", 16)
+    monkeypatch.setattr(chain, "fused_workers", lambda *args: None)  # one CTA per tile
+    compiled = []
+    original = triple_kernels._fused_kernel
+
+    def spy(config, dtype, interiors, *modes):
+        compiled.append((config, dtype, interiors, modes))
+        return original(config, dtype, interiors, *modes)
+
+    monkeypatch.setattr(triple_kernels, "_fused_kernel", spy)
+    config = TileConfig(16, 16, 4, 4, 4, 2, 1)
+    a, b, c = make_chain(*shape, dtype, "row", rng)
+    out = poisoned((shape[0], shape[3]), dtype, layout="row")
+    numba_gemm.triple(a, b, c, out, algorithm="fused", order="left", config=config)
+    assert_triple(out, a, b, c, dtype)
+    (config, dtype, interiors, modes), = compiled
+    ab, tc = triple_kernels._products(config, dtype, interiors, modes)[:2]
+    assert (ab.compute_tile is tc.compute_tile) == one_site
+
+
 def test_intermediate_layouts():
     assert not intermediate_row_major(TileConfig(128, 128, 16, 8, 8, 3, 8))
     assert intermediate_row_major(TileConfig(128, 256, 16, 8, 16, 3, 8))

@@ -58,6 +58,9 @@ else:
 # Each takes 1-D arrays and element indices. ``load_vector``/``store_vector`` move 16 bytes
 # (4 float32 or 2 float64) between a global or shared array, where the address must be
 # 16-byte aligned, and a per-thread local array (registers once indices are constant).
+# ``load_global_vector`` is ``load_vector`` from global memory, said so to the compiler: an
+# ``ld.global`` even where NVVM cannot infer the space (a source chosen at run time between
+# two arrays, as in the fused triple product, otherwise compiles to a generic ``ld``).
 # ``move_element`` moves one element. None of them tests for a negative index, which plain
 # indexing with a signed index does (Python's wraparound: a 64-bit compare, a select and an
 # add per access, at run time).
@@ -73,6 +76,8 @@ if cuda.config.ENABLE_CUDASIM:
         """Simulator twin: 16 bytes of ``src`` into ``dst``."""
         for e in range(16 // src.itemsize):
             dst[dst_index + e] = src[src_index + e]
+
+    load_global_vector = load_vector
 
     @cuda.jit(device=True)
     def store_vector(dst, dst_index, src, src_index):
@@ -116,8 +121,8 @@ else:
 
     def _move(kind: str):
         """Typer of ``dst[dst_index:] = src[src_index:]``: one element (``"element"``), or 16
-        bytes as one vector load from ``src`` (``"load"``) or one vector store to ``dst``
-        (``"store"``)."""
+        bytes as one vector load from ``src`` (``"load"``; ``"global load"``: from global
+        memory) or one vector store to ``dst`` (``"store"``)."""
         def typer(typingctx, dst, dst_index, src, src_index):
             if not (_same_float_arrays(dst, src) and isinstance(dst_index, types.Integer)
                     and isinstance(src_index, types.Integer)):
@@ -133,8 +138,12 @@ else:
                 elem = context.get_value_type(dst_t.dtype)
                 width = 16 // (dst_t.dtype.bitwidth // 8)
                 vec_ptr_t = ir.VectorType(elem, width).as_pointer()
-                if kind == "load":  # vector load from src, element stores into dst
-                    vec = builder.load(builder.bitcast(src_ptr, vec_ptr_t), align=16)
+                if kind in ("load", "global load"):  # vector load, element stores into dst
+                    src_vec_ptr = builder.bitcast(src_ptr, vec_ptr_t)
+                    if kind == "global load":
+                        src_vec_ptr = builder.addrspacecast(
+                            src_vec_ptr, ir.PointerType(vec_ptr_t.pointee, 1))
+                    vec = builder.load(src_vec_ptr, align=16)
                     for e in range(width):
                         builder.store(builder.extract_element(vec, ir.Constant(ir.IntType(32), e)),
                                       builder.gep(dst_ptr, [ir.Constant(ir.IntType(64), e)]))
@@ -151,6 +160,9 @@ else:
 
     load_vector = intrinsic(_move("load"))
     load_vector.__doc__ = "dst[dst_index:+w] = src[src_index:+w], one 16-byte load from src (aligned)."
+    load_global_vector = intrinsic(_move("global load"))
+    load_global_vector.__doc__ = ("dst[dst_index:+w] = src[src_index:+w], one 16-byte load from "
+                                  "global memory src (aligned).")
     store_vector = intrinsic(_move("store"))
     store_vector.__doc__ = "dst[dst_index:+w] = src[src_index:+w], one 16-byte store to dst (aligned)."
     move_element = intrinsic(_move("element"))
@@ -210,8 +222,8 @@ else:
         return _asm_statement(f"cp.async.wait_group {int(pending)};")
 
 
-__all__ += ["load_vector", "store_vector", "move_element", "cp_async", "cp_async_commit",
-            "cp_async_wait"]
+__all__ += ["load_vector", "load_global_vector", "store_vector", "move_element", "cp_async",
+            "cp_async_commit", "cp_async_wait"]
 
 
 # --- one CTA raising a counter that another waits on -------------------------------------------

@@ -69,8 +69,8 @@ from numba import cuda
 from ..descriptor import MatrixDesc
 from ..launch import STATIC_SHARED_LIMIT, KernelLaunch, cdiv, kernel_launch, shared_memory_limit
 from ..ordering import tile_of
-from .ptx import (cp_async, cp_async_commit, cp_async_wait, load_vector, move_element,
-                  named_barrier, store_vector, warp_barrier)
+from .ptx import (cp_async, cp_async_commit, cp_async_wait, load_global_vector, load_vector,
+                  move_element, named_barrier, store_vector, warp_barrier)
 
 __all__ = ["TileConfig", "DEFAULT_CONFIGS", "SharedLayout", "mainloop", "tile_storer",
            "split_k_parts", "TileFunctions", "tile_computer", "whole_tiles", "kernel_jit",
@@ -313,7 +313,7 @@ def _staged_loader(config: TileConfig, dtype, block_x: int, interior: bool):
     def fetch(regs, src, src_index, src_step, x_left, k_left):
         if interior or (k_left >= vec and x_left > last_x):  # every copy inside: whole vectors
             for r in range(copies):
-                load_vector(regs, r * vec, src, src_index + r * src_step)
+                load_global_vector(regs, r * vec, src, src_index + r * src_step)
         else:
             for r in range(copies):
                 for e in range(vec):
