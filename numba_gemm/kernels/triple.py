@@ -69,6 +69,10 @@ The launch asks for more than half an SM's shared memory, so one CTA runs per SM
 compile of this kernel (``jax_bridge``) used fewer registers than Numba's and fitted two,
 and at N = 1024 ran 1.6x slower for it.
 
+Where both products compile to the same tile function (row-major T, whole tiles), the
+kernel calls it from one site with the operands chosen at run time: one copy of the k loop
+(H100: 0.5% faster at N = 2048 and 4096 than a copy per product).
+
 Both kernels compile each product without edge code where its tiles are whole
 (``tiled.whole_tiles``): that halves the binary, and at N = 2048 the D tiles, whose k loop
 sat 110-147 KB into a 207 KB binary, had run 3% slower than the same SASS in the tiled
@@ -76,10 +80,10 @@ kernel (instruction fetch) until then.
 
 Measured (H100, ``benchmarks/triple_product.py``, README): at N = 512 3.0x faster
 than two tiled GEMMs (22.1 us) and 1.23x PyTorch's two cuBLAS kernels replayed from a CUDA
-graph; from 1024 to 4096 between 0.984x (2048 and 4096, where the tiled GEMM's tiles
-already fill the SMs, and ptxas schedules the same k loop slightly worse in this kernel
-than in the tiled one: its D tiles run 2.7% longer than the tiled launch of T @ C) and
-1.62x (1536, stream-K) of them. An earlier design kept T in shared memory (a CTA per row
+graph; from 1024 to 4096 between 0.984x-0.994x (2048 and 4096, where the tiled GEMM's
+tiles already fill the SMs, and ptxas schedules the same k loop slightly worse in this
+kernel than in the tiled one, even with one call site for both products) and 1.62x (1536,
+stream-K) of them. An earlier design kept T in shared memory (a CTA per row
 block and chunk of K2, adding its share into D atomically): it lost at N = 512 too (34 us
 with split-k), and from 1024 on by 20-35%, to the atomics and the repeated zeroing of D.
 """
