@@ -66,6 +66,20 @@ def test_fused_with_split_k_groups(split_k, layout, rng):
     assert_triple(out, a, b, c, np.float32)
 
 
+def _record_fused_kernels(monkeypatch) -> list:
+    """A list that records (config, dtype, interiors, modes) of every fused kernel the test
+    then compiles (or takes from the cache)."""
+    compiled = []
+    original = triple_kernels._fused_kernel
+
+    def spy(config, dtype, interiors, *modes):
+        compiled.append((config, dtype, interiors, modes))
+        return original(config, dtype, interiors, *modes)
+
+    monkeypatch.setattr(triple_kernels, "_fused_kernel", spy)
+    return compiled
+
+
 @pytest.mark.parametrize("shape, split_k, left, right", [
     # whole 16 x 16 tiles and 4-deep k-tiles everywhere, also for each of 2 split-k groups
     ((32, 16, 48, 32), 1, (True, True), (True, True)),
@@ -80,14 +94,7 @@ def test_fused_without_edge_code_where_tiles_are_whole(shape, split_k, left, rig
                                                        monkeypatch):
     # Each product compiles without edge code where its tiles and k-slices are whole
     # (tiled.whole_tiles); the right order is the left order of the transposed chain.
-    compiled = []
-    original = triple_kernels._fused_kernel
-
-    def spy(config, dtype, interiors, *modes):
-        compiled.append(interiors)
-        return original(config, dtype, interiors, *modes)
-
-    monkeypatch.setattr(triple_kernels, "_fused_kernel", spy)
+    compiled = _record_fused_kernels(monkeypatch)
     # One CTA per tile on a GPU too, where grids this small would otherwise run stream-K.
     monkeypatch.setattr(chain, "fused_workers", lambda *args: None)
     config = TileConfig(16, 16, 4, 4, 4, 2, 1, split_k=split_k)
@@ -95,7 +102,7 @@ def test_fused_without_edge_code_where_tiles_are_whole(shape, split_k, left, rig
     out = poisoned((shape[0], shape[3]), np.float32, layout="row")
     numba_gemm.triple(a, b, c, out, algorithm="fused", order=order, config=config)
     assert_triple(out, a, b, c, np.float32)
-    assert compiled == [left if order == "left" else right]
+    assert [interiors for _, _, interiors, _ in compiled] == [left if order == "left" else right]
 
 
 @pytest.mark.parametrize("layout", ["row", "col"])
@@ -123,14 +130,7 @@ def test_fused_kernel_calls_one_tile_function_where_both_products_share_it(shape
     # compile to one tile function, which the kernel calls from one site (ONE_TILE).
     monkeypatch.setattr(triple_kernels, "ROW_MAJOR_T_FROM", 16)
     monkeypatch.setattr(chain, "fused_workers", lambda *args: None)  # one CTA per tile
-    compiled = []
-    original = triple_kernels._fused_kernel
-
-    def spy(config, dtype, interiors, *modes):
-        compiled.append((config, dtype, interiors, modes))
-        return original(config, dtype, interiors, *modes)
-
-    monkeypatch.setattr(triple_kernels, "_fused_kernel", spy)
+    compiled = _record_fused_kernels(monkeypatch)
     config = TileConfig(16, 16, 4, 4, 4, 2, 1)
     a, b, c = make_chain(*shape, dtype, "row", rng)
     out = poisoned((shape[0], shape[3]), dtype, layout="row")
