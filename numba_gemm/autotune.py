@@ -8,7 +8,7 @@ A *shape class* is (device, dtype, layout of A and B, shape bucket): each of M,
 N, K rounded up to a power of two. Winners go to a JSON cache
 (``$NUMBA_GEMM_TUNE_CACHE``, default ``~/.cache/numba_gemm/tuning.json``).
 ``matmul`` asks :func:`config_for`, which reads that cache, then the winners
-shipped with the package (``tuned.json``, measured on an H200), and takes the
+shipped with the package (``tuned.json``, measured on an H200 and an H100), and takes the
 entry of the nearest shape bucket, falling back from the device name to its
 compute capability, and from its layout to any layout; else ``DEFAULT_CONFIGS``.
 """

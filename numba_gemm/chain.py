@@ -31,13 +31,14 @@ ORDERS = ("auto", "left", "right")
 # The fused kernel's tiles (fused_config). It starts from the tiled GEMM's tuned tiles for A @ B,
 # each product then running as the tiled GEMM would. The fused grid holds both products' tiles,
 # and a last wave of them that fills less than half the SMs leaves most SMs idle for a tile's
-# time: then tiles half as wide (block_n and thread_n halved), whose shorter waves waste less.
-# Where that still gives fewer than FILL_CTAS tiles of T, SMALL_FUSED_CONFIGS: small tiles with
-# split-k groups, so that a 512-chain's 128 tiles per product keep 8 warps on each SM. Measured
-# on an H100 (fp32, square N, benchmarks/triple_product.py): halving 128x256 tiles to 128x128
-# made the fused kernel 1.29x faster at N = 1536 (it had fallen back to the small tiles) and
-# 1.01x at 3072 (last wave 36% full); at 2048 and 4096 (last waves 94% and 76% full) 128x256
-# was 4-10% faster than 128x128. For the small tiles, 8x4 register tiles in 4 groups (8 warps)
+# time: then tiles half as large along their longer side (the H200's tuned 128x256 and the
+# H100's 256x128 both become 128x128), whose shorter waves waste less. Where that still gives
+# fewer than FILL_CTAS tiles of T, SMALL_FUSED_CONFIGS: small tiles with split-k groups, so that
+# a 512-chain's 128 tiles per product keep 8 warps on each SM. Measured on an H100 (fp32,
+# square N, benchmarks/triple_product.py): halving 128x256 tiles to 128x128 made the fused
+# kernel 1.29x faster at N = 1536 (it had fallen back to the small tiles) and 1.01x at 3072
+# (last wave 36% full); at 2048 and 4096 (last waves 94% and 76% full) 128x256 was 4-10%
+# faster than 128x128. For the small tiles, 8x4 register tiles in 4 groups (8 warps)
 # were 8% faster at N = 512 (28.5 against 30.9 us) and 2% at 256 than 4x4 ones in 4 groups (16
 # warps): per k step a warp then reads 3 16-byte fragments for 32 FMAs instead of 2 for 16, and
 # Nsight Compute had put the 4x4 tiles' stalls on shared-memory loads (short scoreboard, MIO
@@ -71,14 +72,17 @@ def fused_config(M: int, K1: int, K2: int, N: int, dtype) -> TileConfig:
 
 
 def fused_tiles(tuned: TileConfig, M: int, K2: int, N: int, sms: int, dtype) -> TileConfig:
-    """``tuned``, or tiles half as wide where the fused grid's last wave of ``tuned`` tiles
-    (T's and D's, one CTA per SM of ``sms``) fills less than half the SMs, or
-    the first of ``SMALL_FUSED_CONFIGS`` that gives T ``FILL_CTAS`` tiles where T then has
-    fewer (the smallest where none does)."""
+    """``tuned``, or tiles half as large along their longer side (n on a tie) where the fused
+    grid's last wave of ``tuned`` tiles (T's and D's, one CTA per SM of ``sms``) fills less
+    than half the SMs, or the first of ``SMALL_FUSED_CONFIGS`` that gives T ``FILL_CTAS``
+    tiles where T then has fewer (the smallest where none does)."""
     config = tuned
     last_wave = cdiv(M, tuned.block_m) * (cdiv(K2, tuned.block_n) + cdiv(N, tuned.block_n)) % sms
     if 0 < last_wave < sms / 2:
-        narrow = replace(tuned, block_n=tuned.block_n // 2, thread_n=tuned.thread_n // 2)
+        if tuned.block_m > tuned.block_n:  # 256 x 128 -> 128 x 128, as 128 x 256 -> 128 x 128
+            narrow = replace(tuned, block_m=tuned.block_m // 2, thread_m=tuned.thread_m // 2)
+        else:
+            narrow = replace(tuned, block_n=tuned.block_n // 2, thread_n=tuned.thread_n // 2)
         try:
             narrow.check(dtype)
             config = narrow

@@ -173,27 +173,32 @@ def test_fused_launch_runs_one_cta_per_sm(config):
     assert alone_on_multiprocessor(20_000, 233_472) == 116_737
 
 
-WIDE = TileConfig(128, 256, 16, 8, 16, 3, 8)
+WIDE = TileConfig(128, 256, 16, 8, 16, 3, 8)  # the H200's tuned tiles from N = 2048
+TALL = TileConfig(256, 128, 16, 16, 8, 4, 8)  # the H100's
 
 
+@pytest.mark.parametrize("tuned, half", [(WIDE, TileConfig(128, 128, 16, 8, 8, 3, 8)),
+                                         (TALL, TileConfig(128, 128, 16, 8, 8, 4, 8))])
 @pytest.mark.parametrize("n, expected", [
-    (4096, WIDE),  # 1024 tiles on 132 SMs: the last wave is 76% full
-    (2048, WIDE),  # 256 tiles: 94% full
-    (3072, TileConfig(128, 128, 16, 8, 8, 3, 8)),  # 576 tiles: 36% full, so half as wide
-    (1536, TileConfig(128, 128, 16, 8, 8, 3, 8)),  # 144 tiles: 9% full
-    (512, SMALL_FUSED_CONFIGS[np.dtype(np.float32)][0]),  # 16 tiles of T even half as wide
+    (4096, "tuned"),  # 1024 tiles on 132 SMs: the last wave is 76% full
+    (2048, "tuned"),  # 256 tiles: 94% full
+    (3072, "half"),  # 576 tiles: 36% full, so half as large along the longer side
+    (1536, "half"),  # 144 tiles: 9% full
+    (512, SMALL_FUSED_CONFIGS[np.dtype(np.float32)][0]),  # 16 tiles of T even halved
     (256, SMALL_FUSED_CONFIGS[np.dtype(np.float32)][1]),  # 32 x 64 tiles: only 32 of T
 ])
-def test_fused_tiles_fit_the_fused_grid_to_the_sms(n, expected):
-    assert fused_tiles(WIDE, n, n, n, 132, np.float32) == expected
+def test_fused_tiles_fit_the_fused_grid_to_the_sms(tuned, half, n, expected):
+    expected = {"tuned": tuned, "half": half}.get(expected, expected)
+    assert fused_tiles(tuned, n, n, n, 132, np.float32) == expected
 
 
+@pytest.mark.parametrize("tuned", [WIDE, TALL])
 @pytest.mark.parametrize("n, saves", [(4096, False), (2048, False), (3072, True), (1536, True),
                                       (512, True)])
-def test_fusion_saves_a_wave_where_fused_tiles_change(n, saves):
+def test_fusion_saves_a_wave_where_fused_tiles_change(tuned, n, saves):
     # "auto" fuses large chains only where the fused grid changes the tuned tiles (measured on
     # an H100: 1.20-1.25x at 1536 and 3072, 0.97-1.01x at 2048 and 4096).
-    assert fusion_saves_a_wave(WIDE, n, n, n, 132, np.float32) is saves
+    assert fusion_saves_a_wave(tuned, n, n, n, 132, np.float32) is saves
 
 
 @pytest.mark.skipif(not simulated(), reason="large chains depend on the GPU's SMs")
