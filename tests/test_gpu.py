@@ -200,3 +200,22 @@ def test_every_shipped_config_is_correct_and_spill_free(dtype, config, rng):
         descs = describe(a, "a"), describe(b, "b"), describe(out, "out")
         resources = kernel_resources(config, *descs)
         assert resources["local_bytes"] == 0, f"{config.label()} spills at {M}x{N}x{K}: {resources}"
+
+
+@pytest.mark.parametrize("layout", ["row", "a_col"])
+def test_tune_checks_times_and_stores_the_fastest(layout, tmp_path):
+    from numba_gemm.autotune import _load, tune
+    from numba_gemm.kernels.tiled import TileConfig
+
+    # Ragged (edge code) and small, so the prepared launches it times are the kernel's alone.
+    configs = (TileConfig(64, 64, 16, 4, 4, 3, 8), TileConfig(64, 128, 16, 4, 8, 3, 8))
+    path = tmp_path / "tuning.json"
+    lines = []
+    results = tune(192, 160, 96, layout=layout, configs=configs, save=path, progress=lines.append)
+    assert {r["config"] for r in results} == set(configs)
+    assert [r["seconds"] for r in results] == sorted(r["seconds"] for r in results)
+    assert all(r["error"] <= tolerance(np.float32, 96) and r["local_bytes"] == 0 for r in results)
+    (entry,) = _load(path).values()
+    assert TileConfig(**entry["config"]) == results[0]["config"]
+    assert entry["shape"] == [192, 160, 96] and entry["layout"] == ("row-row" if layout == "row" else "col-row")
+    assert lines[-1].startswith("best: ")
