@@ -209,7 +209,8 @@ def resolve(M: int, K1: int, K2: int, N: int, algorithm: str, order: str,
 # "auto" fuses chains of up to this many multiply-adds (the two products together): those of
 # N = 1024; above it, only where one launch saves a ragged wave (fusion_saves_a_wave).
 # Measured on an H100 (benchmarks/triple_product.py, fp32): fused beat two tiled GEMMs 2.8x at
-# N = 256, 2.5x at 512 and 1.03-1.04x at 1024 (in three runs), and jax_bridge.triple's fused
+# N = 256, 2.5x at 512 and 1.03-1.04x at 1024 (in three runs; 1.42x, 1.86x and 1.04x once the
+# tiled GEMM's tiles for 512 and 1024 were tuned by GPU time), and jax_bridge.triple's fused
 # call matched its unfused pair at 1024 (142 us) once the fused launch ran one CTA per SM
 # (before, 225 us: XLA's compile fitted two, see the README); from 1536 on fused was 1.23x
 # (1536) and 1.20x (3072) where the tuned tiles left a ragged last wave, 0.99x (2048) and
