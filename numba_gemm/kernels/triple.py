@@ -80,11 +80,11 @@ kernel (instruction fetch) until then.
 
 Measured (H100, ``benchmarks/triple_product.py``, README): at N = 512 1.86x faster
 than two tiled GEMMs on their tuned tiles (22.1 us) and 1.23x PyTorch's two cuBLAS kernels
-replayed from a CUDA graph; from 1024 to 4096 between 0.984x-0.994x (2048 and 4096, where the tiled GEMM's
-tiles already fill the SMs, and ptxas schedules the same k loop slightly worse in this
-kernel than in the tiled one, even with one call site for both products: the same
-instructions, ~2% more cycles per instruction, in stalls on shared-memory loads) and 1.62x
-(1536, stream-K) of them. An earlier design kept T in shared memory (a CTA per row
+replayed from a CUDA graph; from 1024 to 4096 between 0.984x-0.994x (2048 and 4096, where
+the tiled GEMM's tiles already fill the SMs, and ptxas schedules the same k loop slightly
+worse in this kernel than in the tiled one, even with one call site for both products: the
+same instructions, ~2% more cycles per instruction, in stalls on shared-memory loads) and
+1.62x (1536, stream-K) of them. An earlier design kept T in shared memory (a CTA per row
 block and chunk of K2, adding its share into D atomically): it lost at N = 512 too (34 us
 with split-k), and from 1024 on by 20-35%, to the atomics and the repeated zeroing of D.
 """
