@@ -190,10 +190,8 @@ def tune(M: int, N: int, K: int | None = None, dtype=np.float32, layout: str = "
     :data:`SEARCH_SPACE` for ``dtype``), those that do not fit this device are
     skipped. Each is compiled, checked against float64 NumPy on sampled rows,
     and timed (median of ``reps`` rounds of back-to-back launches, each round at
-    least ``min_time`` seconds). The launch is prepared once (``launch.PreparedLaunch``),
-    so the time is the kernel's: through ``matmul``, whose checks and planning run on every
-    call (~90 us of host time on an H100's host), every fast config had taken the same 0.09
-    ms at 512^3 and 1024^3. ``save``: store the winner in the cache
+    least ``min_time`` seconds) of one launch prepared once (``launch.PreparedLaunch``),
+    so the time is the kernel's, not the host's. ``save``: store the winner in the cache
     (``True``: :func:`cache_path`; or a path). Returns one dict per timed
     config, fastest first.
     """
@@ -231,6 +229,8 @@ def tune(M: int, N: int, K: int | None = None, dtype=np.float32, layout: str = "
                      f"{config.shared_bytes(dtype)} B of shared memory, the device allows {limit}")
             continue
 
+        # Not matmul: its checks and planning on every call (~90 us of host time on an H100's
+        # host) had made every fast config take the same 0.09 ms at 512^3 and 1024^3.
         run = PreparedLaunch(plan(a_desc, b_desc, out_desc, "tiled", config))  # compiles
         run()
         resources = kernel_resources(config, a_desc, b_desc, out_desc)
