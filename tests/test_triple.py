@@ -118,16 +118,15 @@ def test_fused_with_row_major_intermediate(order, layout, rng, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("shape, one_site", [
+@pytest.mark.parametrize("shape, shared", [
     ((32, 16, 48, 32), True),  # whole tiles, every operand row-major and aligned
     ((32, 16, 48, 20), False),  # N = 20 cuts D's tiles: D's tile function has edge code
 ])
-def test_fused_kernel_calls_one_tile_function_where_both_products_share_it(shape, one_site,
-                                                                           dtype, rng,
-                                                                           monkeypatch):
+def test_fused_kernel_where_both_products_compile_to_one_tile_function(shape, shared, dtype,
+                                                                        rng, monkeypatch):
     # With T row-major (ROW_MAJOR_T_FROM lowered for the simulator's 4 x 4 register tiles), T
     # is stored as D is and read as A is: where the tiles are also whole, both products
-    # compile to one tile function, which the kernel calls from one site (ONE_TILE).
+    # compile to one tile function, which the kernel inlines at both products' call sites.
     monkeypatch.setattr(triple_kernels, "ROW_MAJOR_T_FROM", 16)
     monkeypatch.setattr(chain, "fused_workers", lambda *args: None)  # one CTA per tile
     compiled = _record_fused_kernels(monkeypatch)
@@ -138,7 +137,7 @@ def test_fused_kernel_calls_one_tile_function_where_both_products_share_it(shape
     assert_triple(out, a, b, c, dtype)
     (config, dtype, interiors, modes), = compiled
     ab, tc = triple_kernels._products(config, dtype, interiors, modes)[:2]
-    assert (ab.compute_tile is tc.compute_tile) == one_site
+    assert (ab.compute_tile is tc.compute_tile) == shared  # the case this shape stands for
 
 
 def test_intermediate_layouts():
