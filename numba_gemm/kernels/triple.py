@@ -80,15 +80,15 @@ Both kernels compile each product without edge code where its tiles are whole
 sat 110-147 KB into a 207 KB binary, had run 3% slower than the same SASS in the tiled
 kernel (instruction fetch) until then.
 
-Measured (H100, ``benchmarks/triple_product.py``, README): at N = 512 1.86x faster
-than two tiled GEMMs on their tuned tiles (22.1 us) and 1.23x PyTorch's two cuBLAS kernels
-replayed from a CUDA graph; from 1024 to 4096 between 0.984x-0.994x (2048 and 4096, where
-the tiled GEMM's tiles already fill the SMs, and ptxas schedules the same k loop slightly
-worse in this kernel than in the tiled one, even with one call site for both products: the
-same instructions, ~2% more cycles per instruction, in stalls on shared-memory loads) and
-1.62x (1536, stream-K) of them. An earlier design kept T in shared memory (a CTA per row
-block and chunk of K2, adding its share into D atomically): it lost at N = 512 too (34 us
-with split-k), and from 1024 on by 20-35%, to the atomics and the repeated zeroing of D.
+Measured (H100, ``benchmarks/triple_product.py``, README): at N = 512 1.87x faster
+than two tiled GEMMs on their tuned tiles (22.1-22.5 us) and 1.23x PyTorch's two cuBLAS
+kernels replayed from a CUDA graph; from 1024 to 4096 1.04x, 1.57x (1536, stream-K),
+0.995x (2048), 1.20x and 1.003x (4096) of them. At 2048 and 4096 the tiled GEMM's tiles
+already fill the SMs and the fused kernel's waits and departures cost about what its saved
+launch gains: its D tiles ran 0.985-0.995x the tiled launch of T @ C, and 0.995-0.997x
+without the wait and the departure. An earlier design kept T in shared memory (a CTA per
+row block and chunk of K2, adding its share into D atomically): it lost at N = 512 too (34
+us with split-k), and from 1024 on by 20-35%, to the atomics and the repeated zeroing of D.
 """
 
 from __future__ import annotations
