@@ -219,8 +219,8 @@ def resolve(M: int, K1: int, K2: int, N: int, algorithm: str, order: str,
 # and since the shared-memory stores without negative-index tests (tiled GEMM 2.6-3.4%
 # faster there, the fused kernel 1.1-1.3%) 0.984x at both, and with one call site for both
 # products 0.990x and 0.994x, on the H100's own tuned tiles (256x128) 0.987x and 0.989x, and
-# with a call per product again 0.995x and 1.003x (0.991-0.999x in probes): never enough to
-# move "auto".
+# with a call per product again 0.995x and 1.003x (0.991-0.999x in probes; 0.996-1.000x with
+# the D tiles' departure counts in shared memory): never enough to move "auto".
 FUSED_UP_TO_MACS = 2 * 1024 ** 3
 
 

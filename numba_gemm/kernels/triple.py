@@ -84,9 +84,10 @@ Measured (H100, ``benchmarks/triple_product.py``, README): at N = 512 1.87x fast
 than two tiled GEMMs on their tuned tiles (22.1-22.5 us) and 1.23x PyTorch's two cuBLAS
 kernels replayed from a CUDA graph; from 1024 to 4096 1.04x, 1.57x (1536, stream-K),
 0.995x (2048), 1.20x and 1.003x (4096) of them. At 2048 and 4096 the tiled GEMM's tiles
-already fill the SMs and the fused kernel's waits and departures cost about what its saved
-launch gains: its D tiles ran 0.985-0.995x the tiled launch of T @ C, and 0.995-0.997x
-without the wait and the departure. An earlier design kept T in shared memory (a CTA per
+already fill the SMs, and the fused kernel gains little more than the second launch: with
+the D tiles' departure counts read back from shared memory (step 4) it ran 0.996-0.998x
+unfused at 2048 and 0.999-1.000x at 4096 in a per-phase probe, its T tiles 0.994-1.004x the
+tiled launch of A @ B, its D tiles 0.992-0.996x that of T @ C. An earlier design kept T in shared memory (a CTA per
 row block and chunk of K2, adding its share into D atomically): it lost at N = 512 too (34
 us with split-k), and from 1024 on by 20-35%, to the atomics and the repeated zeroing of D.
 """
@@ -280,7 +281,9 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, *modes:
     def fused_kernel(a, stride_am, stride_ak, b, stride_bk, stride_bn, c, stride_ck, stride_cn,
                      d, stride_dm, stride_dn, t, stride_tm, stride_tk, sync, M, K1, K2, N):
         smem = cuda.shared.array(0, dtype)
-        tile = cuda.shared.array(3, np.int64)  # the CTA's ticket as (T tile?, pid_m, pid_x)
+        # The CTA's ticket as (T tile?, pid_m, pid_x), and for a D tile its departure's
+        # (departures, counters): see step 4.
+        tile = cuda.shared.array(5, np.int64)
         acc = cuda.local.array(ACC_SIZE, SCALAR)
         a_frag = cuda.local.array(THREAD_M, SCALAR)
         b_frag = cuda.local.array(THREAD_N, SCALAR)
@@ -307,6 +310,7 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, *modes:
             else:
                 tile[0] = 0
                 tile[1], tile[2] = tile_of_device(ticket - t_tiles, rows, n_tiles, GROUP_M)
+                tile[3], tile[4] = rows * n_tiles, HEAD + rows
         cuda.syncthreads()
         is_t = tile[0] != 0
         pid_m, pid_x = tile[1], tile[2]
@@ -332,7 +336,12 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, *modes:
             d_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
                    t, 0, stride_tm, stride_tk, c, 0, stride_ck, stride_cn,
                    d, 0, stride_dm, stride_dn, M, N, K2, m0, x0, thread_row, thread_col)
-            depart(sync, rows * n_tiles, HEAD + rows, cta_tid)
+            # The departure's counts come back from shared memory, not registers held across
+            # the k loop: held, they left ptxas fewer registers there, and it issued some of
+            # the loop's shared loads 3-5 instructions before their FMAs (the T tiles' loop
+            # and the tiled kernel's: never under 13); the D tiles ran 0.985-0.995x the tiled
+            # launch of T @ C at N = 2048 and 4096 (H100).
+            depart(sync, tile[3], tile[4], cta_tid)
 
     return fused_kernel
 
