@@ -73,7 +73,8 @@ Each product calls its tile function from its own site, with its operands fixed 
 compiling, even where both compile to the same function (row-major T, whole tiles). On the
 H100's 256 x 128 tiles (N = 2048 and 4096) one call site with the operands chosen at run
 time had run 0.986-0.989x unfused, a call per product 0.991-0.999x: its T tiles as fast as
-the tiled launch of A @ B (0.994-1.003x), its D tiles 0.985-0.995x that of T @ C.
+the tiled launch of A @ B (0.994-1.003x), its D tiles 0.985-0.995x that of T @ C until their
+departure counts moved out of registers (step 4 in the kernel).
 
 Both kernels compile each product without edge code where its tiles are whole
 (``tiled.whole_tiles``): that halves the binary, and at N = 2048 the D tiles, whose k loop
@@ -87,9 +88,10 @@ kernels replayed from a CUDA graph; from 1024 to 4096 1.04x, 1.57x (1536, stream
 already fill the SMs, and the fused kernel gains little more than the second launch: with
 the D tiles' departure counts read back from shared memory (step 4) it ran 0.996-0.998x
 unfused at 2048 and 0.999-1.000x at 4096 in a per-phase probe, its T tiles 0.994-1.004x the
-tiled launch of A @ B, its D tiles 0.992-0.996x that of T @ C. An earlier design kept T in shared memory (a CTA per
-row block and chunk of K2, adding its share into D atomically): it lost at N = 512 too (34
-us with split-k), and from 1024 on by 20-35%, to the atomics and the repeated zeroing of D.
+tiled launch of A @ B, its D tiles 0.992-0.996x that of T @ C. An earlier design kept T in
+shared memory (a CTA per row block and chunk of K2, adding its share into D atomically): it
+lost at N = 512 too (34 us with split-k), and from 1024 on by 20-35%, to the atomics and the
+repeated zeroing of D.
 """
 
 from __future__ import annotations
