@@ -320,9 +320,8 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, *modes:
         x0 = pid_x * BLOCK_N
 
         # Each product keeps its own call, its operands fixed when compiling: one call site
-        # for both, with the operands chosen at run time, cost registers (N = 512: 115 instead
-        # of 107, 1% slower) and, where both products compile to the same tile function (the
-        # H100's 256 x 128 tiles at N = 2048 and 4096), ran its k loop 0.6-1.6% slower.
+        # with the operands chosen at run time cost registers and ran slower (module
+        # docstring; at N = 512 115 registers instead of 107, 1% slower).
         if is_t:
             # -- 2. a T tile: T[m0:, x0:] = A[m0:, :] @ B[:, x0:], then count it in ----------
             t_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
