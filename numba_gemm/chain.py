@@ -14,7 +14,7 @@ from numba import cuda
 from .autotune import config_for_shape
 from .api import check_choice, check_config, describe_product, plan, run_in_memory_space
 from .descriptor import DeviceNDArray, MatrixDesc  # Numba's device array class, resolved there
-from .kernels.tiled import TileConfig
+from .kernels.tiled import TileConfig, whole_tiles
 from .kernels.triple import (counters_desc, fused_tiles_per_product, intermediate_row_major,
                              intermediate_shape, intermediate_view, partials_shape, plan_fused,
                              plan_naive, sync_slots)
@@ -22,7 +22,7 @@ from .launch import (KernelLaunch, PreparedLaunch, allocate_output, cdiv, multip
                      simulated, stream_handle)
 
 __all__ = ["TRIPLE_ALGORITHMS", "ORDERS", "FUSED_UP_TO_MACS", "STREAM_K_FROM_IDLE", "triple",
-           "choose_order", "choose_triple_algorithm", "fusion_saves_a_wave", "fused_config",
+           "choose_order", "choose_triple_algorithm", "fusion_changes_tiles", "fused_config",
            "fused_tiles", "fused_workers", "plan_triple"]
 
 TRIPLE_ALGORITHMS = ("auto", "naive", "fused", "unfused")
@@ -52,6 +52,11 @@ SMALL_FUSED_CONFIGS = {
     np.dtype(np.float64): (TileConfig(32, 64, 16, 4, 4, 2, 1, split_k=2),),
 }
 FILL_CTAS = 128  # about one per SM of an H100/H200 (132)
+# From NEAR_FILL_CTAS to FILL_CTAS tiles of T the large tiles leave few SMs idle, and stay unless
+# the small tiles fit the chain whole (no edge code) where they do not. H100, fp32, square, one
+# run, T with 120 large tiles: large 1.13x faster than small at N = 1800 (128 x 256), 1.26x at
+# 1900 and 1.05x at 900 (128 x 64); small, whole there, 1.27x faster at 960.
+NEAR_FILL_CTAS = 96
 SIMULATOR_FUSED_CONFIG = TileConfig(16, 16, 4, 4, 4, 2, 1)  # 16 threads: simulator-sized
 
 
@@ -68,29 +73,62 @@ def fused_config(M: int, K1: int, K2: int, N: int, dtype) -> TileConfig:
     GEMM's tuned tiles for A @ B, adjusted to the fused grid by :func:`fused_tiles`."""
     if simulated():
         return SIMULATOR_FUSED_CONFIG
-    return fused_tiles(config_for_shape(M, K2, K1, dtype), M, K2, N, multiprocessors(), dtype)
+    return fused_tiles(config_for_shape(M, K2, K1, dtype), M, K1, K2, N, multiprocessors(),
+                       dtype)
 
 
-def fused_tiles(tuned: TileConfig, M: int, K2: int, N: int, sms: int, dtype) -> TileConfig:
-    """``tuned``, or tiles half as large along their longer side (n on a tie) where the fused
-    grid's last wave of ``tuned`` tiles (T's and D's, one CTA per SM of ``sms``) fills less
-    than half the SMs, or the first of ``SMALL_FUSED_CONFIGS`` that gives T ``FILL_CTAS``
-    tiles where T then has fewer (the smallest where none does)."""
+# Tall tiles with large register tiles (block_m > block_n, ROW_MAJOR_T_FROM elements per thread:
+# the H100's tuned 256 x 128) run the fused kernel transposed (128 x 256, the H200's tuned
+# shape) where either product has edge tiles (tiled.whole_tiles). Both products' A operands
+# (A and the intermediate) go through the staging registers, whose count grows with block_m, on
+# top of edge code. H100, fp32, square row-major chains, one run each, against two tiled GEMMs
+# on their tuned 256 x 128 tiles: 128 x 256 ran 1.003-1.009x at N = 2047 (256 x 128: 0.915x),
+# 1.10x at 2000 (0.99x), 1.11x at 1800 (0.995x), 1.12x at 3500 (1.03x) and 1.05x at 4095
+# (0.98x). With whole tiles 256 x 128 stays: 128 x 256 ran 0.95-0.96x at 2048 and 4096.
+
+
+def fused_tiles(tuned: TileConfig, M: int, K1: int, K2: int, N: int, sms: int,
+                dtype) -> TileConfig:
+    """The fused kernel's tiles for A (M x K1) @ B (K1 x K2) @ C (K2 x N) on ``sms`` SMs, from
+    ``tuned`` (the tiled GEMM's for A @ B): transposed where tall large tiles meet edge tiles
+    (see above); then half as large along their longer side (n on a tie) where the fused grid's
+    last wave (T's and D's tiles, one CTA per SM) fills less than half the SMs; then, where T
+    has fewer than ``FILL_CTAS`` tiles (see ``NEAR_FILL_CTAS`` for the exception), the first of
+    ``SMALL_FUSED_CONFIGS`` that gives it that many (the smallest where none does)."""
+
+    def t_tiles(config):
+        return cdiv(M, config.block_m) * cdiv(K2, config.block_n)
+
+    def whole(config):  # both products without edge code
+        return whole_tiles(config, M, K2, K1) and whole_tiles(config, M, N, K2)
+
     config = tuned
-    last_wave = cdiv(M, tuned.block_m) * (cdiv(K2, tuned.block_n) + cdiv(N, tuned.block_n)) % sms
+    if not whole(tuned) and tuned.block_m > tuned.block_n and intermediate_row_major(tuned):
+        config = _valid_or(replace(tuned, block_m=tuned.block_n, block_n=tuned.block_m,
+                                   thread_m=tuned.thread_n, thread_n=tuned.thread_m), config, dtype)
+    last_wave = cdiv(M, config.block_m) * (cdiv(K2, config.block_n) + cdiv(N, config.block_n)) % sms
     if 0 < last_wave < sms / 2:
-        if tuned.block_m > tuned.block_n:  # 256 x 128 -> 128 x 128, as 128 x 256 -> 128 x 128
-            narrow = replace(tuned, block_m=tuned.block_m // 2, thread_m=tuned.thread_m // 2)
+        if config.block_m > config.block_n:  # 256 x 128 -> 128 x 128, as 128 x 256 -> 128 x 128
+            narrow = replace(config, block_m=config.block_m // 2, thread_m=config.thread_m // 2)
         else:
-            narrow = replace(tuned, block_n=tuned.block_n // 2, thread_n=tuned.thread_n // 2)
-        try:
-            narrow.check(dtype)
-            config = narrow
-        except ValueError:
-            pass  # no valid half-width tiles: keep the tuned ones
-    for candidate in (config, *SMALL_FUSED_CONFIGS[np.dtype(dtype)]):
-        if cdiv(M, candidate.block_m) * cdiv(K2, candidate.block_n) >= FILL_CTAS:
+            narrow = replace(config, block_n=config.block_n // 2, thread_n=config.thread_n // 2)
+        config = _valid_or(narrow, config, dtype)
+    small = SMALL_FUSED_CONFIGS[np.dtype(dtype)]
+    if t_tiles(config) >= FILL_CTAS or (t_tiles(config) >= NEAR_FILL_CTAS
+                                        and (whole(config) or not whole(small[0]))):
+        return config
+    for candidate in small:
+        if t_tiles(candidate) >= FILL_CTAS:
             return candidate
+    return candidate
+
+
+def _valid_or(candidate: TileConfig, fallback: TileConfig, dtype) -> TileConfig:
+    """``candidate`` where it is a valid config for ``dtype``, else ``fallback``."""
+    try:
+        candidate.check(dtype)
+    except ValueError:
+        return fallback
     return candidate
 
 
@@ -207,7 +245,8 @@ def resolve(M: int, K1: int, K2: int, N: int, algorithm: str, order: str,
 
 
 # "auto" fuses chains of up to this many multiply-adds (the two products together): those of
-# N = 1024; above it, only where one launch saves a ragged wave (fusion_saves_a_wave).
+# N = 1024; above it, only where the fused kernel runs other tiles than the tiled GEMM's tuned
+# ones (fusion_changes_tiles): a ragged wave saved, or edge tiles run transposed.
 # Measured on an H100 (benchmarks/triple_product.py, fp32): fused beat two tiled GEMMs 2.8x at
 # N = 256, 2.5x at 512 and 1.03-1.04x at 1024 (in three runs; 1.42x, 1.86x and 1.04x once the
 # tiled GEMM's tiles for 512 and 1024 were tuned by GPU time), and jax_bridge.triple's fused
@@ -220,27 +259,33 @@ def resolve(M: int, K1: int, K2: int, N: int, algorithm: str, order: str,
 # faster there, the fused kernel 1.1-1.3%) 0.984x at both, and with one call site for both
 # products 0.990x and 0.994x, on the H100's own tuned tiles (256x128) 0.987x and 0.989x, and
 # with a call per product again 0.995x and 1.003x (0.991-0.999x in probes; 0.996-1.000x with
-# the D tiles' departure counts in shared memory): never enough to move "auto".
+# the D tiles' departure counts in shared memory): never enough to move "auto". With edge tiles
+# fused runs 128 x 256 tiles instead (fused_tiles): 1.00-1.01x at 2047, 1.05-1.12x at 1800,
+# 1900, 2000, 3500 and 4095, where the tiles chosen before had run 0.89x (1900: the small tiles)
+# to 1.03x (3500).
 FUSED_UP_TO_MACS = 2 * 1024 ** 3
 
 
-def fusion_saves_a_wave(tuned: TileConfig, M: int, K2: int, N: int, sms: int, dtype) -> bool:
+def fusion_changes_tiles(tuned: TileConfig, M: int, K1: int, K2: int, N: int, sms: int,
+                         dtype) -> bool:
     """Whether :func:`fused_tiles` changes ``tuned`` (the tiled GEMM's tiles for A @ B) for
     this chain on ``sms`` SMs: where the two products' tiles leave a ragged last wave that one
-    launch of narrower tiles fills, or so few tiles that the small split-k tiles run instead."""
-    return fused_tiles(tuned, M, K2, N, sms, dtype) != tuned
+    launch of narrower tiles fills, where tall large tiles meet edge tiles and run transposed,
+    or where so few tiles that the small split-k tiles run instead."""
+    return fused_tiles(tuned, M, K1, K2, N, sms, dtype) != tuned
 
 
 def choose_triple_algorithm(M: int, K1: int, K2: int, N: int, dtype=np.float32) -> str:
     """``"auto"`` for the left-order chain (A @ B) @ C of these sizes: ``"fused"`` for chains
     of up to :data:`FUSED_UP_TO_MACS` multiply-adds and, above, where
-    :func:`fusion_saves_a_wave` on this GPU; ``"unfused"`` (two tiled GEMMs) otherwise."""
+    :func:`fusion_changes_tiles` on this GPU; ``"unfused"`` (two tiled GEMMs) otherwise."""
     if M * K1 * K2 + M * K2 * N <= FUSED_UP_TO_MACS:
         return "fused"
     if simulated():  # no SMs to fill: the simulator runs one block at a time
         return "unfused"
     tuned = config_for_shape(M, K2, K1, dtype)
-    return "fused" if fusion_saves_a_wave(tuned, M, K2, N, multiprocessors(), dtype) else "unfused"
+    changed = fusion_changes_tiles(tuned, M, K1, K2, N, multiprocessors(), dtype)
+    return "fused" if changed else "unfused"
 
 
 def plan_triple(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, out: MatrixDesc,

@@ -14,7 +14,7 @@ import numba_gemm.kernels.triple as triple_kernels
 from numba_gemm import TileConfig
 from numba_gemm.chain import (_COUNTERS, _INTERMEDIATES, INTERMEDIATES_KEPT,
                               SIMULATOR_FUSED_CONFIG, SMALL_FUSED_CONFIGS, choose_order,
-                              choose_triple_algorithm, fused_tiles, fusion_saves_a_wave)
+                              choose_triple_algorithm, fused_tiles, fusion_changes_tiles)
 from numba_gemm.descriptor import describe
 from numba_gemm.launch import (alone_on_multiprocessor, shared_memory_per_multiprocessor,
                               simulated)
@@ -188,16 +188,53 @@ TALL = TileConfig(256, 128, 16, 16, 8, 4, 8)  # the H100's
 ])
 def test_fused_tiles_fit_the_fused_grid_to_the_sms(tuned, half, n, expected):
     expected = {"tuned": tuned, "half": half}.get(expected, expected)
-    assert fused_tiles(tuned, n, n, n, 132, np.float32) == expected
+    assert fused_tiles(tuned, n, n, n, n, 132, np.float32) == expected
 
 
 @pytest.mark.parametrize("tuned", [WIDE, TALL])
 @pytest.mark.parametrize("n, saves", [(4096, False), (2048, False), (3072, True), (1536, True),
                                       (512, True)])
-def test_fusion_saves_a_wave_where_fused_tiles_change(tuned, n, saves):
+def test_fusion_changes_tiles_where_fused_tiles_change(tuned, n, saves):
     # "auto" fuses large chains only where the fused grid changes the tuned tiles (measured on
     # an H100: 1.20-1.25x at 1536 and 3072, 0.97-1.01x at 2048 and 4096).
-    assert fusion_saves_a_wave(tuned, n, n, n, 132, np.float32) is saves
+    assert fusion_changes_tiles(tuned, n, n, n, n, 132, np.float32) is saves
+
+
+def test_fusion_changes_tiles_where_edge_tiles_run_transposed():
+    # H100: fused on 128 x 256 1.00-1.01x unfused at 2047 (edge tiles), 1.05x at 4095.
+    assert fusion_changes_tiles(TALL, 2047, 2047, 2047, 2047, 132, np.float32)
+    assert not fusion_changes_tiles(WIDE, 2047, 2047, 2047, 2047, 132, np.float32)
+
+
+TALL_TRANSPOSED = TileConfig(128, 256, 16, 8, 16, 4, 8)
+SMALL = SMALL_FUSED_CONFIGS[np.dtype(np.float32)][0]
+
+
+@pytest.mark.parametrize("tuned, shape, expected", [
+    (TALL, (2047,) * 4, TALL_TRANSPOSED),  # edge tiles along every axis
+    (TALL, (4095,) * 4, TALL_TRANSPOSED),
+    (TALL, (3500,) * 4, TALL_TRANSPOSED),
+    (TALL, (2048, 2047, 2048, 2048), TALL_TRANSPOSED),  # only A @ B's k has an edge
+    (TALL, (1500, 2047, 2047, 2047), TileConfig(128, 128, 16, 8, 8, 4, 8)),  # then halved
+    (TALL, (2048,) * 4, TALL),  # whole tiles: as tuned
+    (WIDE, (2047,) * 4, WIDE),  # already wide
+    (TileConfig(128, 64, 16, 8, 4, 3, 8), (1000,) * 4, TileConfig(128, 64, 16, 8, 4, 3, 8)),
+])
+def test_fused_tiles_run_tall_large_tiles_transposed_where_tiles_have_edges(tuned, shape,
+                                                                            expected):
+    # H100: 128 x 256 ran 1.00-1.12x two tiled GEMMs on 256 x 128 at N = 1800 to 4095 with edge
+    # tiles, where 256 x 128 ran 0.92-1.03x; with whole tiles 256 x 128 is faster.
+    assert fused_tiles(tuned, *shape, 132, np.float32) == expected
+
+
+@pytest.mark.parametrize("tuned, n, expected", [
+    (TALL, 1800, TALL_TRANSPOSED),  # 120 tiles of T: most SMs busy, large tiles stay
+    (TileConfig(128, 64, 16, 8, 4, 3, 8), 900, TileConfig(128, 64, 16, 8, 4, 3, 8)),  # 120
+    (TileConfig(128, 64, 16, 8, 4, 3, 8), 960, SMALL),  # 120, but the small tiles fit whole
+    (TileConfig(128, 64, 16, 8, 4, 3, 8), 704, SMALL),  # 6 x 11 = 66 tiles: too few
+])
+def test_fused_tiles_keep_large_tiles_that_nearly_fill_the_sms(tuned, n, expected):
+    assert fused_tiles(tuned, n, n, n, n, 132, np.float32) == expected
 
 
 @pytest.mark.skipif(not simulated(), reason="large chains depend on the GPU's SMs")
@@ -213,7 +250,7 @@ def test_auto_fuses_small_chains_and_leaves_large_ones_unfused_on_the_simulator(
 def test_fused_tiles_keep_tuned_tiles_that_cannot_narrow():
     # 64 x 8 tiles cannot halve their 2-wide thread blocks into 16-byte vectors: kept.
     tuned = TileConfig(64, 8, 16, 4, 4, 2, 8)
-    assert fused_tiles(tuned, 4096, 1000, 8, 132, np.float32) == tuned
+    assert fused_tiles(tuned, 4096, 64, 1000, 8, 132, np.float32) == tuned
 
 
 @pytest.mark.parametrize("algorithm", ["naive", "unfused"])
