@@ -55,7 +55,7 @@ FILL_CTAS = 128  # about one per SM of an H100/H200 (132)
 # From NEAR_FILL_CTAS to FILL_CTAS tiles of T the large tiles leave few SMs idle, and stay unless
 # the small tiles fit the chain whole (no edge code) where they do not. H100, fp32, square, one
 # run, T with 120 large tiles: large 1.13x faster than small at N = 1800 (128 x 256), 1.26x at
-# 1900 and 1.05x at 900 (128 x 64); small, whole there, 1.27x faster at 960.
+# 1900 and 1.05x at 900 (128 x 64); small, whole there, 1.25x faster at 960.
 NEAR_FILL_CTAS = 96
 SIMULATOR_FUSED_CONFIG = TileConfig(16, 16, 4, 4, 4, 2, 1)  # 16 threads: simulator-sized
 
