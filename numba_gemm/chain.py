@@ -14,10 +14,10 @@ from numba import cuda
 from .autotune import config_for_shape
 from .api import check_choice, check_config, describe_product, plan, run_in_memory_space
 from .descriptor import DeviceNDArray, MatrixDesc  # Numba's device array class, resolved there
-from .kernels.tiled import TileConfig, whole_tiles
+from .kernels.tiled import TileConfig
 from .kernels.triple import (counters_desc, fused_tiles_per_product, intermediate_row_major,
                              intermediate_shape, intermediate_view, partials_shape, plan_fused,
-                             plan_naive, sync_slots)
+                             plan_naive, sync_slots, whole_products)
 from .launch import (KernelLaunch, PreparedLaunch, allocate_output, cdiv, multiprocessors,
                      simulated, stream_handle)
 
@@ -97,16 +97,16 @@ def fused_tiles(tuned: TileConfig, M: int, K1: int, K2: int, N: int, sms: int,
     ``SMALL_FUSED_CONFIGS`` that gives it that many (the smallest where none does)."""
 
     def t_tiles(config):
-        return cdiv(M, config.block_m) * cdiv(K2, config.block_n)
+        return fused_tiles_per_product(config, M, K2, N)[0]
 
     def whole(config):  # both products without edge code
-        return whole_tiles(config, M, K2, K1) and whole_tiles(config, M, N, K2)
+        return all(whole_products(config, M, K1, K2, N))
 
     config = tuned
     if not whole(tuned) and tuned.block_m > tuned.block_n and intermediate_row_major(tuned):
         config = _valid_or(replace(tuned, block_m=tuned.block_n, block_n=tuned.block_m,
                                    thread_m=tuned.thread_n, thread_n=tuned.thread_m), config, dtype)
-    last_wave = cdiv(M, config.block_m) * (cdiv(K2, config.block_n) + cdiv(N, config.block_n)) % sms
+    last_wave = sum(fused_tiles_per_product(config, M, K2, N)) % sms
     if 0 < last_wave < sms / 2:
         if config.block_m > config.block_n:  # 256 x 128 -> 128 x 128, as 128 x 256 -> 128 x 128
             narrow = replace(config, block_m=config.block_m // 2, thread_m=config.thread_m // 2)

@@ -111,7 +111,7 @@ from .ptx import backoff, load_acquire, load_from_l2, move_element, release_add
 from .tiled import VECTOR_BYTES, TileConfig, kernel_jit, operand_modes, tile_computer, whole_tiles
 
 __all__ = ["NAIVE_MAX_THREADS", "SYNC_HEAD", "plan_naive", "plan_fused", "counters_desc",
-           "sync_slots", "fused_tiles_per_product", "partials_shape", "ROW_MAJOR_T_FROM",
+           "sync_slots", "whole_products", "fused_tiles_per_product", "partials_shape", "ROW_MAJOR_T_FROM",
            "intermediate_row_major", "intermediate_shape", "intermediate_view"]
 
 NAIVE_MAX_THREADS = 1024  # one thread per column of A @ B and of D
@@ -487,6 +487,12 @@ def _stream_k_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, *mod
     return stream_k_kernel
 
 
+def whole_products(config: TileConfig, M: int, K1: int, K2: int, N: int) -> tuple[bool, bool]:
+    """Whether T = A @ B and D = T @ C each lie in whole tiles under ``config``
+    (``tiled.whole_tiles``): where one does, the fused kernel compiles it without edge code."""
+    return whole_tiles(config, M, K2, K1), whole_tiles(config, M, N, K2)
+
+
 def fused_tiles_per_product(config: TileConfig, M: int, K2: int, N: int) -> tuple[int, int]:
     """(T's tiles, D's tiles) of the fused kernel under ``config``: its CTAs per product when
     it runs one per tile."""
@@ -543,9 +549,8 @@ def plan_fused(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, 
     operands = (a, *a.strides, b, *b.strides, c, *c.strides, d, *d.strides, t, *t.strides)
     # Without edge code where the tiles fit (half the binary, and faster: tiled.whole_tiles).
     # Stream-K's segments are whole k-tiles, which split-k groups would cut unevenly.
-    interiors = tuple(whole_tiles(config, M, x, inner)
-                      and (workers is None or config.split_k == 1)
-                      for x, inner in ((K2, K1), (N, K2)))
+    interiors = tuple(whole and (workers is None or config.split_k == 1)
+                      for whole in whole_products(config, M, K1, K2, N))
     if workers is None:
         kernel = _fused_kernel(config, a.dtype, interiors, *modes)
         return kernel_launch(kernel, sum(fused_tiles_per_product(config, M, K2, N)),
