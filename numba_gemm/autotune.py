@@ -28,6 +28,7 @@ import numpy as np
 from .descriptor import MatrixDesc, describe
 from .kernels.tiled import DEFAULT_CONFIGS, TileConfig, kernel_resources
 from .launch import shared_memory_limit, simulated
+from .prepared import forget_prepared_calls
 
 __all__ = ["SEARCH_SPACE", "SIMULATOR_CONFIG", "tune", "config_for", "config_for_shape", "layout_key",
            "shape_bucket", "cache_path"]
@@ -269,3 +270,4 @@ def store(path: Path, device: str, arch: str, dtype, layout: str, shape, best: d
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"format": FORMAT, "entries": entries}, indent=1, sort_keys=True))
+    forget_prepared_calls()  # calls prepared before planned with the configs this replaces

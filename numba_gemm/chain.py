@@ -2,24 +2,22 @@
 
 from __future__ import annotations
 
-import threading
-import weakref
 from collections import OrderedDict
 from dataclasses import replace
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 from numba import cuda
 
 from .autotune import config_for_shape
 from .api import check_choice, check_config, describe_product, plan, run_in_memory_space
-from .descriptor import DeviceNDArray, MatrixDesc  # Numba's device array class, resolved there
+from .descriptor import MatrixDesc
 from .kernels.tiled import TileConfig
 from .kernels.triple import (counters_desc, fused_tiles_per_product, intermediate_row_major,
                              intermediate_shape, intermediate_view, partials_shape, plan_fused,
                              plan_naive, sync_slots, whole_products)
-from .launch import (KernelLaunch, PreparedLaunch, allocate_output, cdiv, multiprocessors,
-                     simulated, stream_handle)
+from .launch import KernelLaunch, allocate_output, cdiv, multiprocessors, simulated, stream_handle
+from .prepared import PreparedCalls
 
 __all__ = ["TRIPLE_ALGORITHMS", "ORDERS", "FUSED_UP_TO_MACS", "STREAM_K_FROM_IDLE", "triple",
            "choose_order", "choose_triple_algorithm", "fusion_changes_tiles", "fused_config",
@@ -203,7 +201,8 @@ class _Intermediates:
     stream run in order, so a call's kernels start only after the last call's are done with
     T. Allocating and freeing T on every call cost 120-155 us on an H100, more than the fused
     kernel itself up to N = 512. The buffers of the last INTERMEDIATES_KEPT (stream, shape,
-    dtype) are kept; an evicted one is freed by Numba, whose free waits for the device."""
+    dtype) are kept; an evicted one goes back to the memory pool (``launch.new_device_array``)
+    in order on its stream, once no cached call (``numba_gemm.prepared``) holds it."""
 
     def __init__(self):
         self._buffers: OrderedDict = OrderedDict()
@@ -343,22 +342,10 @@ def triple(a: Any, b: Any, c: Any, out: Any = None, *, algorithm: str = "auto",
     :func:`fused_config`; ``split_k`` > 1 runs several thread groups per tile).
     """
     check_triple_arguments(algorithm, order, config)
-    key = _plan_key(a, b, c, out, algorithm, order, config, stream)
-    if key is not None:
-        cached = _PREPARED.get(key)
-        if cached is not None and all(ref() is x for ref, x in zip(cached.refs, (a, b, c, out))):
-            _PREPARED.move_to_end(key)
-            if out is None:  # a fresh D, allocated as describe_product would, then launched into
-                fresh = cuda.device_array(cached.out_shape, a.dtype, stream=stream)
-                address = fresh.device_ctypes_pointer.value
-                with _REBINDING:  # a thread's rebind must not reach another thread's launch
-                    for prepared in cached.launches:
-                        prepared.rebind("out", address)
-                        prepared()
-                return fresh
-            for prepared in cached.launches:
-                prepared()
-            return out
+    operands = (a, b, c)
+    key = _CALLS.key(operands, out, (algorithm, order, config), stream)
+    if key is not None and (result := _CALLS.run(key, operands, out, stream)) is not None:
+        return result
     (a_desc, b_desc, c_desc), out_desc = describe_product((("a", a), ("b", b), ("c", c)), out, stream)
     dtype = a_desc.dtype
     if config is not None:
@@ -376,53 +363,13 @@ def triple(a: Any, b: Any, c: Any, out: Any = None, *, algorithm: str = "auto",
 
     if key is None:
         run_in_memory_space((a_desc, b_desc, c_desc), out_desc, launches, stream)
-        return out_desc.source
-    # A cacheable call: prepared launches, cached with weak references to the operands only
-    # (and, for a call without out, D's shape: later calls launch into a fresh D).
-    prepared = [PreparedLaunch(launch, stream) for launch in launches(a_desc, b_desc, c_desc, out_desc)]
-    for launch in prepared:
-        launch()
-    _PREPARED[key] = _Cached(tuple(_weak(x) for x in (a, b, c, out)), prepared, scratch,
-                             out_desc.shape)
-    if len(_PREPARED) > PREPARED_CAPACITY:
-        _PREPARED.popitem(last=False)
+    else:
+        _CALLS.prepare(key, operands, out, launches(a_desc, b_desc, c_desc, out_desc), scratch,
+                       out_desc.shape, dtype, stream)
     return out_desc.source
 
 
-class _Cached(NamedTuple):
-    """A cached call's prepared launches: ``refs`` to its operands (weak; one that returns
-    None for a call without ``out``), the intermediate they use, and D's shape."""
-
-    refs: tuple
-    launches: list
-    scratch: list
-    out_shape: tuple
-
-
-def _weak(x):
-    """A weak reference to ``x``, or for None a function that returns None."""
-    return (lambda: None) if x is None else weakref.ref(x)
-
-
-# Repeated calls with the same Numba device arrays skip describing, checking and planning:
-# the prepared launches of the last PREPARED_CAPACITY distinct calls, keyed by the operands'
-# identities (held weakly: a freed operand never matches) and every argument. Numba device
-# arrays cannot change shape, strides or memory, so the same objects mean the same plan.
-# Without out, a call allocates D and points the cached launches at it (PreparedLaunch.rebind):
-# H100, N = 256, 312 us of host time per call when it described and planned each time.
-PREPARED_CAPACITY = 32
-_PREPARED: OrderedDict = OrderedDict()
-_REBINDING = threading.Lock()
-# The class cached calls take (none on the simulator), looked up at import, not on every call
-# of the path this cache exists to make short.
-_DEVICE_ARRAY = None if simulated() else DeviceNDArray
-
-
-def _plan_key(a, b, c, out, algorithm, order, config, stream):
-    """The prepared-launch cache key of a call, or None where the call is not cacheable
-    (the simulator, anything but Numba device arrays)."""
-    if _DEVICE_ARRAY is None:
-        return None
-    if not all(type(x) is _DEVICE_ARRAY for x in (a, b, c) + ((out,) if out is not None else ())):
-        return None
-    return (id(a), id(b), id(c), id(out), algorithm, order, config, stream_handle(stream))
+# Repeated calls with the same Numba device arrays skip describing, checking and planning
+# (numba_gemm.prepared): H100, N = 256, 312 us of host time per call when it described and
+# planned each time.
+_CALLS = PreparedCalls()

@@ -4,7 +4,6 @@ arrays."""
 
 import numpy as np
 import pytest
-from numba import cuda
 
 import numba_gemm
 import numba_gemm.chain as chain
@@ -184,7 +183,7 @@ def test_repeated_calls_reuse_a_prepared_launch(algorithm, rng, monkeypatch):
         assert_triple(out, a, b, c, np.float32)
     assert len(plans) == 1  # planned once, then launched from the cache
     # The cache holds the operands weakly: once they are gone, the entry can never match.
-    refs = next(entry[0] for entry in chain._PREPARED.values() if entry[0][3]() is out)
+    refs = next(entry.refs for entry in chain._CALLS.entries() if entry.refs[3]() is out)
     del a, b, c, out
     gc.collect()
     assert all(ref() is None for ref in refs)
@@ -194,21 +193,23 @@ def test_repeated_calls_reuse_a_prepared_launch(algorithm, rng, monkeypatch):
 @pytest.mark.parametrize("algorithm", ["fused", "unfused", "naive"])
 def test_repeated_calls_without_out_launch_into_a_fresh_output(algorithm, order, rng,
                                                                  monkeypatch):
-    from numba_gemm import chain
+    from numba_gemm import chain, launch, prepared
 
     a, b, c = make_chain(300, 200, 500, 100, np.float32, "row", rng, to_device=True)
     plans = []
     plan_triple = chain.plan_triple
     monkeypatch.setattr(chain, "plan_triple",
                         lambda *args, **kw: plans.append(1) or plan_triple(*args, **kw))
-    device_array = cuda.device_array
+    new_device_array = launch.new_device_array
 
     def poisoned_array(shape, dtype, stream=0):  # each fresh D starts as NaN: unwritten shows
-        array = device_array(shape, dtype, stream=stream)
+        array = new_device_array(shape, dtype, stream)
         array.copy_to_device(np.full(shape, np.nan, dtype), stream=stream)
         return array
 
-    monkeypatch.setattr(cuda, "device_array", poisoned_array)
+    # the first call allocates through launch.allocate_output, cached calls in prepared
+    monkeypatch.setattr(launch, "new_device_array", poisoned_array)
+    monkeypatch.setattr(prepared, "new_device_array", poisoned_array)
     results = [numba_gemm.triple(a, b, c, algorithm=algorithm, order=order) for _ in range(3)]
     assert len(plans) == 1  # planned once; later calls point the cached launches at a new D
     assert len({d.device_ctypes_pointer.value for d in results}) == 3, "one D per call"
