@@ -62,11 +62,11 @@ def allocate_output(shape: tuple[int, int], dtype: np.dtype, on_device: bool, na
 
 # Fresh device outputs come from a stream-ordered memory pool (cuMemAllocFromPoolAsync), not
 # from Numba's cuda.device_array: that calls cuMemAlloc, and frees through cuMemFree, which
-# waits for the device, every 10 dropped arrays. H100, one array made and dropped: 66-98 us
+# waits for the device, every 10 dropped arrays. H100, one array made and dropped: 66-136 us
 # of host time for a 512 x 512 float32 array and 113-146 us for 2048 x 2048 through
-# cuda.device_array, ~27 us through the pool wrapped as Numba does it (a context lookup and a
-# weakref finaliser per array: 7 us each), see new_device_array for the rest. `triple` without
-# `out` took 134 us per call at N = 512 (22 us with one), `matmul` 268 us.
+# cuda.device_array; through the pool ~27 us wrapped as Numba does it (a context lookup and a
+# weakref finaliser per array: 7 us each), 12.5 us as new_device_array does it. `triple`
+# without `out` took 134 us per call at N = 512 (22 us with one), `matmul` 268 us.
 # Up to this many bytes that outputs no longer use stay in the pool for the next ones; above
 # it the driver returns memory to the device at synchronisations.
 POOL_RELEASE_THRESHOLD = 1 << 30

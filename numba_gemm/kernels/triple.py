@@ -81,11 +81,11 @@ Both kernels compile each product without edge code where its tiles are whole
 sat 110-147 KB into a 207 KB binary, had run 3% slower than the same SASS in the tiled
 kernel (instruction fetch) until then.
 
-Measured (H100, ``benchmarks/triple_product.py``, README): at N = 512 1.86x faster
-than two tiled GEMMs on their tuned tiles (22.0-22.5 us) and 1.24x PyTorch's two cuBLAS
-kernels replayed from a CUDA graph; from 1024 to 4096 1.03x, 1.58x (1536, stream-K), 1.12x
-and 1.009x (1800 and 2047, edge tiles, 128 x 256: ``chain.fused_tiles``), 0.9997x (2048),
-1.19x and 1.003x (4096) of them. At 2048 and 4096 the tiled GEMM's tiles
+Measured (H100, ``benchmarks/triple_product.py``, README; the last two runs): at N = 512
+1.86x faster than two tiled GEMMs on their tuned tiles (22.0-22.3 us) and 1.23-1.24x
+PyTorch's two cuBLAS kernels replayed from a CUDA graph; from 1024 to 4096 1.03-1.04x,
+1.58x (1536, stream-K), 1.11-1.12x and 1.01x (1800 and 2047, edge tiles, 128 x 256:
+``chain.fused_tiles``), 0.9997-1.001x (2048), 1.19x and 1.001-1.003x (4096) of them. At 2048 and 4096 the tiled GEMM's tiles
 already fill the SMs, and the fused kernel gains little more than the second launch: with
 the D tiles' departure counts read back from shared memory (step 4) it ran 0.996-0.998x
 unfused at 2048 and 0.999-1.000x at 4096 in a per-phase probe, its T tiles 0.994-1.004x the
