@@ -304,22 +304,14 @@ def test_an_allocation_too_large_says_so():
 
 @pytest.mark.parametrize("with_out", [True, False], ids=["out", "no-out"])
 @pytest.mark.parametrize("algorithm", ["auto", "tiled", "mnk"])
-def test_repeated_matmul_calls_launch_a_prepared_plan(algorithm, with_out, rng, monkeypatch):
-    from numba_gemm import api, launch, prepared
+def test_repeated_matmul_calls_launch_a_prepared_plan(algorithm, with_out, rng, monkeypatch,
+                                                      poisoned_fresh_outputs):
+    from numba_gemm import api
 
     a, b = make_operands(300, 100, 200, np.float32, "sliced", rng, to_device=True)
     plans = []
     plan = api.plan
     monkeypatch.setattr(api, "plan", lambda *args, **kw: plans.append(1) or plan(*args, **kw))
-    new_device_array = launch.new_device_array
-
-    def poisoned_array(shape, dtype, stream=0):  # each fresh C starts as NaN: unwritten shows
-        array = new_device_array(shape, dtype, stream)
-        array.copy_to_device(np.full(shape, np.nan, dtype), stream=stream)
-        return array
-
-    monkeypatch.setattr(launch, "new_device_array", poisoned_array)
-    monkeypatch.setattr(prepared, "new_device_array", poisoned_array)
     out = poisoned((300, 100), np.float32, to_device=True) if with_out else None
     results = []
     for _ in range(3):

@@ -192,24 +192,15 @@ def test_repeated_calls_reuse_a_prepared_launch(algorithm, rng, monkeypatch):
 @pytest.mark.parametrize("order", ["left", "right"])
 @pytest.mark.parametrize("algorithm", ["fused", "unfused", "naive"])
 def test_repeated_calls_without_out_launch_into_a_fresh_output(algorithm, order, rng,
-                                                                 monkeypatch):
-    from numba_gemm import chain, launch, prepared
+                                                                 monkeypatch,
+                                                                 poisoned_fresh_outputs):
+    from numba_gemm import chain
 
     a, b, c = make_chain(300, 200, 500, 100, np.float32, "row", rng, to_device=True)
     plans = []
     plan_triple = chain.plan_triple
     monkeypatch.setattr(chain, "plan_triple",
                         lambda *args, **kw: plans.append(1) or plan_triple(*args, **kw))
-    new_device_array = launch.new_device_array
-
-    def poisoned_array(shape, dtype, stream=0):  # each fresh D starts as NaN: unwritten shows
-        array = new_device_array(shape, dtype, stream)
-        array.copy_to_device(np.full(shape, np.nan, dtype), stream=stream)
-        return array
-
-    # the first call allocates through launch.allocate_output, cached calls in prepared
-    monkeypatch.setattr(launch, "new_device_array", poisoned_array)
-    monkeypatch.setattr(prepared, "new_device_array", poisoned_array)
     results = [numba_gemm.triple(a, b, c, algorithm=algorithm, order=order) for _ in range(3)]
     assert len(plans) == 1  # planned once; later calls point the cached launches at a new D
     assert len({d.device_ctypes_pointer.value for d in results}) == 3, "one D per call"
