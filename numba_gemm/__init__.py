@@ -30,9 +30,13 @@ _HOME = {
 def __getattr__(name):
     if name in ("model", "ordering"):
         return import_module(f".{name}", __name__)
-    if name in _HOME:
-        return getattr(import_module(f".{_HOME[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f".{_HOME[name]}", __name__), name)
+    # Kept, so later lookups find it without this function: `numba_gemm.matmul(...)` in a loop
+    # had paid an import_module per call (~1-2 us of the ~10 a prepared call takes).
+    globals()[name] = value
+    return value
 
 
 def __dir__():
