@@ -1,4 +1,5 @@
-"""Real-GPU checks (marker `gpu`): the loop orders up to 1024, every layout, interop, fresh results from the memory pool and prepared calls."""
+"""Real-GPU checks (marker `gpu`): the loop orders up to 1024, every layout, interop, fresh
+results from the memory pool and prepared calls."""
 
 import numpy as np
 import pytest
