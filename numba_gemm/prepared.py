@@ -66,7 +66,7 @@ class PreparedCalls:
         self.capacity = capacity
         self._entries: OrderedDict = OrderedDict()
         self._rebinding = threading.Lock()  # a thread's rebind must not reach another's launch
-        _CACHES.append(self)
+        _CACHES.add(self)
 
     @staticmethod
     def key(operands: tuple, out: Any, options: tuple, stream: Any) -> tuple | None:
@@ -130,7 +130,7 @@ class PreparedCalls:
         self._entries.clear()
 
 
-_CACHES: list[PreparedCalls] = []
+_CACHES: weakref.WeakSet = weakref.WeakSet()  # every PreparedCalls, held weakly
 
 
 def forget_prepared_calls() -> None:
