@@ -340,6 +340,10 @@ def triple(a: Any, b: Any, c: Any, out: Any = None, *, algorithm: str = "auto",
     ``"auto"`` the one with fewer multiply-adds (:func:`choose_order`).
     ``config``: the fused kernel's :class:`~numba_gemm.TileConfig` (default:
     :func:`fused_config`; ``split_k`` > 1 runs several thread groups per tile).
+
+    Without ``out``, D is a new row-major array (on the GPU from the library's memory pool:
+    ``launch.new_device_array``). Repeated calls with the same Numba device arrays and
+    arguments launch the plan prepared by the first (``numba_gemm.prepared``).
     """
     check_triple_arguments(algorithm, order, config)
     operands = (a, b, c)
