@@ -121,8 +121,20 @@ def _pool_api():
             super().__init__(context, pointer, size)
             self._stream_handle, self._stream = handle, stream
 
-        def __del__(self, free=driver.cuMemFreeAsync):
-            free(self.device_pointer, self._stream_handle)  # at exit an error, not raised
+        def __del__(self, free=driver.cuMemFreeAsync, current=driver.cuCtxGetCurrent,
+                    push=driver.cuCtxPushCurrent, pop=driver.cuCtxPopCurrent,
+                    success=driver.CUresult.CUDA_SUCCESS):
+            # Errors are not raised (at exit the context may be gone). The last reference may
+            # go in a thread where another context, or none, is current: the free (and the
+            # stream handle, 0 for the legacy stream) must be this context's.
+            context = self.context.handle
+            error, handle = current()
+            if error == success and int(handle) == int(context):
+                free(self.device_pointer, self._stream_handle)
+            else:
+                push(context)
+                free(self.device_pointer, self._stream_handle)
+                pop()
 
     return driver, DeviceNDArray, PooledMemory
 

@@ -278,6 +278,30 @@ def test_dropped_outputs_go_back_to_the_pool(rng):
     assert _pool_bytes_in_use() == before
 
 
+def test_an_output_dropped_in_another_thread_goes_back_to_the_pool(rng):
+    import gc
+    import threading
+
+    from numba import cuda
+
+    a, b = make_operands(256, 256, 256, np.float32, "row", rng, to_device=True)
+    gc.collect()
+    cuda.synchronize()
+    before = _pool_bytes_in_use()
+    results = [numba_gemm.matmul(a, b)]
+    assert_product(results[0], a, b, np.float32)
+
+    def drop():  # a new thread: no CUDA context is current in it
+        results.clear()
+        gc.collect()
+
+    thread = threading.Thread(target=drop)
+    thread.start()
+    thread.join()
+    cuda.synchronize()
+    assert _pool_bytes_in_use() == before
+
+
 def test_fresh_output_on_a_stream_keeps_its_stream_alive(rng):
     import gc
 
