@@ -232,11 +232,17 @@ def test_tune_checks_times_and_stores_the_fastest(layout, tmp_path):
 # -- fresh outputs: launch.new_device_array (a stream-ordered pool) --------------------------
 
 def _pool_bytes_in_use() -> int:
+    """Bytes of the memory pool in use, once every dropped array has gone back (collected, and
+    its stream-ordered free done)."""
+    import gc
+
     from cuda.bindings import driver as cu
     from numba import cuda
 
     from numba_gemm.launch import _memory_pool
 
+    gc.collect()
+    cuda.synchronize()
     attribute = cu.CUmemPool_attribute.CU_MEMPOOL_ATTR_USED_MEM_CURRENT
     error, used = cu.cuMemPoolGetAttribute(_memory_pool(cuda.current_context().device.id), attribute)
     assert error == cu.CUresult.CUDA_SUCCESS
@@ -261,20 +267,12 @@ def test_new_device_arrays_are_row_major_distinct_and_writable(shape, dtype, rng
 
 
 def test_dropped_outputs_go_back_to_the_pool(rng):
-    import gc
-
-    from numba import cuda
-
     a, b = make_operands(256, 256, 256, np.float32, "row", rng, to_device=True)
-    gc.collect()  # earlier tests' dropped outputs go back first
-    cuda.synchronize()
-    before = _pool_bytes_in_use()
+    before = _pool_bytes_in_use()  # earlier tests' dropped outputs are back first
     results = [numba_gemm.matmul(a, b) for _ in range(4)]
     assert _pool_bytes_in_use() >= before + 4 * 256 * 256 * 4
     assert_product(results[-1], a, b, np.float32)
     del results
-    gc.collect()
-    cuda.synchronize()
     assert _pool_bytes_in_use() == before
 
 
@@ -282,11 +280,7 @@ def test_an_output_dropped_in_another_thread_goes_back_to_the_pool(rng):
     import gc
     import threading
 
-    from numba import cuda
-
     a, b = make_operands(256, 256, 256, np.float32, "row", rng, to_device=True)
-    gc.collect()
-    cuda.synchronize()
     before = _pool_bytes_in_use()
     results = [numba_gemm.matmul(a, b)]
     assert_product(results[0], a, b, np.float32)
@@ -298,7 +292,6 @@ def test_an_output_dropped_in_another_thread_goes_back_to_the_pool(rng):
     thread = threading.Thread(target=drop)
     thread.start()
     thread.join()
-    cuda.synchronize()
     assert _pool_bytes_in_use() == before
 
 
