@@ -10,7 +10,9 @@ N, K rounded up to a power of two. Winners go to a JSON cache
 ``matmul`` asks :func:`config_for`, which reads that cache, then the winners
 shipped with the package (``tuned.json``, measured on an H200 and an H100), and takes the
 entry of the nearest shape bucket, falling back from the device name to its
-compute capability, and from its layout to any layout; else ``DEFAULT_CONFIGS``.
+compute capability, and from its layout to any layout; else ``DEFAULT_CONFIGS``. A
+product with edge tiles under that entry runs its tall large tiles transposed
+(``tiled.for_edge_tiles``: the buckets do not tell whole tiles from edge tiles).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from pathlib import Path
 import numpy as np
 
 from .descriptor import MatrixDesc, describe
-from .kernels.tiled import DEFAULT_CONFIGS, TileConfig, kernel_resources
+from .kernels.tiled import (DEFAULT_CONFIGS, TileConfig, for_edge_tiles, kernel_resources,
+                            whole_tiles)
 from .launch import shared_memory_limit, simulated
 from .prepared import forget_prepared_calls
 
@@ -151,12 +154,15 @@ def config_for(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc | None = None) -> Til
 def config_for_shape(M: int, N: int, K: int, dtype=np.float32, layout: str = "row-row") -> TileConfig:
     """The tile config for C (M x N) = A (M x K) @ B with A and B in ``layout`` (see
     :func:`layout_key`) on the current device: the tuning cache, then the shipped
-    winners, then ``DEFAULT_CONFIGS``; on the simulator, ``SIMULATOR_CONFIG``."""
+    winners, then ``DEFAULT_CONFIGS``; on the simulator, ``SIMULATOR_CONFIG``. Where the
+    product has edge tiles under that config (``tiled.whole_tiles``), as
+    ``tiled.for_edge_tiles`` runs it (tall tiles with large register tiles transposed)."""
     if simulated():
         return SIMULATOR_CONFIG
     user_cache = cache_path()
-    return _config_for(np.dtype(dtype), layout, shape_bucket(M, N, K), user_cache,
-                       _stamp(user_cache), _stamp(SHIPPED))
+    config = _config_for(np.dtype(dtype), layout, shape_bucket(M, N, K), user_cache,
+                         _stamp(user_cache), _stamp(SHIPPED))
+    return config if whole_tiles(config, M, N, K) else for_edge_tiles(config, dtype)
 
 
 def _stamp(path: Path) -> int | None:

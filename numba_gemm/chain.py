@@ -12,7 +12,7 @@ from numba import cuda
 from .autotune import config_for_shape
 from .api import check_choice, check_config, describe_product, plan, run_in_memory_space
 from .descriptor import MatrixDesc
-from .kernels.tiled import TileConfig
+from .kernels.tiled import TileConfig, for_edge_tiles
 from .kernels.triple import (counters_desc, fused_tiles_per_product, intermediate_row_major,
                              intermediate_shape, intermediate_view, partials_shape, plan_fused,
                              plan_naive, sync_slots, whole_products)
@@ -75,21 +75,21 @@ def fused_config(M: int, K1: int, K2: int, N: int, dtype) -> TileConfig:
                        dtype)
 
 
-# Tall tiles with large register tiles (block_m > block_n, ROW_MAJOR_T_FROM elements per thread:
-# the H100's tuned 256 x 128) run the fused kernel transposed (128 x 256, the H200's tuned
-# shape) where either product has edge tiles (tiled.whole_tiles). Both products' A operands
-# (A and the intermediate) go through the staging registers, whose count grows with block_m, on
-# top of edge code. H100, fp32, square row-major chains, one run each, against two tiled GEMMs
-# on their tuned 256 x 128 tiles: 128 x 256 ran 1.003-1.009x at N = 2047 (256 x 128: 0.915x),
-# 1.10x at 2000 (0.99x), 1.11x at 1800 (0.995x), 1.12x at 3500 (1.03x) and 1.05x at 4095
-# (0.98x). With whole tiles 256 x 128 stays: 128 x 256 ran 0.95-0.96x at 2048 and 4096.
+# Where either product has edge tiles (tiled.whole_tiles), the fused kernel runs tall tiles with
+# large register tiles transposed, as the tiled GEMM does (tiled.for_edge_tiles): both products'
+# A operands (A and the intermediate) go through the staging registers. H100, fp32, square
+# row-major chains, one run each, against two tiled GEMMs on 256 x 128 tiles (before the tiled
+# GEMM transposed them too): on 128 x 256 the fused kernel ran 1.003-1.009x at N = 2047 (on
+# 256 x 128: 0.915x), 1.10x at 2000 (0.99x), 1.11x at 1800 (0.995x), 1.12x at 3500 (1.03x) and
+# 1.05x at 4095 (0.98x). With whole tiles 256 x 128 stays: 128 x 256 ran 0.95-0.96x at 2048
+# and 4096.
 
 
 def fused_tiles(tuned: TileConfig, M: int, K1: int, K2: int, N: int, sms: int,
                 dtype) -> TileConfig:
     """The fused kernel's tiles for A (M x K1) @ B (K1 x K2) @ C (K2 x N) on ``sms`` SMs, from
     ``tuned`` (the tiled GEMM's for A @ B): transposed where tall large tiles meet edge tiles
-    (see above); then half as large along their longer side (n on a tie) where the fused grid's
+    in either product (see above); then half as large along their longer side (n on a tie) where the fused grid's
     last wave (T's and D's tiles, one CTA per SM) fills less than half the SMs; then, where T
     has fewer than ``FILL_CTAS`` tiles (see ``NEAR_FILL_CTAS`` for the exception), the first of
     ``SMALL_FUSED_CONFIGS`` that gives it that many (the smallest where none does)."""
@@ -100,10 +100,7 @@ def fused_tiles(tuned: TileConfig, M: int, K1: int, K2: int, N: int, sms: int,
     def whole(config):  # both products without edge code
         return all(whole_products(config, M, K1, K2, N))
 
-    config = tuned
-    if not whole(tuned) and tuned.block_m > tuned.block_n and intermediate_row_major(tuned):
-        config = _valid_or(replace(tuned, block_m=tuned.block_n, block_n=tuned.block_m,
-                                   thread_m=tuned.thread_n, thread_n=tuned.thread_m), config, dtype)
+    config = tuned if whole(tuned) else for_edge_tiles(tuned, dtype)
     last_wave = sum(fused_tiles_per_product(config, M, K2, N)) % sms
     if 0 < last_wave < sms / 2:
         if config.block_m > config.block_n:  # 256 x 128 -> 128 x 128, as 128 x 256 -> 128 x 128

@@ -200,10 +200,13 @@ def test_fusion_changes_tiles_where_fused_tiles_change(tuned, n, saves):
     assert fusion_changes_tiles(tuned, n, n, n, n, 132, np.float32) is saves
 
 
-def test_fusion_changes_tiles_where_edge_tiles_run_transposed():
-    # H100: fused on 128 x 256 1.00-1.01x unfused at 2047 (edge tiles), 1.05x at 4095.
-    assert fusion_changes_tiles(TALL, 2047, 2047, 2047, 2047, 132, np.float32)
+def test_fusion_changes_tiles_where_only_the_second_product_has_edge_tiles():
+    # The tiled GEMM runs A @ B of a ragged chain on transposed tiles already
+    # (tiled.for_edge_tiles); where A @ B has whole tiles and T @ C does not, only the fused
+    # kernel, which runs both products on one config, transposes them.
+    assert fusion_changes_tiles(TALL, 2048, 2048, 2048, 2047, 132, np.float32)
     assert not fusion_changes_tiles(WIDE, 2047, 2047, 2047, 2047, 132, np.float32)
+    assert not fusion_changes_tiles(TALL, 2048, 2048, 2048, 2048, 132, np.float32)
 
 
 TALL_TRANSPOSED = TileConfig(128, 256, 16, 8, 16, 4, 8)
