@@ -118,15 +118,17 @@ def test_fused_with_row_major_intermediate(order, layout, rng, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("shape, shared", [
-    ((32, 16, 48, 32), True),  # whole tiles, every operand row-major and aligned
-    ((32, 16, 48, 20), False),  # N = 20 cuts D's tiles: D's tile function has edge code
+@pytest.mark.parametrize("shape, shared, one_site", [
+    ((32, 16, 48, 32), True, False),  # whole tiles, every operand row-major and aligned
+    ((32, 16, 48, 20), False, False),  # N = 20 cuts D's tiles: D's tile function has edge code
+    ((20, 16, 48, 20), True, True),  # M = 20 cuts both products' tiles: both have edge code
 ])
-def test_fused_kernel_where_both_products_compile_to_one_tile_function(shape, shared, dtype,
-                                                                        rng, monkeypatch):
+def test_fused_kernel_where_both_products_compile_to_one_tile_function(shape, shared, one_site,
+                                                                        dtype, rng, monkeypatch):
     # With T row-major (ROW_MAJOR_T_FROM lowered for the simulator's 4 x 4 register tiles), T
-    # is stored as D is and read as A is: where the tiles are also whole, both products
-    # compile to one tile function, which the kernel inlines at both products' call sites.
+    # is stored as D is and read as A is: where the tiles are also alike (whole, or both with
+    # edges), both products compile to one tile function. With whole tiles the kernel calls it
+    # from both products' sites; with edge code from one site, its operands chosen at run time.
     monkeypatch.setattr(triple_kernels, "ROW_MAJOR_T_FROM", 16)
     monkeypatch.setattr(chain, "fused_workers", lambda *args: None)  # one CTA per tile
     compiled = _record_fused_kernels(monkeypatch)
@@ -138,6 +140,7 @@ def test_fused_kernel_where_both_products_compile_to_one_tile_function(shape, sh
     (config, dtype, interiors, modes), = compiled
     ab, tc = triple_kernels._products(config, dtype, interiors, modes)[:2]
     assert (ab.compute_tile is tc.compute_tile) == shared  # the case this shape stands for
+    assert triple_kernels.one_call_site(interiors, modes) == one_site
 
 
 def test_intermediate_layouts():

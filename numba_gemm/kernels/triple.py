@@ -70,11 +70,15 @@ compile of this kernel (``jax_bridge``) used fewer registers than Numba's and fi
 and at N = 1024 ran 1.6x slower for it.
 
 Each product calls its tile function from its own site, with its operands fixed when
-compiling, even where both compile to the same function (row-major T, whole tiles). On the
-H100's 256 x 128 tiles (N = 2048 and 4096) one call site with the operands chosen at run
+compiling, also where both compile to the same function with whole tiles (row-major T). On
+the H100's 256 x 128 tiles (N = 2048 and 4096) one call site with the operands chosen at run
 time had run 0.986-0.989x unfused, a call per product 0.991-0.999x: its T tiles as fast as
 the tiled launch of A @ B (0.994-1.003x), its D tiles 0.985-0.995x that of T @ C until their
-departure counts moved out of registers (step 4 in the kernel).
+departure counts moved out of registers (step 4 in the kernel). Where both compile to the
+same function *with* edge code (a ragged row-major chain), one call site serves both and
+halves the binary: H100, 128 x 256 tiles, against two tiled launches on the same tiles, it
+ran 1.014-1.016x at N = 1800 (a call per product 0.988-0.991x), 1.018x at 2000 (0.996x) and
+1.003x at 3500 (0.997x); at 2048, with whole tiles, 0.980x (0.997x).
 
 Both kernels compile each product without edge code where its tiles are whole
 (``tiled.whole_tiles``): that halves the binary, and at N = 2048 the D tiles, whose k loop
@@ -111,7 +115,7 @@ from .ptx import backoff, load_acquire, load_from_l2, move_element, release_add
 from .tiled import VECTOR_BYTES, TileConfig, kernel_jit, operand_modes, tile_computer, whole_tiles
 
 __all__ = ["NAIVE_MAX_THREADS", "SYNC_HEAD", "plan_naive", "plan_fused", "counters_desc",
-           "sync_slots", "whole_products", "fused_tiles_per_product", "partials_shape", "ROW_MAJOR_T_FROM",
+           "sync_slots", "whole_products", "one_call_site", "fused_tiles_per_product", "partials_shape", "ROW_MAJOR_T_FROM",
            "intermediate_row_major", "intermediate_shape", "intermediate_view"]
 
 NAIVE_MAX_THREADS = 1024  # one thread per column of A @ B and of D
@@ -264,6 +268,13 @@ def _products(config: TileConfig, dtype: np.dtype, interiors: tuple, modes: tupl
             tile_counts)
 
 
+def one_call_site(interiors: tuple, modes: tuple) -> bool:
+    """Whether the fused kernel calls its products' tile function from one site: where both
+    products compile to the same function (the same operand ``modes`` and ``interiors``) and
+    it carries edge code (module docstring)."""
+    return modes[:3] == modes[3:] and interiors[0] == interiors[1] and not interiors[0]
+
+
 @functools.cache
 def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, *modes: tuple):
     """Compile-time specialisation of the fused kernel (one tile per CTA) for one config,
@@ -277,6 +288,7 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, *modes:
     ab, tc, A_REGS, B_REGS, tile_counts = _products(config, dtype, interiors, modes)
     thread_tile, group_of, t_tile, d_tile = (ab.thread_tile, ab.group_of, ab.compute_tile,
                                              tc.compute_tile)
+    ONE_SITE = one_call_site(interiors, modes)  # the branch not taken is pruned
     tile_of_device = cuda.jit(device=True)(tile_of)
     GROUP_M = config.group_m
 
@@ -320,10 +332,30 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, *modes:
         m0 = pid_m * BLOCK_M
         x0 = pid_x * BLOCK_N
 
-        # Each product keeps its own call, its operands fixed when compiling: one call site
-        # with the operands chosen at run time cost registers and ran slower (module
-        # docstring; at N = 512 115 registers instead of 107, 1% slower).
-        if is_t:
+        if ONE_SITE:
+            # Steps 2-4 below through one call of the products' common tile function, its
+            # operands chosen here: one copy of its edge code in the binary, not two.
+            if is_t:
+                lhs, stride_lm, stride_lk, rhs, stride_rk, stride_rn = (a, stride_am, stride_ak,
+                                                                       b, stride_bk, stride_bn)
+                out, stride_om, stride_on, cols, inner = t, stride_tm, stride_tk, K2, K1
+            else:
+                wait_for_count(sync, HEAD + pid_m, chunks, cta_tid)
+                lhs, stride_lm, stride_lk, rhs, stride_rk, stride_rn = (t, stride_tm, stride_tk,
+                                                                       c, stride_ck, stride_cn)
+                out, stride_om, stride_on, cols, inner = d, stride_dm, stride_dn, N, K2
+            t_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
+                   lhs, 0, stride_lm, stride_lk, rhs, 0, stride_rk, stride_rn,
+                   out, 0, stride_om, stride_on, M, cols, inner, m0, x0, thread_row, thread_col)
+            if tile[0] != 0:  # the ticket comes back from shared memory, as in step 4
+                count_up(sync, HEAD + tile[1], cta_tid)
+            else:
+                depart(sync, tile[3], tile[4], cta_tid)
+        # Otherwise each product keeps its own call, its operands fixed when compiling: one
+        # call site with the operands chosen at run time cost registers and ran slower where
+        # the tiles are whole (module docstring; at N = 512 115 registers instead of 107, 1%
+        # slower).
+        elif is_t:
             # -- 2. a T tile: T[m0:, x0:] = A[m0:, :] @ B[:, x0:], then count it in ----------
             t_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
                    a, 0, stride_am, stride_ak, b, 0, stride_bk, stride_bn,
