@@ -241,8 +241,8 @@ def resolve(M: int, K1: int, K2: int, N: int, algorithm: str, order: str,
 
 
 # "auto" fuses chains of up to this many multiply-adds (the two products together): those of
-# N = 1024; above it, only where the fused kernel runs other tiles than the tiled GEMM's tuned
-# ones (fusion_changes_tiles): a ragged wave saved, or edge tiles run transposed.
+# N = 1024; above it, only where the fused kernel runs other tiles than the tiled GEMM
+# (fusion_changes_tiles): a ragged wave saved, or edge tiles of T @ C alone run transposed.
 # Measured on an H100 (benchmarks/triple_product.py, fp32): fused beat two tiled GEMMs 2.8x at
 # N = 256, 2.5x at 512 and 1.03-1.04x at 1024 (in three runs; 1.42x, 1.86x and 1.04x once the
 # tiled GEMM's tiles for 512 and 1024 were tuned by GPU time), and jax_bridge.triple's fused
@@ -256,9 +256,8 @@ def resolve(M: int, K1: int, K2: int, N: int, algorithm: str, order: str,
 # products 0.990x and 0.994x, on the H100's own tuned tiles (256x128) 0.987x and 0.989x, and
 # with a call per product again 0.995x and 1.003x (0.991-0.999x in probes; 0.996-1.000x with
 # the D tiles' departure counts in shared memory): never enough to move "auto". With edge tiles
-# fused runs 128 x 256 tiles instead (fused_tiles): 1.00-1.01x at 2047, 1.05-1.12x at 1800,
-# 1900, 2000, 3500 and 4095, where the tiles chosen before had run 0.89x (1900: the small tiles)
-# to 1.03x (3500).
+# both run 128 x 256 tiles (tiled.for_edge_tiles): fused 1.02x at 1800 (one call site) and
+# 0.983-0.993x at 2047 (two tile functions), so "auto" runs unfused there too.
 FUSED_UP_TO_MACS = 2 * 1024 ** 3
 
 
@@ -266,8 +265,9 @@ def fusion_changes_tiles(tuned: TileConfig, M: int, K1: int, K2: int, N: int, sm
                          dtype) -> bool:
     """Whether :func:`fused_tiles` changes ``tuned`` (the tiled GEMM's tiles for A @ B) for
     this chain on ``sms`` SMs: where the two products' tiles leave a ragged last wave that one
-    launch of narrower tiles fills, where tall large tiles meet edge tiles and run transposed,
-    or where so few tiles that the small split-k tiles run instead."""
+    launch of narrower tiles fills, where tall large tiles meet edge tiles in T @ C only (the
+    tiled GEMM transposes them for A @ B's own edges), or where so few tiles that the small
+    split-k tiles run instead."""
     return fused_tiles(tuned, M, K1, K2, N, sms, dtype) != tuned
 
 

@@ -86,11 +86,12 @@ sat 110-147 KB into a 207 KB binary, had run 3% slower than the same SASS in the
 kernel (instruction fetch) until then.
 
 Measured (H100, ``benchmarks/triple_product.py``, README; the last two runs): at N = 512
-1.86x faster than two tiled GEMMs on their tuned tiles (22.0-22.3 us) and 1.23-1.24x
-PyTorch's two cuBLAS kernels replayed from a CUDA graph; from 1024 to 4096 1.03-1.04x,
-1.58x (1536, stream-K), 1.11-1.12x and 1.01x (1800 and 2047, edge tiles, 128 x 256:
-``chain.fused_tiles``), 0.9997-1.001x (2048), 1.19x and 1.001-1.003x (4096) of them. At 2048 and 4096 the tiled GEMM's tiles
-already fill the SMs, and the fused kernel gains little more than the second launch: with
+1.83-1.86x faster than two tiled GEMMs on their tuned tiles (22.3-22.7 us) and 1.23x
+PyTorch's two cuBLAS kernels replayed from a CUDA graph; from 1024 to 4096 1.04x, 1.58x
+(1536, stream-K), 1.02x (1800, edge tiles: one call site), 0.987x (2047: two tile functions
+with edge code), 0.998-1.001x (2048), 1.20x and 1.001-1.002x (4096) of them, where both run
+128 x 256 tiles on edge tiles (``tiled.for_edge_tiles``). At 2048 and 4096 the tiled GEMM's
+tiles already fill the SMs, and the fused kernel gains little more than the second launch: with
 the D tiles' departure counts read back from shared memory (step 4) it ran 0.996-0.998x
 unfused at 2048 and 0.999-1.000x at 4096 in a per-phase probe, its T tiles 0.994-1.004x the
 tiled launch of A @ B, its D tiles 0.992-0.996x that of T @ C. An earlier design kept T in
@@ -115,8 +116,9 @@ from .ptx import backoff, load_acquire, load_from_l2, move_element, release_add
 from .tiled import VECTOR_BYTES, TileConfig, kernel_jit, operand_modes, tile_computer, whole_tiles
 
 __all__ = ["NAIVE_MAX_THREADS", "SYNC_HEAD", "plan_naive", "plan_fused", "counters_desc",
-           "sync_slots", "whole_products", "one_call_site", "fused_tiles_per_product", "partials_shape", "ROW_MAJOR_T_FROM",
-           "intermediate_row_major", "intermediate_shape", "intermediate_view"]
+           "sync_slots", "whole_products", "one_call_site", "fused_tiles_per_product",
+           "partials_shape", "ROW_MAJOR_T_FROM", "intermediate_row_major", "intermediate_shape",
+           "intermediate_view"]
 
 NAIVE_MAX_THREADS = 1024  # one thread per column of A @ B and of D
 SYNC_HEAD = 2  # the fused kernel's ticket and departure counters, before one per row block
