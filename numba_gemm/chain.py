@@ -89,10 +89,11 @@ def fused_tiles(tuned: TileConfig, M: int, K1: int, K2: int, N: int, sms: int,
                 dtype) -> TileConfig:
     """The fused kernel's tiles for A (M x K1) @ B (K1 x K2) @ C (K2 x N) on ``sms`` SMs, from
     ``tuned`` (the tiled GEMM's for A @ B): transposed where tall large tiles meet edge tiles
-    in either product (see above); then half as large along their longer side (n on a tie) where the fused grid's
-    last wave (T's and D's tiles, one CTA per SM) fills less than half the SMs; then, where T
-    has fewer than ``FILL_CTAS`` tiles (see ``NEAR_FILL_CTAS`` for the exception), the first of
-    ``SMALL_FUSED_CONFIGS`` that gives it that many (the smallest where none does)."""
+    in either product (see above); then half as large along their longer side (n on a tie)
+    where the fused grid's last wave (T's and D's tiles, one CTA per SM) fills less than half
+    the SMs; then, where T has fewer than ``FILL_CTAS`` tiles (see ``NEAR_FILL_CTAS`` for the
+    exception), the first of ``SMALL_FUSED_CONFIGS`` that gives it that many (the smallest
+    where none does)."""
 
     def t_tiles(config):
         return fused_tiles_per_product(config, M, K2, N)[0]

@@ -73,8 +73,8 @@ from .ptx import (cp_async, cp_async_commit, cp_async_wait, load_global_vector, 
                   move_element, named_barrier, store_vector, warp_barrier)
 
 __all__ = ["TileConfig", "DEFAULT_CONFIGS", "LARGE_REGISTER_TILE", "for_edge_tiles", "SharedLayout",
-           "mainloop", "tile_storer", "split_k_parts", "TileFunctions", "tile_computer", "whole_tiles", "kernel_jit",
-           "plan_tiled", "operand_modes", "kernel_resources"]
+           "mainloop", "tile_storer", "split_k_parts", "TileFunctions", "tile_computer",
+           "whole_tiles", "kernel_jit", "plan_tiled", "operand_modes", "kernel_resources"]
 
 VECTOR_BYTES = 16  # one 128-bit load or store
 MAX_THREADS = 1024
@@ -193,7 +193,8 @@ def for_edge_tiles(config: TileConfig, dtype) -> TileConfig:
     """The tiles to run ``config``'s products with edge tiles: transposed where ``config`` is
     tall with large register tiles (see :data:`LARGE_REGISTER_TILE`) and the transpose is valid
     for ``dtype``, else ``config`` itself."""
-    if config.block_m <= config.block_n or config.thread_m * config.thread_n < LARGE_REGISTER_TILE:
+    large = config.thread_m * config.thread_n >= LARGE_REGISTER_TILE
+    if config.block_m <= config.block_n or not large:
         return config
     wide = replace(config, block_m=config.block_n, block_n=config.block_m,
                    thread_m=config.thread_n, thread_n=config.thread_m)
