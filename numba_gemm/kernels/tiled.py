@@ -182,10 +182,11 @@ DEFAULT_CONFIGS = {
 # H200's tuned shape) where the product has edge tiles (not whole_tiles): a row-major A goes
 # through the staging registers, whose count grows with block_m, on top of the edge code.
 # H100, fp32, row-major operands, the tiled GEMM on both tiles in one run (each result checked,
-# 11 interleaved rounds): 128 x 256 ran 1.12x faster at 1800^3, 1.15x at 1900^3, 1.11x at 2000^3
-# and 3500^3, 1.02x at 2047^3 and 4095^3 (rows not 16-byte aligned), 1.15x, 1.04x and 1.04x with
-# only M, N or K at 1800 (the others 4096), 1.06x at 2048 x 2048 x 2047, 1.09x at 3000 x 2500
-# x 2048; with whole tiles 256 x 128 stays, 1.03x faster at 1792^3, 2048^3 and 4096^3.
+# 11 interleaved rounds): 128 x 256 ran 1.12x faster at 1800^3, 1.15x at 1900^3, 1.11x at
+# 2000^3, 1.12x at 3500^3, 1.02x at 2047^3 and 4095^3 (rows not 16-byte aligned), 1.15x, 1.04x
+# and 1.04x with only M, N or K at 1800 (the others 4096), 1.06x at 2048 x 2048 x 2047, 1.09x at
+# 3000 x 2500 x 2048; with whole tiles 256 x 128 stays, 1.03x faster at 1792^3, 2048^3 and
+# 4096^3.
 LARGE_REGISTER_TILE = 128
 
 
