@@ -12,7 +12,7 @@ from numba import cuda
 from .autotune import config_for_shape
 from .api import check_choice, check_config, describe_product, plan, run_in_memory_space
 from .descriptor import MatrixDesc
-from .kernels.tiled import TileConfig, for_edge_tiles
+from .kernels.tiled import TileConfig, for_edge_tiles, valid_or
 from .kernels.triple import (counters_desc, fused_tiles_per_product, intermediate_row_major,
                              intermediate_shape, intermediate_view, partials_shape, plan_fused,
                              plan_naive, sync_slots, whole_products)
@@ -108,7 +108,7 @@ def fused_tiles(tuned: TileConfig, M: int, K1: int, K2: int, N: int, sms: int,
             narrow = replace(config, block_m=config.block_m // 2, thread_m=config.thread_m // 2)
         else:
             narrow = replace(config, block_n=config.block_n // 2, thread_n=config.thread_n // 2)
-        config = _valid_or(narrow, config, dtype)
+        config = valid_or(narrow, config, dtype)
     small = SMALL_FUSED_CONFIGS[np.dtype(dtype)]
     if t_tiles(config) >= FILL_CTAS or (t_tiles(config) >= NEAR_FILL_CTAS
                                         and (whole(config) or not whole(small[0]))):
@@ -116,15 +116,6 @@ def fused_tiles(tuned: TileConfig, M: int, K1: int, K2: int, N: int, sms: int,
     for candidate in small:
         if t_tiles(candidate) >= FILL_CTAS:
             return candidate
-    return candidate
-
-
-def _valid_or(candidate: TileConfig, fallback: TileConfig, dtype) -> TileConfig:
-    """``candidate`` where it is a valid config for ``dtype``, else ``fallback``."""
-    try:
-        candidate.check(dtype)
-    except ValueError:
-        return fallback
     return candidate
 
 

@@ -72,9 +72,10 @@ from ..ordering import tile_of
 from .ptx import (cp_async, cp_async_commit, cp_async_wait, load_global_vector, load_vector,
                   move_element, named_barrier, store_vector, warp_barrier)
 
-__all__ = ["TileConfig", "DEFAULT_CONFIGS", "LARGE_REGISTER_TILE", "for_edge_tiles", "SharedLayout",
-           "mainloop", "tile_storer", "split_k_parts", "TileFunctions", "tile_computer",
-           "whole_tiles", "kernel_jit", "plan_tiled", "operand_modes", "kernel_resources"]
+__all__ = ["TileConfig", "DEFAULT_CONFIGS", "LARGE_REGISTER_TILE", "for_edge_tiles", "valid_or",
+           "SharedLayout", "mainloop", "tile_storer", "split_k_parts", "TileFunctions",
+           "tile_computer", "whole_tiles", "kernel_jit", "plan_tiled", "operand_modes",
+           "kernel_resources"]
 
 VECTOR_BYTES = 16  # one 128-bit load or store
 MAX_THREADS = 1024
@@ -199,11 +200,16 @@ def for_edge_tiles(config: TileConfig, dtype) -> TileConfig:
         return config
     wide = replace(config, block_m=config.block_n, block_n=config.block_m,
                    thread_m=config.thread_n, thread_n=config.thread_m)
+    return valid_or(wide, config, dtype)
+
+
+def valid_or(candidate: TileConfig, fallback: TileConfig, dtype) -> TileConfig:
+    """``candidate`` where it is a valid config for ``dtype``, else ``fallback``."""
     try:
-        wide.check(dtype)
+        candidate.check(dtype)
     except ValueError:
-        return config
-    return wide
+        return fallback
+    return candidate
 
 
 @functools.lru_cache(maxsize=256)
