@@ -1,0 +1,45 @@
+"""tools/sass.py's reading of nvdisasm output (the compile itself needs the `sass` extra)."""
+
+import pytest
+
+from tools.sass import CLOSE, LOOP_MIN, instructions, k_loops, load_to_use
+
+
+def _sass(body: list[str], loop_back: bool = True) -> str:
+    lines = ["\t.text.kernel:", "        /*0000*/                   MOV R1, c[0x0][0x28] ;",
+             ".L_x_1:"]
+    lines += [f"        /*{16 * (i + 1):04x}*/                   {text} ;"
+              for i, text in enumerate(body)]
+    if loop_back:
+        lines.append(f"        /*{16 * (len(body) + 1):04x}*/              @P0 BRA `(.L_x_1) ;")
+    lines.append(f"        /*{16 * (len(body) + 2):04x}*/                   EXIT ;")
+    return "\n".join(lines)
+
+
+def test_instructions_and_labels():
+    body, labels = instructions(_sass(["LDS.128 R4, [R2]", "FFMA R8, R4, R5, R8"]))
+    assert body[0] == "MOV R1, c[0x0][0x28]" and body[-1] == "EXIT"
+    assert labels == {".L_x_1": 1} and body[3] == "@P0 BRA `(.L_x_1)"
+
+
+@pytest.mark.parametrize("gap, predicate", [(1, ""), (4, "@!P1 "), (9, "@P2 ")])
+def test_load_to_use_counts_instructions_to_the_first_ffma_reading_the_load(gap, predicate):
+    # R6 is the third register of the 16-byte load into R4..R7; R8 and R40 are not its.
+    loop = ([f"{predicate}LDS.128 R4, [R2+0x10]"] + ["IADD3 R9, R9, 0x1, RZ"] * (gap - 1)
+            + ["FFMA R6, R40, R41, R6", "FFMA R8, R6, R41, R8", "FFMA R9, R40, R7, R9"])
+    # the first FFMA writes R6 but reads R40, R41, R6: it reads the load (R6) too
+    assert load_to_use(loop) == [gap]
+    assert load_to_use(["LDS R4, [R2]", "FFMA R8, R40, R41, R8", "FFMA R8, R44, R4, R8"]) == [2]
+    assert load_to_use(["LDS R4, [R2]", "FFMA R4, R40, R41, R8"]) == []  # writes R4, reads not
+
+
+def test_k_loops_keeps_long_loops_with_ffmas_only():
+    step = ["LDS.128 R4, [R2]"] + ["IMAD R9, R9, R9, RZ"] * CLOSE + ["FFMA R8, R4, R5, R8"]
+    long_loop = step * (LOOP_MIN // len(step) + 1)
+    (loop,) = k_loops(_sass(long_loop))
+    assert loop["start"] == 1 and loop["instructions"] == len(long_loop) + 1
+    assert loop["ffma"] == long_loop.count("FFMA R8, R4, R5, R8")
+    assert loop["nearest"] == [CLOSE + 1] * 3 and loop["close"] == 0
+    assert k_loops(_sass(step * 3)) == []  # too short to be a k loop
+    assert k_loops(_sass(long_loop, loop_back=False)) == []  # no branch back
+    assert k_loops(_sass(["IMAD R9, R9, R9, RZ"] * LOOP_MIN)) == []  # no FFMA: not a k loop
