@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a GPU machine, from the repository root: the whole test suite on the real GPU
 # (gpu-marked tests included), the demo, the benchmarks, the MLP trained through
-# jax_bridge against lax, the triple product against torch and JAX, and (where ncu exists) the
+# jax_bridge against lax, the triple product against torch and JAX, each pipe's multiply-add
+# rate with few warps (fma_throughput.py), and (where ncu exists) the
 # L2 measurement of CTA orders. The results table prints last; results go to
 # $NUMBA_GEMM_RESULTS_DIR (default benchmarks/results/), logs to the same folder
 # (default /tmp). PY selects the interpreter (default: python3 with the tree importable).
@@ -48,6 +49,8 @@ mlp=$?
 grep -E "largest relative|Error" "$LOG_DIR/mlp_training.log"
 "$PY" benchmarks/triple_product.py --results "$RESULTS" > "$LOG_DIR/triple_product.log" 2>&1
 triple=$?
+"$PY" benchmarks/fma_throughput.py --results "$RESULTS" > "$LOG_DIR/fma_throughput.log" 2>&1
+fma=$?
 l2=0
 if command -v ncu > /dev/null; then
   ncu --clock-control none --kernel-name regex:tiled --csv \
@@ -58,6 +61,9 @@ if command -v ncu > /dev/null; then
   l2=$?
 fi
 "$PY" -m numba_gemm bench --results "$RESULTS"
+grep -E "warps per SM|Error" "$LOG_DIR/fma_throughput.log"
 sed -n '/^D = A @ B @ C/,$p' "$LOG_DIR/triple_product.log"
-echo "tests exit $tests, benchmarks exit $bench, mlp exit $mlp, triple exit $triple, l2 exit $l2"
-[ "$tests" = 0 ] && [ "$bench" = 0 ] && [ "$mlp" = 0 ] && [ "$triple" = 0 ] && [ "$l2" = 0 ]
+echo "tests exit $tests, benchmarks exit $bench, mlp exit $mlp, triple exit $triple," \
+  "fma exit $fma, l2 exit $l2"
+[ "$tests" = 0 ] && [ "$bench" = 0 ] && [ "$mlp" = 0 ] && [ "$triple" = 0 ] && [ "$fma" = 0 ] \
+  && [ "$l2" = 0 ]

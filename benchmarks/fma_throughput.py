@@ -1,0 +1,231 @@
+"""Multiply-add throughput from Numba: FP32 and FP64 FMAs against FP64 tensor-core mma.sync.
+
+    python3 benchmarks/fma_throughput.py [--results DIR]
+
+A lead for small products, not a kernel of the library. The fused triple product at N = 512
+is bound by latency with 8 warps per SM (docs/triple_product_notes.md); the question is
+how much of each pipe's peak so few warps reach. Each kernel runs independent chains of
+one instruction per thread for ITERATIONS steps, 2 CTAs per SM, at 4, 8 and 16 warps per
+SM, and reports multiply-adds as TFLOP/s (2 flops each):
+
+- ``ffma``: FP32 ``FFMA``, 32 chains per thread;
+- ``dfma``: FP64 ``DFMA``, 16 chains per thread;
+- ``dmma m8n8k4`` and ``dmma m16n8k16``: ``mma.sync.aligned.<shape>.row.col.f64`` (inline
+  PTX through ``numba.cuda.extending.intrinsic``), 8 and 4 accumulator tiles per warp;
+- ``f2f``: float32 -> float64 conversions (``F2F.F64.F32``, each with an FADD and a DADD
+  around it), 16 chains per thread, the price of feeding float32 operands to DMMA. Its rate
+  is given as conversions (``ops``), not flops.
+
+Every kernel's sums are checked against their exact value first (all inputs are 0.5 or 1,
+so every partial sum is exact). Times: CUDA events around REPEATS launches after a warm-up,
+the median of ROUNDS. Writes ``<date>-<device>-fma_throughput.json`` beside the other results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import re
+import statistics
+from pathlib import Path
+
+import numpy as np
+from llvmlite import ir
+from numba import cuda, types
+from numba.cuda.extending import intrinsic
+
+ITERATIONS = 2048
+REPEATS, ROUNDS = 5, 5
+WARPS_PER_SM = (4, 8, 16)
+CTAS_PER_SM = 2
+
+
+def _mma_f64(shape: str, a_regs: int, b_regs: int, c_regs: int):
+    """An intrinsic ``mma(a..., b..., c...) -> d`` (tuples of float64 registers) for one
+    ``mma.sync`` shape with f64 operands: each thread passes its fragment registers."""
+    names = [f"a{i}" for i in range(a_regs)] + [f"b{i}" for i in range(b_regs)] + \
+        [f"c{i}" for i in range(c_regs)]
+
+    def operands(first, count):
+        return "{" + ", ".join(f"${first + i}" for i in range(count)) + "}"
+
+    text = (f"mma.sync.aligned.{shape}.row.col.f64.f64.f64.f64 {operands(0, c_regs)}, "
+            f"{operands(c_regs, a_regs)}, {operands(c_regs + a_regs, b_regs)}, "
+            f"{operands(c_regs + a_regs + b_regs, c_regs)};")
+    constraints = ",".join(["=d"] * c_regs + ["d"] * len(names))
+
+    def codegen(context, builder, signature, args):
+        double = ir.DoubleType()
+        asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([double] * c_regs),
+                                           [double] * len(names)), text, constraints)
+        result = builder.call(asm, list(args))
+        return context.make_tuple(builder, signature.return_type,
+                                  [builder.extract_value(result, i) for i in range(c_regs)])
+
+    # An intrinsic's typer takes its operands by name: written out for this shape.
+    source = (f"def mma(typingctx, {', '.join(names)}):\n"
+              f"    return types.UniTuple(types.float64, {c_regs})({', '.join(names)}), codegen\n")
+    namespace = {"types": types, "codegen": codegen}
+    exec(compile(source, f"<mma {shape}>", "exec"), namespace)
+    return intrinsic(namespace["mma"])
+
+
+mma_m8n8k4 = _mma_f64("m8n8k4", 1, 1, 2)  # 256 multiply-adds per warp
+mma_m16n8k16 = _mma_f64("m16n8k16", 8, 4, 4)  # 2048
+
+
+@cuda.jit
+def ffma_kernel(out, x):
+    a, b = x[0], x[1]  # 1 and 1: chain j ends at j + ITERATIONS
+    acc = cuda.local.array(32, types.float32)
+    for j in range(32):
+        acc[j] = np.float32(j)
+    for _ in range(ITERATIONS):
+        for j in range(32):
+            acc[j] = acc[j] * a + b
+    total = np.float32(0)
+    for j in range(32):
+        total += acc[j]
+    out[cuda.grid(1)] = total
+
+
+@cuda.jit
+def dfma_kernel(out, x):
+    a, b = x[0], x[1]
+    acc = cuda.local.array(16, types.float64)
+    for j in range(16):
+        acc[j] = float(j)
+    for _ in range(ITERATIONS):
+        for j in range(16):
+            acc[j] = acc[j] * a + b
+    total = 0.0
+    for j in range(16):
+        total += acc[j]
+    out[cuda.grid(1)] = total
+
+
+@cuda.jit
+def dmma_m8n8k4_kernel(out, x):
+    a, b = x[0], x[0]  # 0.5 and 0.5: each step adds k * 0.25 = 1 to every element
+    acc = cuda.local.array(16, types.float64)  # 8 tiles, 2 registers each
+    for j in range(16):
+        acc[j] = 0.0
+    for _ in range(ITERATIONS):
+        for t in range(8):
+            acc[2 * t], acc[2 * t + 1] = mma_m8n8k4(a, b, acc[2 * t], acc[2 * t + 1])
+    total = 0.0
+    for j in range(16):
+        total += acc[j]
+    out[cuda.grid(1)] = total
+
+
+@cuda.jit
+def dmma_m16n8k16_kernel(out, x):
+    h = x[0]  # 0.5 everywhere: each step adds k * 0.25 = 4 to every element
+    acc = cuda.local.array(16, types.float64)  # 4 tiles, 4 registers each
+    for j in range(16):
+        acc[j] = 0.0
+    for _ in range(ITERATIONS // 4):  # 4x the multiply-adds of m8n8k4 per register
+        for t in range(4):
+            acc[4 * t], acc[4 * t + 1], acc[4 * t + 2], acc[4 * t + 3] = mma_m16n8k16(
+                h, h, h, h, h, h, h, h, h, h, h, h,
+                acc[4 * t], acc[4 * t + 1], acc[4 * t + 2], acc[4 * t + 3])
+    total = 0.0
+    for j in range(16):
+        total += acc[j]
+    out[cuda.grid(1)] = total
+
+
+@cuda.jit
+def f2f_kernel(out, x):
+    one = np.float32(x[0])  # 1: chain j converts j + 1, j + 2, ... and sums them exactly
+    value = cuda.local.array(16, types.float32)
+    acc = cuda.local.array(16, types.float64)
+    for j in range(16):
+        value[j], acc[j] = np.float32(j), 0.0
+    for _ in range(ITERATIONS):
+        for j in range(16):
+            value[j] += one
+            acc[j] += types.float64(value[j])
+    total = 0.0
+    for j in range(16):
+        total += acc[j]
+    out[cuda.grid(1)] = total
+
+
+# name -> (kernel, dtype, inputs, operations per warp (multiply-adds, or conversions for
+# f2f), exact sum per thread)
+CASES = {
+    "ffma": (ffma_kernel, np.float32, (1.0, 1.0), ITERATIONS * 32 * 32,
+             sum(range(32)) + 32 * ITERATIONS),
+    "dfma": (dfma_kernel, np.float64, (1.0, 1.0), ITERATIONS * 16 * 32,
+             sum(range(16)) + 16 * ITERATIONS),
+    "dmma m8n8k4": (dmma_m8n8k4_kernel, np.float64, (0.5,), ITERATIONS * 8 * 256,
+                    16 * ITERATIONS),
+    "dmma m16n8k16": (dmma_m16n8k16_kernel, np.float64, (0.5,), ITERATIONS // 4 * 4 * 2048,
+                      16 * ITERATIONS),
+    "f2f": (f2f_kernel, np.float64, (1.0,), ITERATIONS * 16 * 32,
+            ITERATIONS * sum(range(16)) + 16 * ITERATIONS * (ITERATIONS + 1) // 2),
+}
+
+
+def measure() -> list[dict]:
+    device = cuda.get_current_device()
+    sms, clock_hz = device.MULTIPROCESSOR_COUNT, device.CLOCK_RATE * 1e3  # the boost clock
+    start, stop = cuda.event(), cuda.event()
+    rows = []
+    for name, (kernel, dtype, inputs, ops_per_warp, exact) in CASES.items():
+        x = cuda.to_device(np.array(inputs, dtype))
+        for warps in WARPS_PER_SM:
+            blocks, threads = CTAS_PER_SM * sms, warps * 32 // CTAS_PER_SM
+            out = cuda.to_device(np.full(blocks * threads, np.nan, dtype))
+            kernel[blocks, threads](out, x)
+            got = out.copy_to_host()
+            if not np.all(got == exact):
+                raise AssertionError(f"{name}: sums {np.unique(got)[:4]} where {exact} was due")
+            times = []
+            for _ in range(ROUNDS):
+                start.record()
+                for _ in range(REPEATS):
+                    kernel[blocks, threads](out, x)
+                stop.record()
+                stop.synchronize()
+                times.append(cuda.event_elapsed_time(start, stop) / 1e3 / REPEATS)
+            seconds = statistics.median(times)
+            ops = blocks * threads // 32 * ops_per_warp
+            row = {"kernel": name, "warps_per_sm": warps, "seconds": seconds}
+            if name == "f2f":
+                row["conversions_per_clock_per_sm"] = ops / seconds / sms / clock_hz
+                rate = f"{row['conversions_per_clock_per_sm']:5.1f} conversions per clock per SM"
+            else:
+                row["tflops"] = 2 * ops / seconds / 1e12
+                rate = f"{row['tflops']:5.1f} TFLOP/s"
+            rows.append(row)
+            print(f"{name:14s} {warps:2d} warps per SM: {rate}")
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", default=str(Path(__file__).parent / "results"))
+    args = parser.parse_args()
+    import numba_cuda
+
+    from numba_gemm.timing import device_name
+
+    rows = measure()
+    device = device_name()
+    now = datetime.datetime.now(datetime.timezone.utc)
+    slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
+    path = Path(args.results) / f"{now:%Y-%m-%d}-{slug}-fma_throughput.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({
+        "date": now.isoformat(timespec="seconds"), "device": device,
+        "versions": {"numba-cuda": numba_cuda.__version__, "numpy": np.__version__},
+        "iterations": ITERATIONS, "ctas_per_sm": CTAS_PER_SM, "results": rows}, indent=1))
+    print(f"results: {path}")
+
+
+if __name__ == "__main__":
+    main()
