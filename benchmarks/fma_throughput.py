@@ -17,7 +17,8 @@ SM, and reports multiply-adds as TFLOP/s (2 flops each):
   is given as conversions (``ops``), not flops.
 
 Every kernel's sums are checked against their exact value first (all inputs are 0.5 or 1,
-so every partial sum is exact). Times: CUDA events around REPEATS launches after a warm-up,
+so every partial sum is exact), and the m16n8k16 fragment layout assumed below against NumPy
+(:func:`check_m16n8k16_layout`). Times: CUDA events around REPEATS launches after a warm-up,
 the median of ROUNDS. Writes ``<date>-<device>-fma_throughput.json`` beside the other results.
 """
 
@@ -154,6 +155,39 @@ def f2f_kernel(out, x):
     out[cuda.grid(1)] = total
 
 
+@cuda.jit
+def m16n8k16_layout_kernel(a, b, d):
+    """One warp: D (16 x 8) = A (16 x 16) @ B (16 x 8), row-major, through the fragments of
+    PTX's m16n8k16 .f64 layout: with g = lane // 4 and t = lane % 4, register i of A holds
+    A(g + 8 * (i % 2), t + 4 * (i // 2)), register i of B holds B(t + 4 * i, g), and D's
+    registers hold D(g, 2t), D(g, 2t + 1), D(g + 8, 2t), D(g + 8, 2t + 1)."""
+    lane = cuda.threadIdx.x
+    g, t = lane // 4, lane % 4
+    fa = cuda.local.array(8, types.float64)
+    fb = cuda.local.array(4, types.float64)
+    for i in range(8):
+        fa[i] = a[(g + 8 * (i % 2)) * 16 + t + 4 * (i // 2)]
+    for i in range(4):
+        fb[i] = b[(t + 4 * i) * 8 + g]
+    d0, d1, d2, d3 = mma_m16n8k16(fa[0], fa[1], fa[2], fa[3], fa[4], fa[5], fa[6], fa[7],
+                                  fb[0], fb[1], fb[2], fb[3], 0.0, 0.0, 0.0, 0.0)
+    d[g * 8 + 2 * t], d[g * 8 + 2 * t + 1] = d0, d1
+    d[(g + 8) * 8 + 2 * t], d[(g + 8) * 8 + 2 * t + 1] = d2, d3
+
+
+def check_m16n8k16_layout() -> float:
+    """The largest error of one m16n8k16 product through that layout against NumPy's
+    (random float64 operands; an exact layout gives at most rounding, ~1e-15)."""
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((16, 16)), rng.standard_normal((16, 8))
+    d = cuda.to_device(np.full(16 * 8, np.nan))
+    m16n8k16_layout_kernel[1, 32](cuda.to_device(a.ravel()), cuda.to_device(b.ravel()), d)
+    error = float(np.abs(d.copy_to_host().reshape(16, 8) - a @ b).max())
+    if not error < 1e-12:
+        raise AssertionError(f"m16n8k16 f64 fragment layout: error {error}")
+    return error
+
+
 # name -> (kernel, dtype, inputs, operations per warp (multiply-adds, or conversions for
 # f2f), exact sum per thread)
 CASES = {
@@ -214,6 +248,8 @@ def main() -> None:
 
     from numba_gemm.timing import device_name
 
+    layout_error = check_m16n8k16_layout()
+    print(f"m16n8k16 f64 fragment layout: largest error {layout_error:.1e} against NumPy")
     rows = measure()
     device = device_name()
     now = datetime.datetime.now(datetime.timezone.utc)
@@ -223,7 +259,8 @@ def main() -> None:
     path.write_text(json.dumps({
         "date": now.isoformat(timespec="seconds"), "device": device,
         "versions": {"numba-cuda": numba_cuda.__version__, "numpy": np.__version__},
-        "iterations": ITERATIONS, "ctas_per_sm": CTAS_PER_SM, "results": rows}, indent=1))
+        "iterations": ITERATIONS, "ctas_per_sm": CTAS_PER_SM,
+        "m16n8k16_layout_error": layout_error, "results": rows}, indent=1))
     print(f"results: {path}")
 
 

@@ -61,7 +61,7 @@ if command -v ncu > /dev/null; then
   l2=$?
 fi
 "$PY" -m numba_gemm bench --results "$RESULTS"
-grep -E "warps per SM|Error" "$LOG_DIR/fma_throughput.log"
+grep -E "warps per SM|layout|Error" "$LOG_DIR/fma_throughput.log"
 sed -n '/^D = A @ B @ C/,$p' "$LOG_DIR/triple_product.log"
 echo "tests exit $tests, benchmarks exit $bench, mlp exit $mlp, triple exit $triple," \
   "fma exit $fma, l2 exit $l2"
