@@ -9,11 +9,9 @@ its ratio against the peer measured in the same run, go to
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import platform
-import re
 from importlib import metadata
 from pathlib import Path
 
@@ -119,14 +117,13 @@ def pytest_sessionfinish(session, exitstatus):
     if not _ROWS:
         return
     rows = _with_ratios(_ROWS)
+    from numba_gemm.timing import results_file
+
     device = _SESSION.get("device", {}).get("name", "unknown")
-    now = datetime.datetime.now(datetime.timezone.utc)
-    slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
     out_dir = Path(os.environ.get("NUMBA_GEMM_RESULTS_DIR", Path(__file__).parent / "results"))
-    out_dir.mkdir(parents=True, exist_ok=True)
     suites = "-".join(sorted({r["suite"] for r in rows}))  # no "+": some tools refuse it in names
-    path = out_dir / f"{now:%Y-%m-%d}-{slug}-{suites}.json"
-    payload = {"date": now.isoformat(timespec="seconds"), "device": _SESSION.get("device"),
+    path, date = results_file(out_dir, device, suites)
+    payload = {"date": date, "device": _SESSION.get("device"),
                "versions": _versions(), "copy_bandwidth_bytes_per_s": _SESSION.get("copy_bandwidth_bytes_per_s"),
                "timing": "pytest-benchmark medians over calibrated rounds of back-to-back calls "
                          "(median_s is per call); timer numba_gemm.timing.device_clock (CUDA events "

@@ -25,9 +25,7 @@ the median of ROUNDS. Writes ``<date>-<device>-fma_throughput.json`` beside the 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import re
 import statistics
 from pathlib import Path
 
@@ -76,34 +74,34 @@ mma_m8n8k4 = _mma_f64("m8n8k4", 1, 1, 2)  # 256 multiply-adds per warp
 mma_m16n8k16 = _mma_f64("m16n8k16", 8, 4, 4)  # 2048
 
 
-@cuda.jit
-def ffma_kernel(out, x):
-    a, b = x[0], x[1]  # 1 and 1: chain j ends at j + ITERATIONS
-    acc = cuda.local.array(32, types.float32)
-    for j in range(32):
-        acc[j] = np.float32(j)
-    for _ in range(ITERATIONS):
-        for j in range(32):
-            acc[j] = acc[j] * a + b
-    total = np.float32(0)
-    for j in range(32):
+@cuda.jit(device=True)
+def write_total(out, acc, count):
+    """out[thread] = acc[0] + ... + acc[count - 1], in acc's type: what keeps the chains live."""
+    total = acc[0]
+    for j in range(1, count):
         total += acc[j]
     out[cuda.grid(1)] = total
 
 
-@cuda.jit
-def dfma_kernel(out, x):
-    a, b = x[0], x[1]
-    acc = cuda.local.array(16, types.float64)
-    for j in range(16):
-        acc[j] = float(j)
-    for _ in range(ITERATIONS):
-        for j in range(16):
-            acc[j] = acc[j] * a + b
-    total = 0.0
-    for j in range(16):
-        total += acc[j]
-    out[cuda.grid(1)] = total
+def _fma_kernel(scalar, chains: int):
+    """Independent FMA chains of ``scalar`` (np.float32: FFMA, np.float64: DFMA) per thread."""
+
+    @cuda.jit
+    def fma_kernel(out, x):
+        a, b = x[0], x[1]  # 1 and 1: chain j ends at j + ITERATIONS
+        acc = cuda.local.array(chains, scalar)
+        for j in range(chains):
+            acc[j] = scalar(j)
+        for _ in range(ITERATIONS):
+            for j in range(chains):
+                acc[j] = acc[j] * a + b
+        write_total(out, acc, chains)
+
+    return fma_kernel
+
+
+ffma_kernel = _fma_kernel(np.float32, 32)
+dfma_kernel = _fma_kernel(np.float64, 16)
 
 
 @cuda.jit
@@ -115,10 +113,7 @@ def dmma_m8n8k4_kernel(out, x):
     for _ in range(ITERATIONS):
         for t in range(8):
             acc[2 * t], acc[2 * t + 1] = mma_m8n8k4(a, b, acc[2 * t], acc[2 * t + 1])
-    total = 0.0
-    for j in range(16):
-        total += acc[j]
-    out[cuda.grid(1)] = total
+    write_total(out, acc, 16)
 
 
 @cuda.jit
@@ -132,10 +127,7 @@ def dmma_m16n8k16_kernel(out, x):
             acc[4 * t], acc[4 * t + 1], acc[4 * t + 2], acc[4 * t + 3] = mma_m16n8k16(
                 h, h, h, h, h, h, h, h, h, h, h, h,
                 acc[4 * t], acc[4 * t + 1], acc[4 * t + 2], acc[4 * t + 3])
-    total = 0.0
-    for j in range(16):
-        total += acc[j]
-    out[cuda.grid(1)] = total
+    write_total(out, acc, 16)
 
 
 @cuda.jit
@@ -149,10 +141,7 @@ def f2f_kernel(out, x):
         for j in range(16):
             value[j] += one
             acc[j] += types.float64(value[j])
-    total = 0.0
-    for j in range(16):
-        total += acc[j]
-    out[cuda.grid(1)] = total
+    write_total(out, acc, 16)
 
 
 @cuda.jit
@@ -246,18 +235,15 @@ def main() -> None:
     args = parser.parse_args()
     import numba_cuda
 
-    from numba_gemm.timing import device_name
+    from numba_gemm.timing import device_name, results_file
 
     layout_error = check_m16n8k16_layout()
     print(f"m16n8k16 f64 fragment layout: largest error {layout_error:.1e} against NumPy")
     rows = measure()
     device = device_name()
-    now = datetime.datetime.now(datetime.timezone.utc)
-    slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
-    path = Path(args.results) / f"{now:%Y-%m-%d}-{slug}-fma_throughput.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path, date = results_file(args.results, device, "fma_throughput")
     path.write_text(json.dumps({
-        "date": now.isoformat(timespec="seconds"), "device": device,
+        "date": date, "device": device,
         "versions": {"numba-cuda": numba_cuda.__version__, "numpy": np.__version__},
         "iterations": ITERATIONS, "ctas_per_sm": CTAS_PER_SM,
         "m16n8k16_layout_error": layout_error, "results": rows}, indent=1))

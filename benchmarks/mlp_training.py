@@ -15,9 +15,7 @@ Prints the loss curves side by side and writes them to
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import re
 from pathlib import Path
 
 import jax
@@ -26,6 +24,7 @@ import numpy as np
 from jax import lax
 
 import jax_bridge
+from numba_gemm.timing import results_file
 
 LAYERS = (64, 256, 256, 10)
 BATCH = 256
@@ -101,12 +100,9 @@ def main() -> None:
         print(f"{i + 1:6d} {ours[i]:12.6f} {theirs[i]:14.6f} {relative[i]:14.2e}")
     print(f"largest relative difference over all steps: {max(relative):.2e} "
           f"(tolerance {LOSS_TOLERANCE:.0e})")
-    now = datetime.datetime.now(datetime.timezone.utc)
-    slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
-    path = Path(args.results) / f"{now:%Y-%m-%d}-{slug}-mlp_training.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path, date = results_file(args.results, device, "mlp_training")
     path.write_text(json.dumps({
-        "date": now.isoformat(timespec="seconds"), "device": device,
+        "date": date, "device": device,
         "versions": {"jax": jax.__version__}, "layers": LAYERS, "batch": BATCH,
         "learning_rate": LEARNING_RATE, "steps": args.steps,
         "loss_jax_bridge": ours, "loss_lax_highest": theirs,

@@ -28,10 +28,8 @@ Writes ``<DIR>/<date>-<device>-triple_product.json`` and prints a table last;
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import platform
-import re
 import statistics
 from importlib import metadata
 from pathlib import Path
@@ -246,17 +244,14 @@ def main() -> int:
 
     torch.backends.cuda.matmul.allow_tf32 = False  # true fp32, like precision="highest"
     torch.backends.cudnn.allow_tf32 = False
-    from numba_gemm.timing import device_name
+    from numba_gemm.timing import device_name, results_file
 
     rng = np.random.default_rng(args.seed)
     rows = [row for n in args.sizes for row in measure(n, args.sweep, rng)]
     device = device_name()
-    now = datetime.datetime.now(datetime.timezone.utc)
-    slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
-    args.results.mkdir(parents=True, exist_ok=True)
-    path = args.results / f"{now:%Y-%m-%d}-{slug}-triple_product.json"
+    path, date = results_file(args.results, device, "triple_product")
     path.write_text(json.dumps({
-        "date": now.isoformat(timespec="seconds"), "device": device, "versions": _versions(),
+        "date": date, "device": device, "versions": _versions(),
         "timing": "median over 15 rounds (>= 20 ms each) of back-to-back calls, per call, the "
                   "methods' rounds interleaved; CUDA events after a context-wide synchronize "
                   "(numba_gemm.timing); fp32, no TF32. host_s: the host's time per call alone, "

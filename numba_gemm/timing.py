@@ -9,12 +9,15 @@ uses it as its timer (``pytest.mark.benchmark(timer=device_clock)``).
 
 from __future__ import annotations
 
+import datetime
+import re
 import statistics
 import time
+from pathlib import Path
 
 from numba import cuda
 
-__all__ = ["device_clock", "device_name", "median_seconds"]
+__all__ = ["device_clock", "device_name", "median_seconds", "results_file"]
 
 _REBASE_AFTER_S = 1.0  # event times are float32 milliseconds: keep the origin recent
 
@@ -60,3 +63,14 @@ def device_name() -> str:
     """The current GPU's name (Numba returns bytes or str depending on its version)."""
     name = cuda.get_current_device().name
     return name.decode() if isinstance(name, bytes) else name
+
+
+def results_file(directory, device: str, suite: str) -> tuple[Path, str]:
+    """Where a benchmark writes its results, and when: ``(path, date)`` with path
+    ``<directory>/<UTC date>-<device, lower-case, runs of other characters as ->-<suite>.json``
+    (the folder is created) and date the UTC time in ISO 8601, to the second."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory / f"{now:%Y-%m-%d}-{slug}-{suite}.json", now.isoformat(timespec="seconds")
