@@ -114,11 +114,11 @@ def _with_ratios(rows: list[dict]) -> list[dict]:
 
 
 def pytest_sessionfinish(session, exitstatus):
+    from numba_gemm.timing import results_file
+
     if not _ROWS:
         return
     rows = _with_ratios(_ROWS)
-    from numba_gemm.timing import results_file
-
     device = _SESSION.get("device", {}).get("name", "unknown")
     out_dir = Path(os.environ.get("NUMBA_GEMM_RESULTS_DIR", Path(__file__).parent / "results"))
     suites = "-".join(sorted({r["suite"] for r in rows}))  # no "+": some tools refuse it in names

@@ -1,10 +1,11 @@
-"""GPU timing on the CUDA event clock.
+"""GPU timing on the CUDA event clock, and where the benchmarks record it.
 
 :func:`device_clock` is a clock for back-to-back calls blocked once: it waits
 for all queued GPU work (every stream of the context, so XLA's streams too),
 then records a CUDA event and returns its time in seconds. Two readings
 bracket whatever ran between them on the GPU's own clock. pytest-benchmark
 uses it as its timer (``pytest.mark.benchmark(timer=device_clock)``).
+:func:`results_file` names and dates each benchmark's results JSON.
 """
 
 from __future__ import annotations
