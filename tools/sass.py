@@ -127,9 +127,12 @@ def _fake_h100() -> None:
 
 def _tool(name: str) -> str:
     """A CUDA binary from the wheels of the ``sass`` extra, else from PATH."""
-    import nvidia.cu13
-
-    for folder in nvidia.cu13.__path__:
+    try:
+        import nvidia.cu13
+        folders = nvidia.cu13.__path__
+    except ImportError:  # no CUDA 13 wheels: PATH only
+        folders = ()
+    for folder in folders:
         if (path := Path(folder) / "bin" / name).exists():
             return str(path)
     if found := shutil.which(name):
