@@ -12,10 +12,10 @@ from numba import cuda
 from .autotune import config_for_shape
 from .api import check_choice, check_config, describe_product, plan, run_in_memory_space
 from .descriptor import MatrixDesc
-from .kernels.tiled import TileConfig, for_edge_tiles, valid_or
+from .kernels.tiled import TileConfig, for_edge_tiles, valid_or, whole_tiles
 from .kernels.triple import (counters_desc, fused_tiles_per_product, intermediate_row_major,
-                             intermediate_shape, intermediate_view, partials_shape, plan_fused,
-                             plan_naive, sync_slots, whole_products)
+                             intermediate_shape, intermediate_view, large_register_tiles,
+                             partials_shape, plan_fused, plan_naive, sync_slots, whole_products)
 from .launch import KernelLaunch, allocate_output, cdiv, multiprocessors, simulated, stream_handle
 from .prepared import PreparedCalls
 
@@ -76,13 +76,11 @@ def fused_config(M: int, K1: int, K2: int, N: int, dtype) -> TileConfig:
 
 
 # Where either product has edge tiles (tiled.whole_tiles), the fused kernel runs tall tiles with
-# large register tiles transposed, as the tiled GEMM does (tiled.for_edge_tiles): both products'
-# A operands (A and the intermediate) go through the staging registers. H100, fp32, square
-# row-major chains, one run each, against two tiled GEMMs on 256 x 128 tiles (before the tiled
-# GEMM transposed them too): on 128 x 256 the fused kernel ran 1.003-1.009x at N = 2047 (on
-# 256 x 128: 0.915x), 1.10x at 2000 (0.99x), 1.11x at 1800 (0.995x), 1.12x at 3500 (1.03x) and
-# 1.05x at 4095 (0.98x). With whole tiles 256 x 128 stays: 128 x 256 ran 0.95-0.96x at 2048
-# and 4096.
+# large register tiles transposed, as the tiled GEMM does (tiled.for_edge_tiles). H100, fp32, square
+# row-major chains, one run each, against two tiled GEMMs on 256 x 128 tiles (before the tiled GEMM
+# transposed them too): on 128 x 256 the fused kernel ran 1.003-1.009x at N = 2047 (on 256 x 128:
+# 0.915x), 1.10x at 2000 (0.99x), 1.11x at 1800 (0.995x), 1.12x at 3500 (1.03x) and 1.05x at 4095
+# (0.98x). With whole tiles 256 x 128 stays: 128 x 256 ran 0.95-0.96x at 2048 and 4096.
 
 
 def fused_tiles(tuned: TileConfig, M: int, K1: int, K2: int, N: int, sms: int,
@@ -124,8 +122,8 @@ def fused_tiles(tuned: TileConfig, M: int, K1: int, K2: int, N: int, sms: int,
 # buffer. It wins back the idle SMs of a ragged last wave, but its loop form runs slower per
 # tile than the one-tile-per-CTA kernel. So it runs where the one-tile grid (T's and D's
 # tiles, one CTA per SM) leaves at least STREAM_K_FROM_IDLE of its waves idle, and not under
-# register tiles of ROW_MAJOR_T_FROM elements, which need every register. H100, fp32, square
-# N, one run: N = 1536 (128 x 128 tiles, 288 on 132 SMs: 27% of 3 waves idle) 361.4 us
+# large register tiles (triple.large_register_tiles), which need every register. H100, fp32,
+# square N, one run: N = 1536 (128 x 128 tiles, 288 on 132 SMs: 27% of 3 waves idle) 361.4 us
 # stream-K against 487.3 one tile per CTA (same loop form; the shipped kernel ~478) and 597.1
 # unfused. At 3% idle it won at 3072 (128 x 128: 2688 against 2805) but lost at 1024 (64 x
 # 128: 145.5 against 140.4, ~134 shipped), and under 128 x 256 tiles it lost at 2048 and 4096
@@ -137,7 +135,7 @@ def fused_workers(config: TileConfig, M: int, K1: int, K2: int, N: int,
                   sms: int | None = None) -> tuple[int, int] | None:
     """The fused kernel's stream-K workers per product for this chain, one per SM (``sms``,
     default this GPU's), or None for one CTA per tile (see :data:`STREAM_K_FROM_IDLE`)."""
-    if config.split_k > 1 or intermediate_row_major(config) or (sms is None and simulated()):
+    if config.split_k > 1 or large_register_tiles(config) or (sms is None and simulated()):
         return None
     sms = sms or multiprocessors()
     t_tiles, d_tiles = fused_tiles_per_product(config, M, K2, N)
@@ -233,8 +231,8 @@ def resolve(M: int, K1: int, K2: int, N: int, algorithm: str, order: str,
 
 
 # "auto" fuses chains of up to this many multiply-adds (the two products together): those of
-# N = 1024; above it, only where the fused kernel runs other tiles than the tiled GEMM
-# (fusion_changes_tiles): a ragged wave saved, or edge tiles of T @ C alone run transposed.
+# N = 1024; above it, where both products have edge tiles, or where the fused kernel runs other
+# tiles than the tiled GEMM would (fusion_changes_tiles): a ragged wave saved.
 # Measured on an H100 (benchmarks/triple_product.py, fp32): fused beat two tiled GEMMs 2.8x at
 # N = 256, 2.5x at 512 and 1.03-1.04x at 1024 (in three runs; 1.42x, 1.86x and 1.04x once the
 # tiled GEMM's tiles for 512 and 1024 were tuned by GPU time), and jax_bridge.triple's fused
@@ -247,33 +245,42 @@ def resolve(M: int, K1: int, K2: int, N: int, algorithm: str, order: str,
 # faster there, the fused kernel 1.1-1.3%) 0.984x at both, and with one call site for both
 # products 0.990x and 0.994x, on the H100's own tuned tiles (256x128) 0.987x and 0.989x, and
 # with a call per product again 0.995x and 1.003x (0.991-0.999x in probes; 0.996-1.000x with
-# the D tiles' departure counts in shared memory): never enough to move "auto". With edge tiles
-# both run 128 x 256 tiles (tiled.for_edge_tiles): fused 1.02x at 1800 (one call site) and
-# 0.983-0.993x at 2047 (two tile functions), so "auto" runs unfused there too.
+# the D tiles' departure counts in shared memory): never enough to move "auto". Where both
+# products have edge tiles (square chains from 1023 to 4095 that are not multiples of the
+# tiles), fused ran 1.005-1.53x unfused on the H100 once T went column-major where the products
+# compile to two tile functions (2026-11-25: 1.005x at 2047, 1.014x at 1800 and 1999, 1.001x
+# at 3500, 1.03x at 3583, 3999 and 4095; the README's table). Where only one product has edge
+# tiles the fused kernel runs both on the transposed tiles (fused_tiles), the tiled GEMM only
+# that one: fused 0.963x at M, K1, K2, N = 2048, 2048, 2048, 1800 and 0.978x at 2048, 2047,
+# 2048, 2048, so there "auto" runs unfused unless the fused grid saves a ragged wave.
 FUSED_UP_TO_MACS = 2 * 1024 ** 3
 
 
 def fusion_changes_tiles(tuned: TileConfig, M: int, K1: int, K2: int, N: int, sms: int,
                          dtype) -> bool:
-    """Whether :func:`fused_tiles` changes ``tuned`` (the tiled GEMM's tiles for A @ B) for
-    this chain on ``sms`` SMs: where the two products' tiles leave a ragged last wave that one
-    launch of narrower tiles fills, where tall large tiles meet edge tiles in T @ C only (the
-    tiled GEMM transposes them for A @ B's own edges), or where so few tiles that the small
-    split-k tiles run instead."""
-    return fused_tiles(tuned, M, K1, K2, N, sms, dtype) != tuned
+    """Whether :func:`fused_tiles` runs other tiles than the tiled GEMM would for this chain
+    on ``sms`` SMs (``tuned``: its tiles for A @ B, which it transposes where that product has
+    edge tiles): where the two products' tiles leave a ragged last wave that one launch of
+    narrower tiles fills, or where so few tiles that the small split-k tiles run instead. The
+    transposition that edge tiles in T @ C alone bring to both products does not count."""
+    as_tiled = tuned if whole_tiles(tuned, M, K2, K1) else for_edge_tiles(tuned, dtype)
+    fused = fused_tiles(tuned, M, K1, K2, N, sms, dtype)
+    return fused not in (as_tiled, for_edge_tiles(tuned, dtype))
 
 
 def choose_triple_algorithm(M: int, K1: int, K2: int, N: int, dtype=np.float32) -> str:
     """``"auto"`` for the left-order chain (A @ B) @ C of these sizes: ``"fused"`` for chains
-    of up to :data:`FUSED_UP_TO_MACS` multiply-adds and, above, where
-    :func:`fusion_changes_tiles` on this GPU; ``"unfused"`` (two tiled GEMMs) otherwise."""
+    of up to :data:`FUSED_UP_TO_MACS` multiply-adds and, above, where both products have edge
+    tiles under the fused kernel's tiles or :func:`fusion_changes_tiles` on this GPU;
+    ``"unfused"`` (two tiled GEMMs) otherwise."""
     if M * K1 * K2 + M * K2 * N <= FUSED_UP_TO_MACS:
         return "fused"
     if simulated():  # no SMs to fill: the simulator runs one block at a time
         return "unfused"
     tuned = config_for_shape(M, K2, K1, dtype)
-    changed = fusion_changes_tiles(tuned, M, K1, K2, N, multiprocessors(), dtype)
-    return "fused" if changed else "unfused"
+    sms = multiprocessors()
+    edges = not any(whole_products(fused_tiles(tuned, M, K1, K2, N, sms, dtype), M, K1, K2, N))
+    return "fused" if edges or fusion_changes_tiles(tuned, M, K1, K2, N, sms, dtype) else "unfused"
 
 
 def plan_triple(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, out: MatrixDesc,
@@ -298,7 +305,7 @@ def plan_triple(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, out: MatrixDesc,
     if algorithm == "fused":
         K1, N = a.shape[1], c.shape[1]
         config = config or fused_config(M, K1, K2, N, a.dtype)
-        row_major = intermediate_row_major(config)
+        row_major = intermediate_row_major(config, a, b, c, out)
         t = intermediate_view(scratch(intermediate_shape(M, K2, a.dtype, row_major), "t"), M, K2,
                               row_major)
         workers = fused_workers(config, M, K1, K2, N)

@@ -15,10 +15,11 @@ from numba_gemm import TileConfig
 from numba_gemm.chain import (_COUNTERS, _INTERMEDIATES, INTERMEDIATES_KEPT,
                               SIMULATOR_FUSED_CONFIG, SMALL_FUSED_CONFIGS, choose_order,
                               choose_triple_algorithm, fused_tiles, fusion_changes_tiles)
-from numba_gemm.descriptor import describe
+from numba_gemm.descriptor import MatrixDesc, describe
 from numba_gemm.launch import (alone_on_multiprocessor, shared_memory_per_multiprocessor,
                               simulated)
-from numba_gemm.kernels.triple import intermediate_row_major, intermediate_shape, intermediate_view
+from numba_gemm.kernels.triple import (intermediate_row_major, intermediate_shape,
+                                       intermediate_view, large_register_tiles)
 from numba_gemm.testing import CHAIN_LAYOUTS, assert_triple, make_chain, poisoned
 
 ALGORITHMS = ["naive", "fused", "unfused"]
@@ -108,9 +109,10 @@ def test_fused_without_edge_code_where_tiles_are_whole(shape, split_k, left, rig
 @pytest.mark.parametrize("layout", ["row", "col"])
 @pytest.mark.parametrize("order", ["left", "right"])
 def test_fused_with_row_major_intermediate(order, layout, rng, monkeypatch):
-    # The simulator's 4 x 4 register tiles keep T column-major; larger ones keep it row-major
-    # (ROW_MAJOR_T_FROM): lowered here, the simulated kernel runs with a row-major T.
-    monkeypatch.setattr(triple_kernels, "ROW_MAJOR_T_FROM", 16)
+    # The simulator's 4 x 4 register tiles keep T column-major; large ones may keep it
+    # row-major (intermediate_row_major): forced here, the kernel runs with a row-major T
+    # whatever its operands' layout.
+    monkeypatch.setattr(chain, "intermediate_row_major", lambda *operands: True)
     a, b, c = make_chain(19, 9, 21, 17, np.float32, layout, rng)
     out = poisoned((19, 17), np.float32, layout=layout)
     numba_gemm.triple(a, b, c, out, algorithm="fused", order=order)
@@ -125,11 +127,11 @@ def test_fused_with_row_major_intermediate(order, layout, rng, monkeypatch):
 ])
 def test_fused_kernel_where_both_products_compile_to_one_tile_function(shape, shared, one_site,
                                                                         dtype, rng, monkeypatch):
-    # With T row-major (ROW_MAJOR_T_FROM lowered for the simulator's 4 x 4 register tiles), T
+    # With T row-major (forced: the simulator's 4 x 4 register tiles keep it column-major), T
     # is stored as D is and read as A is: where the tiles are also alike (whole, or both with
     # edges), both products compile to one tile function. With whole tiles the kernel calls it
     # from both products' sites; with edge code from one site, its operands chosen at run time.
-    monkeypatch.setattr(triple_kernels, "ROW_MAJOR_T_FROM", 16)
+    monkeypatch.setattr(chain, "intermediate_row_major", lambda *operands: True)
     monkeypatch.setattr(chain, "fused_workers", lambda *args: None)  # one CTA per tile
     compiled = _record_fused_kernels(monkeypatch)
     config = TileConfig(16, 16, 4, 4, 4, 2, 1)
@@ -143,9 +145,33 @@ def test_fused_kernel_where_both_products_compile_to_one_tile_function(shape, sh
     assert triple_kernels.one_call_site(interiors, modes) == one_site
 
 
+@pytest.mark.parametrize("config, shape, layout, row_major", [
+    (TileConfig(128, 128, 16, 8, 8, 3, 8), (2048,) * 4, "row", False),  # 8 x 8 per thread
+    (TileConfig(256, 128, 16, 16, 8, 4, 8), (2048,) * 4, "row", True),  # whole tiles
+    (TileConfig(256, 128, 16, 16, 8, 4, 8), (2048,) * 4, "col", True),  # whole, two functions
+    (TileConfig(128, 256, 16, 8, 16, 4, 8), (1800,) * 4, "row", True),  # edges, one function
+    (TileConfig(128, 256, 16, 8, 16, 4, 8), (2047,) * 4, "row", False),  # A's rows unaligned
+    (TileConfig(128, 256, 16, 8, 16, 4, 8), (1800,) * 4, "col", False),  # A column-major
+    (TileConfig(128, 256, 16, 8, 16, 4, 8), (2048, 2048, 2048, 1800), "row", True),  # T whole
+    (TileConfig(128, 256, 16, 8, 16, 4, 8), (2048, 2047, 2048, 2048), "row", True),  # D whole
+    (TileConfig(128, 256, 16, 8, 16, 4, 8), (2047, 2048, 2048, 2048), "row", True),  # one function
+])
+def test_intermediate_layout_choice(config, shape, layout, row_major):
+    # Row-major T under large register tiles, unless both products have edge code and it
+    # would not make them one tile function.
+    def operand(name, rows, cols):  # a device matrix at an aligned address: only layout counts
+        strides = (cols, 1) if layout == "row" else (1, rows)
+        return MatrixDesc(name, (rows, cols), strides, np.dtype(np.float32), None, True, 0, None)
+
+    M, K1, K2, N = shape
+    a, b, c, d = (operand(name, rows, cols) for name, rows, cols in
+                  (("a", M, K1), ("b", K1, K2), ("c", K2, N), ("d", M, N)))
+    assert intermediate_row_major(config, a, b, c, d) == row_major
+
+
 def test_intermediate_layouts():
-    assert not intermediate_row_major(TileConfig(128, 128, 16, 8, 8, 3, 8))
-    assert intermediate_row_major(TileConfig(128, 256, 16, 8, 16, 3, 8))
+    assert not large_register_tiles(TileConfig(128, 128, 16, 8, 8, 3, 8))
+    assert large_register_tiles(TileConfig(128, 256, 16, 8, 16, 3, 8))
     buffer = describe(np.empty(intermediate_shape(5, 7, np.float32, True),
                                                      np.float32), "scratch")
     assert buffer.shape == (5, 8)  # rows padded to whole 16-byte vectors
@@ -203,13 +229,34 @@ def test_fusion_changes_tiles_where_fused_tiles_change(tuned, n, saves):
     assert fusion_changes_tiles(tuned, n, n, n, n, 132, np.float32) is saves
 
 
-def test_fusion_changes_tiles_where_only_the_second_product_has_edge_tiles():
-    # The tiled GEMM runs A @ B of a ragged chain on transposed tiles already
-    # (tiled.for_edge_tiles); where A @ B has whole tiles and T @ C does not, only the fused
-    # kernel, which runs both products on one config, transposes them.
-    assert fusion_changes_tiles(TALL, 2048, 2048, 2048, 2047, 132, np.float32)
+def test_fusion_changes_tiles_leaves_out_the_transposition_of_edge_tiles():
+    # The tiled GEMM runs a product with edge tiles on transposed tiles (tiled.for_edge_tiles);
+    # where only T @ C has them, the fused kernel, which runs both products on one config,
+    # transposes A @ B's too. That is no saving (0.96-0.98x unfused on an H100), so it does
+    # not count.
+    assert fused_tiles(TALL, 2048, 2048, 2048, 2047, 132, np.float32) == TALL_TRANSPOSED
+    assert not fusion_changes_tiles(TALL, 2048, 2048, 2048, 2047, 132, np.float32)
     assert not fusion_changes_tiles(WIDE, 2047, 2047, 2047, 2047, 132, np.float32)
-    assert not fusion_changes_tiles(TALL, 2048, 2048, 2048, 2048, 132, np.float32)
+    assert not fusion_changes_tiles(TALL, 2047, 2047, 2047, 2047, 132, np.float32)
+    assert fusion_changes_tiles(TALL, 1535, 1535, 1535, 1535, 132, np.float32)  # then halved
+
+
+@pytest.mark.parametrize("shape, expected", [
+    ((1024,) * 4, "fused"),  # up to FUSED_UP_TO_MACS
+    ((2047,) * 4, "fused"),  # both products with edge tiles
+    ((2047, 2048, 2048, 2048), "fused"),  # M cuts both
+    ((1536,) * 4, "fused"),  # the fused grid's tiles save a ragged wave
+    ((2048,) * 4, "unfused"),  # whole tiles that fill the SMs
+    ((4096,) * 4, "unfused"),
+    ((2048, 2048, 2048, 1800), "unfused"),  # edge tiles in T @ C alone
+    ((2048, 2047, 2048, 2048), "unfused"),  # ... in A @ B alone
+])
+def test_auto_on_an_h100(shape, expected, monkeypatch):
+    # As on an H100 80GB HBM3 (132 SMs, the tiled GEMM's tiles from 2048: 256 x 128).
+    monkeypatch.setattr(chain, "simulated", lambda: False)
+    monkeypatch.setattr(chain, "multiprocessors", lambda: 132)
+    monkeypatch.setattr(chain, "config_for_shape", lambda M, N, K, dtype: TALL)
+    assert choose_triple_algorithm(*shape) == expected
 
 
 TALL_TRANSPOSED = TileConfig(128, 256, 16, 8, 16, 4, 8)
@@ -323,7 +370,7 @@ def test_stream_k_with_split_k_groups_and_row_major_intermediate(variant, dtype,
     if variant == "split_k":
         config = TileConfig(16, 16, 4, 4, 4, 2, 1, split_k=2)
     else:
-        monkeypatch.setattr(triple_kernels, "ROW_MAJOR_T_FROM", 16)
+        monkeypatch.setattr(chain, "intermediate_row_major", lambda *operands: True)
     a, b, c = make_chain(*STREAM_K_SHAPE, dtype, "row", rng)
     out = poisoned((STREAM_K_SHAPE[0], STREAM_K_SHAPE[3]), dtype)
     numba_gemm.triple(a, b, c, out, algorithm="fused", order="left", config=config)

@@ -27,7 +27,8 @@ dot product of that row with its column of C. Limits: max(K2, N) threads per blo
 **fused** (no limit on any size): one launch runs the tiles of both products, the
 tiled kernel's main loop (``tiled.mainloop``) in every CTA. T passes through L2 in
 a scratch buffer (``t``), column-major (phase 2 copies it with 16-byte ``cp.async``)
-or, under the largest register tiles, row-major (``intermediate_row_major``).
+or, under the largest register tiles unless both products have edge code and would
+compile to two tile functions anyway, row-major (``intermediate_row_major``).
 
 1. *Ticket*: each CTA takes the next ticket from a counter (``sync[0]``). Tickets
    ``< rows x chunks`` are T tiles (BLOCK_M x BLOCK_N of T = A @ B), the rest D
@@ -117,8 +118,8 @@ from .tiled import VECTOR_BYTES, TileConfig, kernel_jit, operand_modes, tile_com
 
 __all__ = ["NAIVE_MAX_THREADS", "SYNC_HEAD", "plan_naive", "plan_fused", "counters_desc",
            "sync_slots", "whole_products", "one_call_site", "fused_tiles_per_product",
-           "partials_shape", "ROW_MAJOR_T_FROM", "intermediate_row_major", "intermediate_shape",
-           "intermediate_view"]
+           "partials_shape", "ROW_MAJOR_T_FROM", "large_register_tiles", "intermediate_row_major",
+           "intermediate_shape", "intermediate_view"]
 
 NAIVE_MAX_THREADS = 1024  # one thread per column of A @ B and of D
 SYNC_HEAD = 2  # the fused kernel's ticket and departure counters, before one per row block
@@ -194,17 +195,48 @@ def sync_slots(M: int, config: TileConfig, workers: tuple[int, int] | None = Non
 
 
 # T is column-major (phase 2 then copies its tiles with 16-byte cp.async, as a column-major A)
-# except under register tiles of at least this many elements per thread, where row-major T
-# (phase 2 then loads it through registers, as the tiled kernel loads a row-major A) measured
-# faster. H100, fp32, benchmarks/triple_product.py configs: 128x256 tiles (8x16 per thread)
-# 1-5% faster with row-major T at N = 2048, 3072 and 4096; 128x128 (8x8), 128x64 (8x4),
-# 64x128 (4x8) and the split-k 32x64 (4x4) 2-8% faster with column-major T, N = 512 to 3072.
+# except under register tiles of at least this many elements per thread (large_register_tiles),
+# where row-major T (phase 2 then loads it through registers, as the tiled kernel loads a
+# row-major A) mostly measured faster (the exception: intermediate_row_major). H100, fp32,
+# benchmarks/triple_product.py configs: 128x256 tiles (8x16 per thread) 1-5% faster with
+# row-major T at N = 2048, 3072 and 4096; 128x128 (8x4), 128x64 (8x4), 64x128 (4x8) and the
+# split-k 32x64 (4x4) 2-8% faster with column-major T, N = 512 to 3072.
 ROW_MAJOR_T_FROM = 128
 
 
-def intermediate_row_major(config: TileConfig) -> bool:
-    """Whether the fused kernel keeps T row-major under ``config`` (:data:`ROW_MAJOR_T_FROM`)."""
+def large_register_tiles(config: TileConfig) -> bool:
+    """Whether ``config``'s register tiles hold :data:`ROW_MAJOR_T_FROM` elements or more: they
+    need nearly every register (no stream-K) and may keep T row-major."""
     return config.thread_m * config.thread_n >= ROW_MAJOR_T_FROM
+
+
+# Under large register tiles T stays row-major, except where both products carry edge code and
+# would still compile to two tile functions (A's rows not 16-byte aligned while T's are, say):
+# there column-major T. H100 80GB HBM3, fp32, 128 x 256 tiles, interleaved against two tiled
+# launches (2026-11-25), row-major against column-major T: square chains at N = 2047 0.984-0.988x
+# against 1.005-1.006x unfused (three runs), 1999 0.996-0.998x against 1.014x; where many
+# waves hide it, column-major T cost 0-0.5% (3583 1.031x both, 4095 1.032x against 1.030x,
+# 3999 1.036x against 1.031x). Row-major T stays ahead where it makes one tile function (1800
+# 1.014x against 0.982x, 3500 1.001x against 0.976x), with whole tiles (2048 on 256 x 128:
+# 0.998x against 0.915x) and where one product's tiles are whole (M, K1, K2, N = 2048, 2048,
+# 2048, 1800: 0.963x against 0.936x; 2048, 2047, 2048, 2048: 0.978x against 0.960x).
+
+
+def intermediate_row_major(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc,
+                           d: MatrixDesc) -> bool:
+    """Whether the fused kernel keeps T row-major for D = (A @ B) @ C under ``config``: under
+    :func:`large_register_tiles`, unless both products carry edge code and row-major T would
+    not make them one tile function (see above)."""
+    if not large_register_tiles(config):
+        return False
+    (M, K1), (K2, N) = a.shape, c.shape
+    interiors = whole_products(config, M, K1, K2, N)
+    if any(interiors):
+        return True
+    # T row-major in a padded scratch buffer: every row starts on a 16-byte boundary.
+    t = MatrixDesc("t", (M, K2), (intermediate_shape(M, K2, a.dtype, True)[1], 1), a.dtype,
+                   None, True, 0, None)
+    return one_call_site(interiors, (*operand_modes(a, b, t), *operand_modes(t, c, d)))
 
 
 def intermediate_shape(M: int, K2: int, dtype, row_major: bool) -> tuple[int, int]:
