@@ -200,7 +200,7 @@ def sync_slots(M: int, config: TileConfig, workers: tuple[int, int] | None = Non
 # where row-major T (phase 2 then loads it through registers, as the tiled kernel loads a
 # row-major A) mostly measured faster (the exception: intermediate_row_major). H100, fp32,
 # benchmarks/triple_product.py configs: 128x256 tiles (8x16 per thread) 1-5% faster with
-# row-major T at N = 2048, 3072 and 4096; 128x128 (8x4), 128x64 (8x4), 64x128 (4x8) and the
+# row-major T at N = 2048, 3072 and 4096; 128x128 (8x8), 128x64 (8x4), 64x128 (4x8) and the
 # split-k 32x64 (4x4) 2-8% faster with column-major T, N = 512 to 3072.
 ROW_MAJOR_T_FROM = 128
 
