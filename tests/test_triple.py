@@ -27,6 +27,9 @@ ALGORITHMS = ["naive", "fused", "unfused"]
 # two row blocks, two chunks and two n-tiles of the simulator's 16 x 16 fused tiles.
 SHAPES = [(1, 1, 1, 1), (5, 7, 9, 3), (20, 35, 3, 16), (19, 9, 20, 17)]
 OUT_LAYOUT = {"row": "row", "col": "col", "sliced": "sliced", "mixed": "col"}
+WIDE = TileConfig(128, 256, 16, 8, 16, 3, 8)  # the H200's tuned tiles from N = 2048
+TALL = TileConfig(256, 128, 16, 16, 8, 4, 8)  # the H100's
+TALL_TRANSPOSED = TileConfig(128, 256, 16, 8, 16, 4, 8)  # the H100's on edge tiles
 
 
 def _ids(shape):
@@ -147,14 +150,14 @@ def test_fused_kernel_where_both_products_compile_to_one_tile_function(shape, sh
 
 @pytest.mark.parametrize("config, shape, layout, row_major", [
     (TileConfig(128, 128, 16, 8, 8, 3, 8), (2048,) * 4, "row", False),  # 8 x 8 per thread
-    (TileConfig(256, 128, 16, 16, 8, 4, 8), (2048,) * 4, "row", True),  # whole tiles
-    (TileConfig(256, 128, 16, 16, 8, 4, 8), (2048,) * 4, "col", True),  # whole, two functions
-    (TileConfig(128, 256, 16, 8, 16, 4, 8), (1800,) * 4, "row", True),  # edges, one function
-    (TileConfig(128, 256, 16, 8, 16, 4, 8), (2047,) * 4, "row", False),  # A's rows unaligned
-    (TileConfig(128, 256, 16, 8, 16, 4, 8), (1800,) * 4, "col", False),  # A column-major
-    (TileConfig(128, 256, 16, 8, 16, 4, 8), (2048, 2048, 2048, 1800), "row", True),  # T whole
-    (TileConfig(128, 256, 16, 8, 16, 4, 8), (2048, 2047, 2048, 2048), "row", True),  # D whole
-    (TileConfig(128, 256, 16, 8, 16, 4, 8), (2047, 2048, 2048, 2048), "row", True),  # one function
+    (TALL, (2048,) * 4, "row", True),  # whole tiles
+    (TALL, (2048,) * 4, "col", True),  # whole, two functions
+    (TALL_TRANSPOSED, (1800,) * 4, "row", True),  # edges, one function
+    (TALL_TRANSPOSED, (2047,) * 4, "row", False),  # A's rows unaligned: two functions
+    (TALL_TRANSPOSED, (1800,) * 4, "col", False),  # A column-major: two functions
+    (TALL_TRANSPOSED, (2048, 2048, 2048, 1800), "row", True),  # T's tiles whole
+    (TALL_TRANSPOSED, (2048, 2047, 2048, 2048), "row", True),  # D's tiles whole
+    (TALL_TRANSPOSED, (2047, 2048, 2048, 2048), "row", True),  # both edged, one function
 ])
 def test_intermediate_layout_choice(config, shape, layout, row_major):
     # Row-major T under large register tiles, unless both products have edge code and it
@@ -171,7 +174,7 @@ def test_intermediate_layout_choice(config, shape, layout, row_major):
 
 def test_intermediate_layouts():
     assert not large_register_tiles(TileConfig(128, 128, 16, 8, 8, 3, 8))
-    assert large_register_tiles(TileConfig(128, 256, 16, 8, 16, 3, 8))
+    assert large_register_tiles(WIDE)
     buffer = describe(np.empty(intermediate_shape(5, 7, np.float32, True),
                                                      np.float32), "scratch")
     assert buffer.shape == (5, 8)  # rows padded to whole 16-byte vectors
@@ -185,7 +188,7 @@ def test_intermediate_layouts():
 
 
 @pytest.mark.parametrize("config", [SMALL_FUSED_CONFIGS[np.dtype(np.float32)][0],
-                                    TileConfig(128, 256, 16, 8, 16, 3, 8)], ids=str)
+                                    WIDE], ids=str)
 def test_fused_launch_runs_one_cta_per_sm(config):
     # The fused kernel asks for more than half an SM's shared memory, so that no compile of it
     # (XLA's used fewer registers than Numba's) fits two CTAs, two T tiles, on one SM.
@@ -199,10 +202,6 @@ def test_fused_launch_runs_one_cta_per_sm(config):
     assert launch.shared >= config.shared_bytes(np.float32)
     assert alone_on_multiprocessor(150_000, 233_472) == 150_000  # already alone: unchanged
     assert alone_on_multiprocessor(20_000, 233_472) == 116_737
-
-
-WIDE = TileConfig(128, 256, 16, 8, 16, 3, 8)  # the H200's tuned tiles from N = 2048
-TALL = TileConfig(256, 128, 16, 16, 8, 4, 8)  # the H100's
 
 
 @pytest.mark.parametrize("tuned, half", [(WIDE, TileConfig(128, 128, 16, 8, 8, 3, 8)),
@@ -259,7 +258,6 @@ def test_auto_on_an_h100(shape, expected, monkeypatch):
     assert choose_triple_algorithm(*shape) == expected
 
 
-TALL_TRANSPOSED = TileConfig(128, 256, 16, 8, 16, 4, 8)
 SMALL = SMALL_FUSED_CONFIGS[np.dtype(np.float32)][0]
 
 
