@@ -18,6 +18,7 @@ from numba_gemm.chain import (_COUNTERS, _INTERMEDIATES, INTERMEDIATES_KEPT,
 from numba_gemm.descriptor import MatrixDesc, describe
 from numba_gemm.launch import (alone_on_multiprocessor, shared_memory_per_multiprocessor,
                               simulated)
+from numba_gemm.kernels.tiled import for_edge_tiles, whole_tiles
 from numba_gemm.kernels.triple import (intermediate_row_major, intermediate_shape,
                                        intermediate_view, large_register_tiles)
 from numba_gemm.testing import CHAIN_LAYOUTS, assert_triple, make_chain, poisoned
@@ -251,10 +252,12 @@ def test_fusion_changes_tiles_leaves_out_the_transposition_of_edge_tiles():
     ((2048, 2047, 2048, 2048), "unfused"),  # ... in A @ B alone
 ])
 def test_auto_on_an_h100(shape, expected, monkeypatch):
-    # As on an H100 80GB HBM3 (132 SMs, the tiled GEMM's tiles from 2048: 256 x 128).
+    # As on an H100 80GB HBM3: 132 SMs, and the tiled GEMM's tiles from 2048 256 x 128,
+    # transposed where the product has edge tiles (as autotune.config_for_shape gives them).
     monkeypatch.setattr(chain, "simulated", lambda: False)
     monkeypatch.setattr(chain, "multiprocessors", lambda: 132)
-    monkeypatch.setattr(chain, "config_for_shape", lambda M, N, K, dtype: TALL)
+    monkeypatch.setattr(chain, "config_for_shape", lambda M, N, K, dtype: (
+        TALL if whole_tiles(TALL, M, N, K) else for_edge_tiles(TALL, dtype)))
     assert choose_triple_algorithm(*shape) == expected
 
 
