@@ -12,7 +12,7 @@ from numba import cuda
 from .autotune import config_for_shape
 from .api import check_choice, check_config, describe_product, plan, run_in_memory_space
 from .descriptor import MatrixDesc
-from .kernels.tiled import TileConfig, for_edge_tiles, valid_or, whole_tiles
+from .kernels.tiled import TileConfig, for_edge_tiles, valid_or
 from .kernels.triple import (counters_desc, fused_tiles_per_product, intermediate_row_major,
                              intermediate_shape, intermediate_view, large_register_tiles,
                              partials_shape, plan_fused, plan_naive, sync_slots, whole_products)
@@ -263,9 +263,8 @@ def fusion_changes_tiles(tuned: TileConfig, M: int, K1: int, K2: int, N: int, sm
     edge tiles): where the two products' tiles leave a ragged last wave that one launch of
     narrower tiles fills, or where so few tiles that the small split-k tiles run instead. The
     transposition that edge tiles in T @ C alone bring to both products does not count."""
-    as_tiled = tuned if whole_tiles(tuned, M, K2, K1) else for_edge_tiles(tuned, dtype)
-    fused = fused_tiles(tuned, M, K1, K2, N, sms, dtype)
-    return fused not in (as_tiled, for_edge_tiles(tuned, dtype))
+    # The tiled GEMM runs tuned, or tuned transposed where its product has edge tiles.
+    return fused_tiles(tuned, M, K1, K2, N, sms, dtype) not in (tuned, for_edge_tiles(tuned, dtype))
 
 
 def choose_triple_algorithm(M: int, K1: int, K2: int, N: int, dtype=np.float32) -> str:

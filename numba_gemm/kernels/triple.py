@@ -234,9 +234,10 @@ def intermediate_row_major(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: 
     interiors = whole_products(config, M, K1, K2, N)
     if any(interiors):
         return True
-    # T row-major in a padded scratch buffer: every row starts on a 16-byte boundary.
-    t = MatrixDesc("t", (M, K2), (intermediate_shape(M, K2, a.dtype, True)[1], 1), a.dtype,
-                   None, True, 0, None)
+    # T as plan_fused would see it in an aligned row-major scratch buffer (no data needed).
+    rows, cols = intermediate_shape(M, K2, a.dtype, True)
+    t = intermediate_view(MatrixDesc("t", (rows, cols), (cols, 1), a.dtype, None, True, 0, None),
+                          M, K2, True)
     return one_call_site(interiors, (*operand_modes(a, b, t), *operand_modes(t, c, d)))
 
 
