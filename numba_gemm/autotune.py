@@ -4,15 +4,17 @@
     >>> numba_gemm.tune(4096, 4096, 4096)          # on a GPU; prints one line per config
     >>> python -m numba_gemm tune --size 4096       # the same from a shell
 
-A *shape class* is (device, dtype, layout of A and B, shape bucket): each of M,
-N, K rounded up to a power of two. Winners go to a JSON cache
+A *shape class* is (device, dtype, layout of A and B, shape bucket, edge tiles): each
+of M, N, K rounded up to a power of two, and whether the tuned shape had edge tiles under
+its winner (a winner tuned at 2047 serves products with edge tiles, and leaves the
+winner tuned at 2048 to products with whole tiles). Winners go to a JSON cache
 (``$NUMBA_GEMM_TUNE_CACHE``, default ``~/.cache/numba_gemm/tuning.json``).
 ``matmul`` asks :func:`config_for`, which reads that cache, then the winners
 shipped with the package (``tuned.json``, measured on an H200 and an H100), and takes the
 entry of the nearest shape bucket, falling back from the device name to its
 compute capability, and from its layout to any layout; else ``DEFAULT_CONFIGS``. A
-product with edge tiles under that entry runs its tall large tiles transposed
-(``tiled.for_edge_tiles``: the buckets do not tell whole tiles from edge tiles).
+product with edge tiles under that entry runs the nearest winner tuned on edge tiles where
+one is as near, else the entry's tall large tiles transposed (``tiled.for_edge_tiles``).
 """
 
 from __future__ import annotations
@@ -97,8 +99,19 @@ def shape_bucket(M: int, N: int, K: int) -> tuple[int, int, int]:
     return tuple(min(max(1 << (d - 1).bit_length(), BUCKET_MIN), BUCKET_MAX) for d in (M, N, K))
 
 
-def _key(device: str, dtype, layout: str, bucket) -> str:
-    return f"{device}|{np.dtype(dtype).name}|{layout}|{'x'.join(map(str, bucket))}"
+def _key(device: str, dtype, layout: str, bucket, edge: bool) -> str:
+    return (f"{device}|{np.dtype(dtype).name}|{layout}|{'x'.join(map(str, bucket))}"
+            + ("|edge" if edge else ""))
+
+
+def _tuned_on_edge_tiles(entry: dict) -> bool:
+    """Whether ``entry``'s winner was timed on a shape with edge tiles under it."""
+    return not whole_tiles(TileConfig(**entry["config"]), *entry["shape"])
+
+
+def _distance(entry: dict, bucket) -> float:
+    """How far ``entry``'s bucket lies from ``bucket``, in log2 steps over M, N and K."""
+    return sum(abs(math.log2(x) - math.log2(y)) for x, y in zip(entry["bucket"], bucket))
 
 
 def _load(path: Path) -> dict:
@@ -133,15 +146,17 @@ def _device() -> tuple[str, str]:
     return device_name(), f"sm_{major}{minor}"
 
 
-def _nearest(entries: dict, dtype, layout: str | None, bucket, device: str, arch: str):
-    """The entry closest to ``bucket`` (in log2 steps) for this device, or its architecture."""
+def _nearest(entries: dict, dtype, layout: str | None, bucket, device: str, arch: str,
+             edge: bool = False):
+    """The entry closest to ``bucket`` (in log2 steps) for this device, or its architecture,
+    among those tuned on whole tiles (``edge`` False) or on edge tiles (True)."""
     dtype = np.dtype(dtype).name
     for match in (lambda e: e["device"] == device, lambda e: e["arch"] == arch):
         found = [e for e in entries.values() if match(e) and e["dtype"] == dtype
-                 and (layout is None or e["layout"] == layout)]
+                 and (layout is None or e["layout"] == layout)
+                 and _tuned_on_edge_tiles(e) == edge]
         if found:
-            return min(found, key=lambda e: sum(abs(math.log2(x) - math.log2(y))
-                                               for x, y in zip(e["bucket"], bucket)))
+            return min(found, key=lambda e: _distance(e, bucket))
     return None
 
 
@@ -160,9 +175,11 @@ def config_for_shape(M: int, N: int, K: int, dtype=np.float32, layout: str = "ro
     if simulated():
         return SIMULATOR_CONFIG
     user_cache = cache_path()
-    config = _config_for(np.dtype(dtype), layout, shape_bucket(M, N, K), user_cache,
-                         _stamp(user_cache), _stamp(SHIPPED))
-    return config if whole_tiles(config, M, N, K) else for_edge_tiles(config, dtype)
+    config, for_edges = _configs_for(np.dtype(dtype), layout, shape_bucket(M, N, K), user_cache,
+                                     _stamp(user_cache), _stamp(SHIPPED))
+    if whole_tiles(config, M, N, K):
+        return config
+    return for_edges if for_edges is not None else for_edge_tiles(config, dtype)
 
 
 def _stamp(path: Path) -> int | None:
@@ -173,18 +190,30 @@ def _stamp(path: Path) -> int | None:
 
 
 @functools.lru_cache(maxsize=1024)
-def _config_for(dtype, layout: str, bucket, user_cache: Path, *stamps) -> TileConfig:
-    """``config_for``, memoised per shape class and cache-file versions (``stamps``)."""
+def _configs_for(dtype, layout: str, bucket, user_cache: Path,
+                 *stamps) -> tuple[TileConfig, TileConfig | None]:
+    """(the winner tuned on whole tiles, or ``DEFAULT_CONFIGS``; the winner tuned on edge
+    tiles where one lies as near ``bucket`` as that, else None), memoised per shape class
+    and cache-file versions (``stamps``)."""
+    whole = _find(dtype, layout, bucket, user_cache, edge=False)
+    edges = _find(dtype, layout, bucket, user_cache, edge=True)
+    if edges is not None and whole is not None and _distance(edges, bucket) > _distance(whole, bucket):
+        edges = None
+    return (TileConfig(**whole["config"]) if whole is not None else DEFAULT_CONFIGS[dtype],
+            TileConfig(**edges["config"]) if edges is not None else None)
+
+
+def _find(dtype, layout: str, bucket, user_cache: Path, edge: bool) -> dict | None:
+    """The first entry that fits this device: the user's cache, then the shipped winners;
+    in each the nearest of ``layout``, then of any layout."""
     device, arch = _device()
     limit = shared_memory_limit()
     for entries in (_load(user_cache), _load(SHIPPED)):
         for want_layout in (layout, None):
-            entry = _nearest(entries, dtype, want_layout, bucket, device, arch)
-            if entry is not None:
-                config = TileConfig(**entry["config"])
-                if config.shared_bytes(dtype) <= limit:
-                    return config
-    return DEFAULT_CONFIGS[dtype]
+            entry = _nearest(entries, dtype, want_layout, bucket, device, arch, edge)
+            if entry is not None and TileConfig(**entry["config"]).shared_bytes(dtype) <= limit:
+                return entry
+    return None
 
 
 def tune(M: int, N: int, K: int | None = None, dtype=np.float32, layout: str = "row", *,
@@ -265,10 +294,12 @@ def tune(M: int, N: int, K: int | None = None, dtype=np.float32, layout: str = "
 
 
 def store(path: Path, device: str, arch: str, dtype, layout: str, shape, best: dict) -> None:
-    """Add (or replace) one winner in the JSON cache at ``path``."""
+    """Add (or replace) one winner in the JSON cache at ``path``, under its shape class: the
+    bucket of ``shape``, and whether ``shape`` has edge tiles under the winner."""
     entries = _load(path)
     bucket = shape_bucket(*shape)
-    entries[_key(device, dtype, layout, bucket)] = {
+    edge = not whole_tiles(best["config"], *shape)
+    entries[_key(device, dtype, layout, bucket, edge)] = {
         "device": device, "arch": arch, "dtype": np.dtype(dtype).name, "layout": layout,
         "bucket": list(bucket), "shape": list(shape), "config": asdict(best["config"]),
         "seconds": best["seconds"], "tflops": best["tflops"],

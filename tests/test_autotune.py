@@ -76,3 +76,64 @@ def test_unreadable_cache_is_reported(tmp_path):
 def test_tune_needs_a_gpu():
     with pytest.raises(RuntimeError, match="GPU"):
         tune(64, 64, 64)
+
+
+TALL, WIDE = TileConfig(256, 128, 16, 16, 8, 4, 8), TileConfig(128, 256, 16, 8, 16, 4, 8)
+SMALL = TileConfig(64, 64, 16, 4, 4, 3, 8)
+
+
+@pytest.fixture
+def gpu_x(tmp_path, monkeypatch):
+    """config_for_shape as on a GPU ("GPU X", sm_90) whose user cache is the returned path
+    and which ships no winners of its own."""
+    from numba_gemm import autotune
+
+    path = tmp_path / "cache.json"
+    monkeypatch.setattr(autotune, "simulated", lambda: False)
+    monkeypatch.setattr(autotune, "_device", lambda: ("GPU X", "sm_90"))
+    monkeypatch.setattr(autotune, "shared_memory_limit", lambda: 232448)
+    monkeypatch.setattr(autotune, "SHIPPED", tmp_path / "shipped.json")
+    monkeypatch.setenv("NUMBA_GEMM_TUNE_CACHE", str(path))
+    autotune._configs_for.cache_clear()
+    yield path
+    autotune._configs_for.cache_clear()
+
+
+def _store(path, shape, config):
+    store(path, "GPU X", "sm_90", np.float32, "row-row", shape,
+          {"config": config, "seconds": 1.0, "tflops": 2.0})
+
+
+def test_a_winner_tuned_on_edge_tiles_serves_edge_tiles_only(gpu_x):
+    from numba_gemm.autotune import config_for_shape
+
+    _store(gpu_x, (2048,) * 3, TALL)
+    _store(gpu_x, (2047,) * 3, SMALL)  # same bucket; edge tiles under SMALL at 2047
+    assert len(_load(gpu_x)) == 2  # the 2047 winner did not replace the 2048 one
+    assert config_for_shape(2048, 2048, 2048) == TALL  # whole tiles under TALL
+    assert config_for_shape(1536, 2048, 1024) == TALL
+    for shape in ((2047, 2047, 2047), (2000, 2048, 2048), (2048, 2048, 1800)):
+        assert config_for_shape(*shape) == SMALL
+
+
+def test_without_an_edge_winner_edge_tiles_run_the_whole_winner_transposed(gpu_x):
+    from numba_gemm.autotune import config_for_shape
+
+    _store(gpu_x, (2048,) * 3, TALL)
+    assert config_for_shape(2048, 2048, 2048) == TALL
+    assert config_for_shape(2047, 2047, 2047) == WIDE  # tiled.for_edge_tiles
+    # an edge winner farther away than the whole one does not serve this bucket
+    _store(gpu_x, (300, 300, 300), SMALL)
+    assert config_for_shape(2047, 2047, 2047) == WIDE
+    assert config_for_shape(300, 300, 300) == SMALL  # its own bucket: nearer than 2048's
+
+
+def test_stored_entries_say_whether_their_shape_had_edge_tiles(gpu_x):
+    from numba_gemm.autotune import _tuned_on_edge_tiles
+
+    _store(gpu_x, (2048,) * 3, TALL)
+    _store(gpu_x, (2048, 2048, 2047), TALL)  # K not a multiple of block_k: edge tiles
+    _store(gpu_x, (1536, 1536, 1536), SMALL)  # whole under SMALL: replaces 2048's whole winner
+    entries = _load(gpu_x)
+    assert sorted(map(_tuned_on_edge_tiles, entries.values())) == [False, True]
+    assert sorted(k.endswith("|edge") for k in entries) == [False, True]

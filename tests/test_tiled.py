@@ -173,7 +173,7 @@ def test_default_config_runs_edge_tiles_transposed(monkeypatch):
     from numba_gemm import autotune
 
     monkeypatch.setattr(autotune, "simulated", lambda: False)
-    monkeypatch.setattr(autotune, "_config_for", lambda *key: TALL)
+    monkeypatch.setattr(autotune, "_configs_for", lambda *key: (TALL, None))
     assert autotune.config_for_shape(2048, 2048, 2048) == TALL
     assert autotune.config_for_shape(2048, 4096, 1024) == TALL
     for shape in ((2047, 2047, 2047), (1800, 4096, 4096), (4096, 1800, 4096), (2048, 2048, 2047)):
