@@ -10,9 +10,17 @@ import math
 import numpy as np
 
 from .descriptor import transpose_view
+from .kernels.tiled import TileConfig
 
 __all__ = ["LAYOUTS", "CHAIN_LAYOUTS", "assert_product", "assert_triple", "make_chain", "triple_reference", "check_layouts", "make_operands", "poisoned", "reference",
-           "relative_error", "tolerance"]
+           "relative_error", "tolerance", "H100_TILES", "H100_EDGE_TILES", "H200_TILES"]
+
+# Tuned tiles the tests plan with where they stand in for a GPU (numba_gemm/tuned.json): the
+# H100's from 2048^3, the same transposed (as tiled.for_edge_tiles runs them on edge tiles),
+# and the H200's from 2048^3.
+H100_TILES = TileConfig(256, 128, 16, 16, 8, 4, 8)
+H100_EDGE_TILES = TileConfig(128, 256, 16, 8, 16, 4, 8)
+H200_TILES = TileConfig(128, 256, 16, 8, 16, 3, 8)
 
 # Layouts: name -> (layout of A, of B, of C). "col" matrices are transposed views of
 # row-major arrays (BLAS's "T"); "sliced" ones are strided views with an offset.

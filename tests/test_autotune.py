@@ -10,6 +10,7 @@ from numba_gemm.autotune import (SEARCH_SPACE, SHIPPED, _load, _nearest, cache_p
                                  shape_bucket, store, tune)
 from numba_gemm.descriptor import describe, transpose_view
 from numba_gemm.launch import simulated
+from numba_gemm.testing import H100_EDGE_TILES, H100_TILES
 
 
 def test_shape_buckets_round_up_to_powers_of_two_within_limits():
@@ -78,7 +79,7 @@ def test_tune_needs_a_gpu():
         tune(64, 64, 64)
 
 
-TALL, WIDE = TileConfig(256, 128, 16, 16, 8, 4, 8), TileConfig(128, 256, 16, 8, 16, 4, 8)
+TALL, WIDE = H100_TILES, H100_EDGE_TILES
 SMALL = TileConfig(64, 64, 16, 4, 4, 3, 8)
 
 

@@ -15,7 +15,8 @@ from numba_gemm.autotune import SIMULATOR_CONFIG
 from numba_gemm.descriptor import describe
 from numba_gemm.kernels import tiled
 from numba_gemm.kernels.tiled import for_edge_tiles, operand_modes, plan_tiled, whole_tiles
-from numba_gemm.testing import LAYOUTS, assert_product, check_layouts, make_operands, poisoned
+from numba_gemm.testing import (H100_EDGE_TILES, H100_TILES, LAYOUTS, assert_product, check_layouts,
+                                 make_operands, poisoned)
 
 CONFIGS = {
     "16x16x4-t4x4-s2": SIMULATOR_CONFIG,
@@ -143,8 +144,7 @@ def test_config_shared_bytes_and_threads():
     assert split.label() == "32x64x4/t4x4/s2/g1/k4"
 
 
-TALL = TileConfig(256, 128, 16, 16, 8, 4, 8)  # the H100's tuned tiles from 2048^3
-WIDE = TileConfig(128, 256, 16, 8, 16, 4, 8)  # the same, transposed
+TALL, WIDE = H100_TILES, H100_EDGE_TILES  # the H100's tuned tiles from 2048^3, transposed
 
 
 @pytest.mark.parametrize("config, expected", [

@@ -21,16 +21,15 @@ from numba_gemm.launch import (alone_on_multiprocessor, shared_memory_per_multip
 from numba_gemm.kernels.tiled import for_edge_tiles, whole_tiles
 from numba_gemm.kernels.triple import (intermediate_row_major, intermediate_shape,
                                        intermediate_view, large_register_tiles)
-from numba_gemm.testing import CHAIN_LAYOUTS, assert_triple, make_chain, poisoned
+from numba_gemm.testing import (CHAIN_LAYOUTS, H100_EDGE_TILES, H100_TILES, H200_TILES, assert_triple,
+                                 make_chain, poisoned)
 
 ALGORITHMS = ["naive", "fused", "unfused"]
 # (M, K1, K2, N): ones, primes, a middle dimension smaller than every tile, and shapes with
 # two row blocks, two chunks and two n-tiles of the simulator's 16 x 16 fused tiles.
 SHAPES = [(1, 1, 1, 1), (5, 7, 9, 3), (20, 35, 3, 16), (19, 9, 20, 17)]
 OUT_LAYOUT = {"row": "row", "col": "col", "sliced": "sliced", "mixed": "col"}
-WIDE = TileConfig(128, 256, 16, 8, 16, 3, 8)  # the H200's tuned tiles from N = 2048
-TALL = TileConfig(256, 128, 16, 16, 8, 4, 8)  # the H100's
-TALL_TRANSPOSED = TileConfig(128, 256, 16, 8, 16, 4, 8)  # the H100's on edge tiles
+WIDE, TALL, TALL_TRANSPOSED = H200_TILES, H100_TILES, H100_EDGE_TILES
 
 
 def _ids(shape):
