@@ -83,10 +83,10 @@ def ptx_for(kernel, arg_kinds: tuple) -> tuple[str, str]:
 
     The PTX is the code Numba's own launches run: where Numba links with LTO (its
     default wherever nvJitLink is installed, as on the GPU image), the PTX nvJitLink
-    links, so that XLA's ptxas compiles what Numba's launches run (on an H100, the
-    same registers and k loops as Numba's cubins); else NVVM's PTX. NVVM's PTX before
-    the link had compiled the fused triple-product kernel to another schedule, 1.5-4%
-    slower at N = 2048 and 4096 (README, *The JAX bridge*).
+    links, so that XLA's ptxas compiles what Numba's launches run (on an H100 the GPU
+    image's ptxas gives it Numba's registers and k loops, XLA's within a register); else
+    NVVM's PTX. NVVM's PTX before the link had compiled the fused triple-product kernel to
+    another schedule, 1.5-5% slower at N = 2048 and 4096 (README, *The JAX bridge*).
     """
     from numba import cuda
     from numba_gemm.launch import kernel_signature
@@ -117,8 +117,8 @@ def xla_ptx(ptx: str, newest_version: tuple[int, int] | None,
     entry = re.search(r"\.entry\s+([^\s(]+)\s*\(", ptx)
     if entry is None:
         raise RuntimeError("no .entry in the PTX Numba produced")
-    if max_registers and not re.search(r"^\s*\.maxnreg\b", ptx[entry.end():ptx.index("{", entry.end())], re.M):
-        body = ptx.index("{", entry.end())
+    body = ptx.index("{", entry.end())
+    if max_registers and ".maxnreg" not in ptx[entry.end():body]:  # none in the header yet
         ptx = f"{ptx[:body]}.maxnreg {int(max_registers)}\n{ptx[body:]}"
     return ptx, entry.group(1)
 

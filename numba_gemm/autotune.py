@@ -197,8 +197,8 @@ def _configs_for(dtype, layout: str, bucket, user_cache: Path,
     and cache-file versions (``stamps``)."""
     whole = _find(dtype, layout, bucket, user_cache, edge=False)
     edges = _find(dtype, layout, bucket, user_cache, edge=True)
-    if edges is not None and whole is not None and _distance(edges, bucket) > _distance(whole, bucket):
-        edges = None
+    if edges and whole and _distance(edges, bucket) > _distance(whole, bucket):
+        edges = None  # a winner tuned on whole tiles nearer this bucket serves it
     return (TileConfig(**whole["config"]) if whole is not None else DEFAULT_CONFIGS[dtype],
             TileConfig(**edges["config"]) if edges is not None else None)
 

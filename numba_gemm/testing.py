@@ -12,7 +12,8 @@ import numpy as np
 from .descriptor import transpose_view
 from .kernels.tiled import TileConfig
 
-__all__ = ["LAYOUTS", "CHAIN_LAYOUTS", "assert_product", "assert_triple", "make_chain", "triple_reference", "check_layouts", "make_operands", "poisoned", "reference",
+__all__ = ["LAYOUTS", "CHAIN_LAYOUTS", "assert_product", "assert_triple", "make_chain",
+           "triple_reference", "check_layouts", "make_operands", "poisoned", "reference",
            "relative_error", "tolerance", "H100_TILES", "H100_EDGE_TILES", "H200_TILES"]
 
 # Tuned tiles the tests plan with where they stand in for a GPU (numba_gemm/tuned.json): the
