@@ -263,8 +263,13 @@ def fusion_changes_tiles(tuned: TileConfig, M: int, K1: int, K2: int, N: int, sm
     edge tiles): where the two products' tiles leave a ragged last wave that one launch of
     narrower tiles fills, or where so few tiles that the small split-k tiles run instead. The
     transposition that edge tiles in T @ C alone bring to both products does not count."""
-    # The tiled GEMM runs tuned, or tuned transposed where its product has edge tiles.
-    return fused_tiles(tuned, M, K1, K2, N, sms, dtype) not in (tuned, for_edge_tiles(tuned, dtype))
+    return _other_tiles(fused_tiles(tuned, M, K1, K2, N, sms, dtype), tuned, dtype)
+
+
+def _other_tiles(fused: TileConfig, tuned: TileConfig, dtype) -> bool:
+    """Whether the fused kernel's tiles ``fused`` differ from the tiled GEMM's: it runs
+    ``tuned``, or ``tuned`` transposed where its product has edge tiles."""
+    return fused not in (tuned, for_edge_tiles(tuned, dtype))
 
 
 def choose_triple_algorithm(M: int, K1: int, K2: int, N: int, dtype=np.float32) -> str:
@@ -277,9 +282,9 @@ def choose_triple_algorithm(M: int, K1: int, K2: int, N: int, dtype=np.float32) 
     if simulated():  # no SMs to fill: the simulator runs one block at a time
         return "unfused"
     tuned = config_for_shape(M, K2, K1, dtype)
-    sms = multiprocessors()
-    edges = not any(whole_products(fused_tiles(tuned, M, K1, K2, N, sms, dtype), M, K1, K2, N))
-    return "fused" if edges or fusion_changes_tiles(tuned, M, K1, K2, N, sms, dtype) else "unfused"
+    fused = fused_tiles(tuned, M, K1, K2, N, multiprocessors(), dtype)
+    edges = not any(whole_products(fused, M, K1, K2, N))
+    return "fused" if edges or _other_tiles(fused, tuned, dtype) else "unfused"
 
 
 def plan_triple(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, out: MatrixDesc,
