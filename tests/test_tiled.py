@@ -15,6 +15,7 @@ from numba_gemm.autotune import SIMULATOR_CONFIG
 from numba_gemm.descriptor import describe
 from numba_gemm.kernels import tiled
 from numba_gemm.kernels.tiled import for_edge_tiles, operand_modes, plan_tiled, whole_tiles
+from numba_gemm.launch import programmatic_launch
 from numba_gemm.testing import (H100_EDGE_TILES, H100_TILES, LAYOUTS, assert_product, check_layouts,
                                  make_operands, poisoned)
 
@@ -64,7 +65,8 @@ def test_whole_tiles_select_the_kernel_without_edge_code(config, shape, expected
     assert whole_tiles(config, M, N, K) is expected
     a, b = make_operands(M, N, K, np.float32, "row", rng)
     descs = describe(a, "a"), describe(b, "b"), describe(poisoned((M, N), np.float32), "out")
-    kernel = tiled._kernel(config, np.dtype(np.float32), *operand_modes(*descs), expected)
+    kernel = tiled._kernel(config, np.dtype(np.float32), *operand_modes(*descs), expected,
+                           programmatic_launch())
     assert plan_tiled(config, *descs).kernel is kernel
 
 

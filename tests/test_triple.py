@@ -76,9 +76,9 @@ def _record_fused_kernels(monkeypatch) -> list:
     compiled = []
     original = triple_kernels._fused_kernel
 
-    def spy(config, dtype, interiors, *modes):
+    def spy(config, dtype, interiors, programmatic, *modes):
         compiled.append((config, dtype, interiors, modes))
-        return original(config, dtype, interiors, *modes)
+        return original(config, dtype, interiors, programmatic, *modes)
 
     monkeypatch.setattr(triple_kernels, "_fused_kernel", spy)
     return compiled

@@ -337,3 +337,29 @@ else:
 
 
 __all__ += ["warp_barrier", "named_barrier"]
+
+
+# --- programmatic dependent launch (Hopper, compute capability 9.0) -----------------------------
+#
+# A launch with CUDA's programmatic stream serialization (``launch.PreparedLaunch`` sets it where
+# ``KernelLaunch.programmatic``) may start before the launch ahead of it on the stream has
+# completed: once every CTA of that one has exited (or released its dependents, which no kernel
+# here does), without waiting for the grid's completion to go through. ``await_prior_grids()``
+# (``griddepcontrol.wait``) then holds the thread until the launches it depends on have
+# completed and their writes are visible; a kernel that read or wrote memory before it would
+# race with them. Launched without the attribute, it returns at once. The simulator runs one
+# launch at a time: its twin does nothing.
+
+if cuda.config.ENABLE_CUDASIM:
+
+    @cuda.jit(device=True)
+    def await_prior_grids():
+        """Simulator twin of ``griddepcontrol.wait``: launches already run one at a time."""
+
+else:
+    await_prior_grids = _asm_statement("griddepcontrol.wait;")
+    await_prior_grids.__doc__ = ("``griddepcontrol.wait``: wait until the launches this one "
+                                 "depends on have completed and their writes are visible.")
+
+
+__all__ += ["await_prior_grids"]

@@ -112,10 +112,12 @@ from numba import cuda
 
 from ..descriptor import MatrixDesc
 from ..launch import (STATIC_SHARED_LIMIT, KernelLaunch, alone_on_multiprocessor, cdiv,
-                      kernel_launch, shared_memory_limit, shared_memory_per_multiprocessor)
+                      kernel_launch, programmatic_launch, shared_memory_limit,
+                      shared_memory_per_multiprocessor)
 from ..ordering import tile_of
 from .ptx import backoff, load_acquire, load_from_l2, move_element, release_add
-from .tiled import VECTOR_BYTES, TileConfig, kernel_jit, operand_modes, tile_computer, whole_tiles
+from .tiled import (VECTOR_BYTES, TileConfig, kernel_jit, operand_modes, overlap_launches,
+                    tile_computer, whole_tiles)
 
 __all__ = ["NAIVE_MAX_THREADS", "SYNC_HEAD", "plan_naive", "plan_fused", "counters_desc",
            "sync_slots", "whole_products", "one_call_site", "fused_tiles_per_product",
@@ -312,10 +314,11 @@ def one_call_site(interiors: tuple, modes: tuple) -> bool:
 
 
 @functools.cache
-def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, *modes: tuple):
+def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, programmatic: bool,
+                  *modes: tuple):
     """Compile-time specialisation of the fused kernel (one tile per CTA) for one config,
-    dtype, layout (``modes``: A, B, T stored; T, C, D) and ``interiors`` (T's, D's:
-    ``tiled.whole_tiles``)."""
+    dtype, layout (``modes``: A, B, T stored; T, C, D), ``interiors`` (T's, D's:
+    ``tiled.whole_tiles``) and ``programmatic`` (``tiled.overlap_launches``)."""
     BLOCK_M, BLOCK_N = config.block_m, config.block_n
     THREAD_M, THREAD_N = config.thread_m, config.thread_n
     ACC_SIZE = THREAD_M * THREAD_N
@@ -327,10 +330,13 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, *modes:
     ONE_SITE = one_call_site(interiors, modes)  # the branch not taken is pruned
     tile_of_device = cuda.jit(device=True)(tile_of)
     GROUP_M = config.group_m
+    overlap = overlap_launches(programmatic)
 
     @kernel_jit(config.cta_threads)
     def fused_kernel(a, stride_am, stride_ak, b, stride_bk, stride_bn, c, stride_ck, stride_cn,
                      d, stride_dm, stride_dn, t, stride_tm, stride_tk, sync, M, K1, K2, N):
+        # Before any memory is touched (the counters too): the launch ahead may still be running.
+        overlap()
         smem = cuda.shared.array(0, dtype)
         # The CTA's ticket as (T tile?, pid_m, pid_x), and for a D tile its departure's
         # (departures, counters): see step 4.
@@ -417,9 +423,11 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, *modes:
 
 
 @functools.cache
-def _stream_k_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, *modes: tuple):
+def _stream_k_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, programmatic: bool,
+                     *modes: tuple):
     """Compile-time specialisation of the stream-K fused kernel (workers over ranges of
-    k-iterations) for one config, dtype, layout and interiors (as for ``_fused_kernel``)."""
+    k-iterations) for one config, dtype, layout, interiors and ``programmatic`` (as for
+    ``_fused_kernel``)."""
     BLOCK_M, BLOCK_N, BLOCK_K = config.block_m, config.block_n, config.block_k
     THREAD_M, THREAD_N = config.thread_m, config.thread_n
     THREADS = config.threads
@@ -432,6 +440,7 @@ def _stream_k_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, *mod
     sum_t, store_t, sum_d, store_d = ab.sum_tile, ab.store_tile, tc.sum_tile, tc.store_tile
     tile_of_device = cuda.jit(device=True)(tile_of)
     GROUP_M = config.group_m
+    overlap = overlap_launches(programmatic)
 
     @cuda.jit(device=True)
     def product_of(ticket, t_workers, d_workers, chunks, n_tiles, K1, K2):
@@ -444,6 +453,7 @@ def _stream_k_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, *mod
     def stream_k_kernel(a, stride_am, stride_ak, b, stride_bk, stride_bn, c, stride_ck,
                         stride_cn, d, stride_dm, stride_dn, t, stride_tm, stride_tk, partials,
                         sync, M, K1, K2, N, t_workers, d_workers):
+        overlap()  # as in the fused kernel: first of all
         smem = cuda.shared.array(0, dtype)
         plan = cuda.shared.array(12, np.int64)  # thread 0's bookkeeping, for the CTA
         acc = cuda.local.array(ACC_SIZE, SCALAR)
@@ -619,10 +629,12 @@ def plan_fused(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, 
     # Stream-K's segments are whole k-tiles, which split-k groups would cut unevenly.
     interiors = tuple(whole and (workers is None or config.split_k == 1)
                       for whole in whole_products(config, M, K1, K2, N))
+    programmatic = programmatic_launch()
     if workers is None:
-        kernel = _fused_kernel(config, a.dtype, interiors, *modes)
+        kernel = _fused_kernel(config, a.dtype, interiors, programmatic, *modes)
         return kernel_launch(kernel, sum(fused_tiles_per_product(config, M, K2, N)),
-                             config.cta_threads, shared, (*operands, sync, M, K1, K2, N))
-    kernel = _stream_k_kernel(config, a.dtype, interiors, *modes)
+                             config.cta_threads, shared, (*operands, sync, M, K1, K2, N),
+                             programmatic)
+    kernel = _stream_k_kernel(config, a.dtype, interiors, programmatic, *modes)
     return kernel_launch(kernel, sum(workers), config.cta_threads, shared,
-                         (*operands, partials, sync, M, K1, K2, N, *workers))
+                         (*operands, partials, sync, M, K1, K2, N, *workers), programmatic)
