@@ -86,11 +86,12 @@ Both kernels compile each product without edge code where its tiles are whole
 sat 110-147 KB into a 207 KB binary, had run 3% slower than the same SASS in the tiled
 kernel (instruction fetch) until then.
 
-Measured (H100, ``benchmarks/triple_product.py``, README; the last two runs): at N = 512
-1.83-1.85x faster than two tiled GEMMs on their tuned tiles (22.4-22.7 us) and 1.23x
-PyTorch's two cuBLAS kernels replayed from a CUDA graph; from 1024 to 4096 1.04x, 1.58x
-(1536, stream-K), 1.02x (1800, edge tiles: one call site), 1.009x (2047: two tile functions
-with edge code, T column-major; 0.987x with T row-major), 0.998x (2048), 1.19-1.20x and
+Measured (H100, ``benchmarks/triple_product.py``, README; the last three runs): at N = 512
+1.84-1.85x faster than two tiled GEMMs on their tuned tiles (21.1 us with programmatic
+dependent launch, ``tiled.overlap_launches``; 22.4-22.7 us before) and 1.22-1.32x PyTorch's two
+cuBLAS kernels replayed from a CUDA graph; from 1024 to 4096 1.02-1.04x, 1.57-1.58x (1536,
+stream-K), 1.02x (1800, edge tiles: one call site), 1.004-1.014x (2047: two tile functions
+with edge code, T column-major; 0.987x with T row-major), 0.996-0.998x (2048), 1.19-1.20x and
 0.999-1.002x (4096) of them, where both run 128 x 256 tiles on edge tiles
 (``tiled.for_edge_tiles``). At 2048 and 4096 the tiled GEMM's
 tiles already fill the SMs, and the fused kernel gains little more than the second launch: with
