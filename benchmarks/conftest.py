@@ -11,26 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import platform
-from importlib import metadata
 from pathlib import Path
 
 import pytest
 
 _ROWS: list[dict] = []
 _SESSION: dict = {}
-
-
-def _versions() -> dict:
-    names = ["numba", "numba-cuda", "numpy", "jax", "jaxlib", "pytest-benchmark"]
-    found = {}
-    for name in names:
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            found[name] = None
-    found["python"] = platform.python_version()
-    return found
 
 
 @pytest.fixture(scope="session")
@@ -114,7 +100,7 @@ def _with_ratios(rows: list[dict]) -> list[dict]:
 
 
 def pytest_sessionfinish(session, exitstatus):
-    from numba_gemm.timing import results_file
+    from numba_gemm.timing import results_file, stack_versions
 
     if not _ROWS:
         return
@@ -124,7 +110,8 @@ def pytest_sessionfinish(session, exitstatus):
     suites = "-".join(sorted({r["suite"] for r in rows}))  # no "+": some tools refuse it in names
     path, date = results_file(out_dir, device, suites)
     payload = {"date": date, "device": _SESSION.get("device"),
-               "versions": _versions(), "copy_bandwidth_bytes_per_s": _SESSION.get("copy_bandwidth_bytes_per_s"),
+               "versions": stack_versions("pytest-benchmark"),
+               "copy_bandwidth_bytes_per_s": _SESSION.get("copy_bandwidth_bytes_per_s"),
                "timing": "pytest-benchmark medians over calibrated rounds of back-to-back calls "
                          "(median_s is per call); timer numba_gemm.timing.device_clock (CUDA events "
                          "after a context-wide synchronize)",

@@ -2,7 +2,8 @@
 # On a GPU machine, from the repository root: the whole test suite on the real GPU
 # (gpu-marked tests included), the demo, the benchmarks, the MLP trained through
 # jax_bridge against lax, the triple product against torch and JAX, each pipe's multiply-add
-# rate with few warps (fma_throughput.py), and (where ncu exists) the
+# rate with few warps (fma_throughput.py), back-to-back calls with programmatic dependent
+# launch on and off (launch_overlap.py), and (where ncu exists) the
 # L2 measurement of CTA orders. The results table prints last; results go to
 # $NUMBA_GEMM_RESULTS_DIR (default benchmarks/results/), logs to the same folder
 # (default /tmp). PY selects the interpreter (default: python3 with the tree importable).
@@ -51,6 +52,8 @@ grep -E "largest relative|Error" "$LOG_DIR/mlp_training.log"
 triple=$?
 "$PY" benchmarks/fma_throughput.py --results "$RESULTS" > "$LOG_DIR/fma_throughput.log" 2>&1
 fma=$?
+"$PY" benchmarks/launch_overlap.py --results "$RESULTS" > "$LOG_DIR/launch_overlap.log" 2>&1
+overlap=$?
 l2=0
 if command -v ncu > /dev/null; then
   ncu --clock-control none --kernel-name regex:tiled --csv \
@@ -62,8 +65,9 @@ if command -v ncu > /dev/null; then
 fi
 "$PY" -m numba_gemm bench --results "$RESULTS"
 grep -E "warps per SM|layout|Error" "$LOG_DIR/fma_throughput.log"
+sed -n '/^Back-to-back calls/,$p' "$LOG_DIR/launch_overlap.log"
 sed -n '/^D = A @ B @ C/,$p' "$LOG_DIR/triple_product.log"
 echo "tests exit $tests, benchmarks exit $bench, mlp exit $mlp, triple exit $triple," \
-  "fma exit $fma, l2 exit $l2"
+  "fma exit $fma, overlap exit $overlap, l2 exit $l2"
 [ "$tests" = 0 ] && [ "$bench" = 0 ] && [ "$mlp" = 0 ] && [ "$triple" = 0 ] && [ "$fma" = 0 ] \
-  && [ "$l2" = 0 ]
+  && [ "$overlap" = 0 ] && [ "$l2" = 0 ]

@@ -29,9 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import statistics
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -48,66 +45,6 @@ SWEEP = (  # (block_m, block_n, block_k, thread_m, thread_n, stages, group_m, sp
     (32, 64, 16, 4, 4, 4, 1, 4), (32, 32, 16, 4, 4, 3, 1, 4), (64, 32, 16, 4, 4, 3, 1, 4),
     (64, 64, 16, 4, 4, 3, 8, 2), (64, 128, 16, 4, 8, 3, 8, 1), (128, 256, 16, 8, 16, 3, 8, 1),
 )
-
-
-def _versions() -> dict:
-    found = {"python": platform.python_version()}
-    for name in ("numba", "numba-cuda", "numpy", "jax", "jaxlib", "torch"):
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            found[name] = None
-    return found
-
-
-def _calls_per_round(fn) -> int:
-    """How many back-to-back calls of ``fn`` make a round of at least ROUND_S."""
-    from numba_gemm.timing import device_clock
-
-    fn()
-    start = device_clock()
-    fn()
-    once = max(device_clock() - start, 1e-6)
-    return max(1, int(ROUND_S / once))
-
-
-def _interleaved(fns: dict) -> dict:
-    """Median seconds per call of each of ``fns`` (name -> function), over ROUNDS rounds of
-    back-to-back calls. The rounds interleave: round r of every method runs before round
-    r + 1 of any, so drift during the run (clocks, temperature, the host's load) falls on
-    all methods alike instead of on whichever was timed last."""
-    from numba_gemm.timing import device_clock
-
-    calls = {name: _calls_per_round(fn) for name, fn in fns.items()}
-    for fn in fns.values():
-        for _ in range(WARMUP):
-            fn()
-    times = {name: [] for name in fns}
-    for _ in range(ROUNDS):
-        for name, fn in fns.items():
-            start = device_clock()
-            for _ in range(calls[name]):
-                fn()
-            times[name].append((device_clock() - start) / calls[name])
-    return {name: statistics.median(seconds) for name, seconds in times.items()}
-
-
-def _host_seconds(fn) -> float:
-    """Median host time per call of ``fn`` over HOST_RUNS runs of HOST_CALLS calls queued
-    without waiting for the GPU (it is waited for between runs)."""
-    import time
-
-    from numba_gemm.timing import device_clock
-
-    times = []
-    for _ in range(HOST_RUNS):
-        device_clock()  # the GPU is idle, the queue empty
-        start = time.perf_counter()
-        for _ in range(HOST_CALLS):
-            fn()
-        times.append((time.perf_counter() - start) / HOST_CALLS)
-    device_clock()
-    return statistics.median(times)
 
 
 def _torch_graph(fn):
@@ -142,6 +79,7 @@ def measure(n: int, sweep: bool, rng) -> list[dict]:
     from numba_gemm.chain import choose_triple_algorithm, fused_config, fused_workers
     from numba_gemm.kernels.tiled import TileConfig
     from numba_gemm.testing import tolerance
+    from numba_gemm.timing import host_seconds, interleaved_medians
 
     host = [rng.standard_normal((n, n)).astype(np.float32) for _ in range(3)]
     a, b, c = (cuda.to_device(x) for x in host)
@@ -189,10 +127,11 @@ def measure(n: int, sweep: bool, rng) -> list[dict]:
                                  f"{bound:.1e}")
         if name == "torch":
             assert not torch.backends.cuda.matmul.allow_tf32
-    seconds = _interleaved({name: fn for name, (fn, _) in methods.items()})
+    seconds, _ = interleaved_medians({name: fn for name, (fn, _) in methods.items()},
+                                     rounds=ROUNDS, round_s=ROUND_S, warmup=WARMUP)
     rows = []
     for name, (fn, config) in methods.items():
-        host = _host_seconds(fn)
+        host = host_seconds(fn, calls=HOST_CALLS, runs=HOST_RUNS)
         rows.append({"size": n, "method": name, "config": config, "median_s": seconds[name],
                      "host_s": host, "relative_error": errors[name]})
         print(f"N = {n:5d}  {name:40s} {seconds[name] * 1e6:10.1f} us  host {host * 1e6:7.1f} us"
@@ -244,14 +183,14 @@ def main() -> int:
 
     torch.backends.cuda.matmul.allow_tf32 = False  # true fp32, like precision="highest"
     torch.backends.cudnn.allow_tf32 = False
-    from numba_gemm.timing import device_name, results_file
+    from numba_gemm.timing import device_name, results_file, stack_versions
 
     rng = np.random.default_rng(args.seed)
     rows = [row for n in args.sizes for row in measure(n, args.sweep, rng)]
     device = device_name()
     path, date = results_file(args.results, device, "triple_product")
     path.write_text(json.dumps({
-        "date": date, "device": device, "versions": _versions(),
+        "date": date, "device": device, "versions": stack_versions("torch"),
         "timing": "median over 15 rounds (>= 20 ms each) of back-to-back calls, per call, the "
                   "methods' rounds interleaved; CUDA events after a context-wide synchronize "
                   "(numba_gemm.timing); fp32, no TF32. host_s: the host's time per call alone, "

@@ -5,20 +5,25 @@ for all queued GPU work (every stream of the context, so XLA's streams too),
 then records a CUDA event and returns its time in seconds. Two readings
 bracket whatever ran between them on the GPU's own clock. pytest-benchmark
 uses it as its timer (``pytest.mark.benchmark(timer=device_clock)``).
-:func:`results_file` names and dates each benchmark's results JSON.
+:func:`interleaved_medians` times several methods against each other in one run, and
+:func:`host_seconds` a method's host time alone. :func:`results_file` names and dates each
+benchmark's results JSON, :func:`stack_versions` gives the versions it records.
 """
 
 from __future__ import annotations
 
 import datetime
+import platform
 import re
 import statistics
 import time
+from importlib import metadata
 from pathlib import Path
 
 from numba import cuda
 
-__all__ = ["device_clock", "device_name", "median_seconds", "results_file"]
+__all__ = ["device_clock", "device_name", "median_seconds", "interleaved_medians",
+           "host_seconds", "results_file", "stack_versions"]
 
 _REBASE_AFTER_S = 1.0  # event times are float32 milliseconds: keep the origin recent
 
@@ -60,6 +65,48 @@ def median_seconds(fn, *, warmup: int = 2, reps: int = 10, calls_per_rep: int = 
     return statistics.median(times)
 
 
+def interleaved_medians(fns: dict, *, rounds: int = 15, round_s: float = 0.02,
+                        warmup: int = 3) -> tuple[dict, dict]:
+    """Time each of ``fns`` (name -> function) per call, back-to-back calls blocked once per
+    round: ``(medians, per_round)``, name -> median seconds per call and name -> the list of
+    each round's seconds per call. Each round of a method runs at least ``round_s`` (its call
+    count is calibrated first), after ``warmup`` calls. The rounds interleave: round r of every
+    method runs before round r + 1 of any, so drift during the run (clocks, temperature, the
+    host's load) falls on all methods alike instead of on whichever was timed last."""
+    calls = {}
+    for name, fn in fns.items():
+        fn()
+        start = device_clock()
+        fn()
+        calls[name] = max(1, int(round_s / max(device_clock() - start, 1e-6)))
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    per_round = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            start = device_clock()
+            for _ in range(calls[name]):
+                fn()
+            per_round[name].append((device_clock() - start) / calls[name])
+    return {name: statistics.median(t) for name, t in per_round.items()}, per_round
+
+
+def host_seconds(fn, *, calls: int = 50, runs: int = 5) -> float:
+    """Median host time per call of ``fn`` over ``runs`` runs of ``calls`` calls queued without
+    waiting for the GPU (it is waited for between runs): few enough calls that the launch
+    queue never fills. Where it comes near the time per call, ``fn`` is bound by its host."""
+    times = []
+    for _ in range(runs):
+        device_clock()  # the GPU is idle, the queue empty
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - start) / calls)
+    device_clock()
+    return statistics.median(times)
+
+
 def device_name() -> str:
     """The current GPU's name (Numba returns bytes or str depending on its version)."""
     name = cuda.get_current_device().name
@@ -75,3 +122,18 @@ def results_file(directory, device: str, suite: str) -> tuple[Path, str]:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     return directory / f"{now:%Y-%m-%d}-{slug}-{suite}.json", now.isoformat(timespec="seconds")
+
+
+STACK = ("numba", "numba-cuda", "numpy", "jax", "jaxlib")
+
+
+def stack_versions(*extra: str) -> dict:
+    """Python's version and each installed version of :data:`STACK` and ``extra``
+    (distribution names; None where one is not installed), for a results file."""
+    found = {"python": platform.python_version()}
+    for name in (*STACK, *extra):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    return found
