@@ -12,8 +12,8 @@
 # The tests run in TEST_SHARDS pytest processes at once (default: the CPU count less 2, at
 # most 14), since compiling the kernels takes most of their time: 7-8.5 minutes on a 16-core
 # H100 machine instead of ~40 in one process. TEST_PART=k/n runs the k-th of n parts of the
-# suite (every n-th test from the k-th), so that each part fits a time limit (two parts of
-# ~4.5 minutes under a 10-minute limit per command, with the machine's start).
+# suite (every n-th test from the k-th), so that each part fits a time limit per command (two
+# parts for 10 minutes; each compiles what its tests need, so a part takes more than 1/n).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
