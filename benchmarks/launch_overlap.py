@@ -43,11 +43,11 @@ def measure(n: int, rng) -> list[dict]:
 
     from numba_gemm import launch
     from numba_gemm.prepared import PREPARED_CAPACITY, forget_prepared_calls
-    from numba_gemm.testing import tolerance
+    from numba_gemm.testing import reference, relative_error, tolerance
     from numba_gemm.timing import host_seconds, interleaved_medians
 
     host = [rng.standard_normal((n, n)).astype(np.float32) for _ in range(3)]
-    references = {"matmul": host[0].astype(np.float64) @ host[1]}
+    references = {"matmul": reference(host[0], host[1])}
     references["fused"] = references["unfused"] = references["matmul"] @ host[2]
     # Each variant's calls are prepared (planned) under its setting and launched from the
     # prepared-calls caches afterwards, whatever the setting then: at most 4 entries per cache.
@@ -61,9 +61,7 @@ def measure(n: int, rng) -> list[dict]:
                       cuda.to_device(np.full((n, n), np.nan, np.float32)))  # poison
             fn = _call(method, arrays)
             fn()  # prepares under this setting
-            result = arrays[3].copy_to_host().astype(np.float64)
-            reference = references[method]
-            error = float(np.linalg.norm(result - reference) / np.linalg.norm(reference))
+            error = relative_error(arrays[3], references[method])
             if not error <= 2 * tolerance(np.float32, n):
                 raise AssertionError(f"{method} at N = {n}, overlap {overlap}: relative error "
                                      f"{error:.3e}")

@@ -218,12 +218,7 @@ def programmatic_launch() -> bool:
     simulator, which runs one launch at a time)."""
     if not OVERLAP_LAUNCHES or simulated():
         return False
-    return _device_capability(cuda.get_current_device().id) >= PROGRAMMATIC_LAUNCH_CC
-
-
-@functools.cache
-def _device_capability(device_id: int) -> tuple[int, int]:
-    return tuple(cuda.get_current_device().compute_capability)
+    return tuple(cuda.get_current_device().compute_capability) >= PROGRAMMATIC_LAUNCH_CC
 
 
 def multiprocessors() -> int:

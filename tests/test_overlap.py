@@ -13,7 +13,8 @@ import numba_gemm
 from numba_gemm import TileConfig, launch
 from numba_gemm.descriptor import describe
 from numba_gemm.kernels import tiled, triple
-from numba_gemm.testing import assert_product, assert_triple, make_chain, make_operands, poisoned
+from numba_gemm.testing import (assert_product, assert_triple, make_chain, make_operands, poisoned,
+                                relative_error)
 
 
 @pytest.mark.parametrize("capability, enabled, expected", [
@@ -24,8 +25,8 @@ from numba_gemm.testing import assert_product, assert_triple, make_chain, make_o
 ])
 def test_programmatic_launch_from_hopper_on(capability, enabled, expected, monkeypatch):
     monkeypatch.setattr(launch, "simulated", lambda: False)
-    monkeypatch.setattr(launch, "_device_capability", lambda device_id: capability)
-    monkeypatch.setattr(launch.cuda, "get_current_device", lambda: SimpleNamespace(id=0))
+    monkeypatch.setattr(launch.cuda, "get_current_device",
+                        lambda: SimpleNamespace(id=0, compute_capability=capability))
     monkeypatch.setattr(launch, "OVERLAP_LAUNCHES", enabled)
     assert launch.programmatic_launch() is expected
 
@@ -74,8 +75,7 @@ def _chain_error(result, x0: np.ndarray, factors) -> float:
     expected = x0.astype(np.float64)
     for factor in factors:
         expected = expected @ factor.astype(np.float64)
-    got = result.copy_to_host().astype(np.float64)
-    return float(np.linalg.norm(got - expected) / np.linalg.norm(expected))
+    return relative_error(result, expected)
 
 
 @pytest.mark.gpu
