@@ -129,3 +129,65 @@ def test_chain_of_triple_products_back_to_back(n, algorithm, rng):
         numba_gemm.triple(buffers[step % 2], b_device, c_device, buffers[(step + 1) % 2],
                           algorithm=algorithm)
     assert _chain_error(buffers[STEPS % 2], x0, [b, c] * STEPS) < 1e-4
+
+
+def _graph_edge_types(graph) -> list[int]:
+    """The dependency type (``CUgraphDependencyType``) of each edge of a CUDA graph."""
+    from cuda.bindings import driver as cu
+
+    get_edges = getattr(cu, "cuGraphGetEdges_v2", cu.cuGraphGetEdges)  # edge data: 12.x's _v2
+    result = get_edges(graph, 0)  # (error, from, to, edge data, count)
+    launch._checked(result[:1], "cuGraphGetEdges")
+    result = get_edges(graph, result[-1])
+    launch._checked(result[:1], "cuGraphGetEdges")
+    return [int(edge.type) for edge in result[3][:result[-1]]]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("algorithm", ["fused", "unfused"])
+def test_chain_of_triple_products_captured_in_a_graph(algorithm, rng):
+    # The chain above captured from a stream into a CUDA graph and replayed: on Hopper every
+    # launch after the first becomes a programmatic edge (the kernel may start before the one
+    # ahead has finished; its wait holds it), elsewhere a plain one. Each replay starts from
+    # fresh inputs, in buffers poisoned before it, so a replay that skipped a write or read
+    # ahead of one cannot pass.
+    from cuda.bindings import driver as cu
+
+    n = 512
+    b, c = _orthogonal(n, rng), _orthogonal(n, rng)
+    stream = cuda.stream()
+    nan = np.full((n, n), np.nan, np.float32)
+    buffers = [cuda.to_device(nan, stream=stream), cuda.to_device(nan, stream=stream)]
+    b_device, c_device = cuda.to_device(b, stream=stream), cuda.to_device(c, stream=stream)
+
+    def chain():
+        for step in range(STEPS):
+            numba_gemm.triple(buffers[step % 2], b_device, c_device, buffers[(step + 1) % 2],
+                              algorithm=algorithm, stream=stream)
+
+    chain()  # compiles, allocates the counters and the intermediate, prepares each call
+    stream.synchronize()
+    handle = launch.stream_handle(stream)
+    mode = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+    launch._checked(cu.cuStreamBeginCapture(handle, mode), "cuStreamBeginCapture")
+    try:
+        chain()
+    finally:
+        graph = launch._checked(cu.cuStreamEndCapture(handle), "cuStreamEndCapture")
+    kernels = STEPS * (1 if algorithm == "fused" else 2)
+    programmatic = int(cu.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC)
+    expected = programmatic if launch.programmatic_launch() else 0
+    assert _graph_edge_types(graph) == [expected] * (kernels - 1)
+    replay = launch._checked(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+    try:
+        for _ in range(2):
+            x0 = rng.standard_normal((n, n)).astype(np.float32)
+            buffers[0].copy_to_device(x0, stream=stream)
+            buffers[1].copy_to_device(nan, stream=stream)
+            launch._checked(cu.cuGraphLaunch(replay, handle), "cuGraphLaunch")
+            result = buffers[STEPS % 2].copy_to_host(stream=stream)
+            stream.synchronize()
+            assert _chain_error(result, x0, [b, c] * STEPS) < 1e-4
+    finally:
+        cu.cuGraphExecDestroy(replay)
+        cu.cuGraphDestroy(graph)
