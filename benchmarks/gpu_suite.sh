@@ -68,8 +68,7 @@ if command -v ncu > /dev/null; then
   ncu --clock-control none --kernel-name regex:tiled --csv \
     --metrics lts__t_sector_hit_rate.pct,dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
     "$PY" benchmarks/l2_ordering.py run > "$LOG_DIR/ncu_l2.csv" 2> "$LOG_DIR/ncu_l2.log"
-  "$PY" benchmarks/l2_ordering.py summarize "$LOG_DIR/ncu_l2.csv" \
-    "$RESULTS/$(date -u +%F)-l2-ordering.json"
+  "$PY" benchmarks/l2_ordering.py summarize "$LOG_DIR/ncu_l2.csv" "$RESULTS"
   l2=$?
 fi
 "$PY" -m numba_gemm bench --results "$RESULTS"

@@ -5,19 +5,20 @@ Two steps, because the launches must run under Nsight Compute:
     ncu --clock-control none --kernel-name regex:tiled --csv \\
         --metrics lts__t_sector_hit_rate.pct,dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \\
         python benchmarks/l2_ordering.py run > ncu.csv
-    python benchmarks/l2_ordering.py summarize ncu.csv OUT.json
+    python benchmarks/l2_ordering.py summarize ncu.csv RESULTS_DIR
 
 ``run`` launches the tiled kernel once per (shape, group_m) in CASES order
 (each specialisation is compiled first, outside the profiled launch); ``summarize``
 pairs ncu's rows with the cases, adds numba_gemm.model.problem_dram_bytes (the
-seed's ideal-cache count, wave by wave) and writes a JSON beside the benchmarks'.
+seed's ideal-cache count, wave by wave) and writes
+``RESULTS_DIR/<date>-<device>-l2_ordering.json`` (``timing.results_file``, as every benchmark
+names its results) with the device and the versions.
 ``--clock-control none`` leaves the GPU's clocks as they are (ncu would lock them).
 """
 
 from __future__ import annotations
 
 import csv
-import datetime
 import io
 import json
 import sys
@@ -50,9 +51,10 @@ def run() -> None:
         print(f"launched {M}x{N}x{K} {config.label()}", file=sys.stderr)
 
 
-def summarize(csv_path: str, out_path: str) -> None:
+def summarize(csv_path: str, results_dir: str) -> None:
     from numba_gemm.autotune import config_for_shape
     from numba_gemm.model import problem_dram_bytes
+    from numba_gemm.timing import device_name, results_file, stack_versions
 
     text = open(csv_path).read()
     table = list(csv.DictReader(io.StringIO(text[text.index('"ID"'):])))
@@ -78,9 +80,12 @@ def summarize(csv_path: str, out_path: str) -> None:
                 M, N, K, config.block_m, config.block_n, config.block_k, 4, sms, group),
             "compulsory_bytes": 4 * (M * K + K * N + M * N),
         })
-    payload = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    device = "simulator" if cuda.config.ENABLE_CUDASIM else device_name()
+    out_path, date = results_file(results_dir, device, "l2_ordering")
+    payload = {"date": date, "device": device, "versions": stack_versions(),
                "tool": "ncu --clock-control none", "metrics": METRICS, "rows": rows}
-    open(out_path, "w").write(json.dumps(payload, indent=1))
+    out_path.write_text(json.dumps(payload, indent=1))
+    print(f"results: {out_path}")
     for r in rows:
         print(f"{r['M']}x{r['N']}x{r['K']} group_m={r['group_m']}: L2 hit {r['l2_hit_pct']:.1f}%, "
               f"DRAM read {r['dram_read_bytes'] / 1e9:.2f} GB (model {r['model_dram_bytes_one_cta_per_sm'] / 1e9:.2f}, "

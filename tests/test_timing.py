@@ -58,3 +58,39 @@ def test_stack_versions():
     assert found["python"] == platform.python_version() and found["numpy"] == np.__version__
     assert {"numba", "numba-cuda", "jax", "jaxlib"} <= found.keys()
     assert found["no-such-distribution"] is None
+
+
+@pytest.mark.skipif(not __import__("numba").cuda.config.ENABLE_CUDASIM,
+                    reason="names the simulator as the device")
+def test_l2_ordering_summary_names_its_results_file(tmp_path):
+    # benchmarks/l2_ordering.py summarize: ncu's CSV (a compile launch, then the profiled one,
+    # per case) paired with the cases, written where every benchmark writes its results.
+    import csv
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "benchmarks" / "l2_ordering.py"
+    spec = importlib.util.spec_from_file_location("l2_ordering", path)
+    l2 = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(l2)
+    ncu = tmp_path / "ncu.csv"
+    with ncu.open("w", newline="") as f:
+        f.write("==PROF== Connected to process\n")  # ncu's own lines come before the table
+        writer = csv.writer(f, quoting=csv.QUOTE_ALL)
+        writer.writerow(["ID", "Kernel Name", "Metric Name", "Metric Value"])
+        for launch in range(2 * len(l2.CASES)):
+            for index, metric in enumerate(l2.METRICS):
+                writer.writerow([launch, "tiled", metric, f"{1000 * launch + index:,}"])
+    l2.summarize(str(ncu), str(tmp_path / "results"))
+    [written] = (tmp_path / "results").iterdir()
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}-simulator-l2_ordering\.json", written.name)
+    payload = json.loads(written.read_text())
+    assert payload["device"] == "simulator" and payload["versions"]["numba-cuda"]
+    assert written.name.startswith(payload["date"][:10])
+    rows = payload["rows"]
+    assert [(r["M"], r["N"], r["K"], r["group_m"]) for r in rows] == \
+        [(*shape, group) for shape, group in l2.CASES]
+    # Each case's figures come from its profiled (odd) launch, not its compile launch.
+    assert [r["l2_hit_pct"] for r in rows] == [1000.0 * (2 * i + 1) for i in range(len(rows))]
+    assert rows[0]["kernel_s"] == pytest.approx(1003e-9)
