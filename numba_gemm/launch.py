@@ -82,19 +82,20 @@ def new_device_array(shape: tuple[int, ...], dtype, stream=0):
     dtype = np.dtype(dtype)
     if simulated():
         return cuda.device_array(shape, dtype=dtype, stream=stream)
-    driver, array_class, memory_class = _pool_api()
+    driver, array_class, memory_class, success, out_of_memory = _pool_api()
     context, pool = _current_pool(driver)
     handle = stream_handle(stream)
     nbytes = dtype.itemsize
     for extent in shape:
         nbytes *= extent
     error, pointer = driver.cuMemAllocFromPoolAsync(max(nbytes, 1), pool, handle)
-    if error == driver.CUresult.CUDA_ERROR_OUT_OF_MEMORY:
-        # Memory held elsewhere: Numba's pending frees, and what this pool keeps unused.
-        context.deallocations.clear()
-        _checked(driver.cuMemPoolTrimTo(pool, 0), "cuMemPoolTrimTo")
-        error, pointer = driver.cuMemAllocFromPoolAsync(max(nbytes, 1), pool, handle)
-    _checked((error, pointer), f"allocating {nbytes} bytes (cuMemAllocFromPoolAsync)")
+    if error != success:  # the error's text (and _checked's import) only when there is one
+        if error == out_of_memory:
+            # Memory held elsewhere: Numba's pending frees, and what this pool keeps unused.
+            context.deallocations.clear()
+            _checked(driver.cuMemPoolTrimTo(pool, 0), "cuMemPoolTrimTo")
+            error, pointer = driver.cuMemAllocFromPoolAsync(max(nbytes, 1), pool, handle)
+        _checked((error, pointer), f"allocating {nbytes} bytes (cuMemAllocFromPoolAsync)")
     strides = []
     step = dtype.itemsize
     for extent in reversed(shape):
@@ -106,8 +107,9 @@ def new_device_array(shape: tuple[int, ...], dtype, stream=0):
 
 @functools.cache
 def _pool_api():
-    """(cuda.bindings' driver, Numba's DeviceNDArray, the memory class of pooled arrays),
-    imported once, on first use (never on the simulator)."""
+    """(cuda.bindings' driver, Numba's DeviceNDArray, the memory class of pooled arrays, and
+    the driver's CUDA_SUCCESS and CUDA_ERROR_OUT_OF_MEMORY), imported once, on first use
+    (never on the simulator)."""
     from cuda.bindings import driver
     from numba.cuda.cudadrv.devicearray import DeviceNDArray
     from numba.cuda.cudadrv.driver import MemoryPointer
@@ -137,7 +139,8 @@ def _pool_api():
                 free(self.device_pointer, self._stream_handle)
                 pop()
 
-    return driver, DeviceNDArray, PooledMemory
+    return (driver, DeviceNDArray, PooledMemory, driver.CUresult.CUDA_SUCCESS,
+            driver.CUresult.CUDA_ERROR_OUT_OF_MEMORY)
 
 
 _POOLS: dict = {}  # CUcontext handle -> (Numba context, this library's pool on its device)
