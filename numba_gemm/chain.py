@@ -9,17 +9,19 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from .autotune import config_for_shape
+from .autotune import SEARCH_SPACE, config_for_shape
 from .api import check_choice, check_config, describe_product, plan, run_in_memory_space
 from .descriptor import MatrixDesc
 from .kernels.tiled import TileConfig, for_edge_tiles, valid_or
 from .kernels.triple import (counters_desc, fused_tiles_per_product, intermediate_row_major,
                              intermediate_shape, intermediate_view, large_register_tiles,
                              partials_shape, plan_fused, plan_naive, sync_slots, whole_products)
-from .launch import KernelLaunch, allocate_output, cdiv, multiprocessors, simulated, stream_handle
+from .launch import (KernelLaunch, allocate_output, cdiv, multiprocessors, programmatic_launch,
+                     simulated, stream_handle)
 from .prepared import PreparedCalls
 
-__all__ = ["TRIPLE_ALGORITHMS", "ORDERS", "FUSED_UP_TO_MACS", "STREAM_K_FROM_IDLE", "triple",
+__all__ = ["TRIPLE_ALGORITHMS", "ORDERS", "FUSED_UP_TO_MACS", "FUSED_ALWAYS_UP_TO_MACS",
+           "STREAM_K_FROM_IDLE", "triple",
            "choose_order", "choose_triple_algorithm", "fusion_changes_tiles", "fused_config",
            "fused_tiles", "fused_workers", "plan_triple"]
 
@@ -99,6 +101,8 @@ def fused_tiles(tuned: TileConfig, M: int, K1: int, K2: int, N: int, sms: int,
     def whole(config):  # both products without edge code
         return all(whole_products(config, M, K1, K2, N))
 
+    if tuned.split_k > 1:
+        tuned = _groups_as_rows(tuned, dtype)
     config = tuned if whole(tuned) else for_edge_tiles(tuned, dtype)
     last_wave = sum(fused_tiles_per_product(config, M, K2, N)) % sms
     if 0 < last_wave < sms / 2:
@@ -115,6 +119,26 @@ def fused_tiles(tuned: TileConfig, M: int, K1: int, K2: int, N: int, sms: int,
         if t_tiles(candidate) >= FILL_CTAS:
             return candidate
     return candidate
+
+
+def _groups_as_rows(tuned: TileConfig, dtype) -> TileConfig:
+    """A split-k winner of the tiled GEMM with its groups stacked into rows (64 x 64 in 2 groups
+    -> 128 x 64, the same threads): the search space's config of that shape where there is one,
+    else the stacked config itself (``tuned`` where that is not valid).
+
+    The tiled GEMM's split-k groups fill the SMs with one product's few tiles; the fused grid
+    holds both products' tiles, and falls back to its own split-k tiles (SMALL_FUSED_CONFIGS)
+    where they are too few. H100, fp32, N = 1024 (2026-11-25): the fused kernel on the tuned
+    64 x 64 in 2 groups took 123.2 us, on 128 x 64 (the search space's, its tiles before the
+    tiled GEMM was tuned with split-k candidates) 116.4-118.0 us in other runs on that machine
+    type; at 256 and 512 both routes end at the same split-k tiles."""
+    rows = tuned.block_m * tuned.split_k
+    shape = (rows, tuned.block_n, tuned.thread_m, tuned.thread_n)
+    for candidate in SEARCH_SPACE.get(np.dtype(dtype), ()):
+        if candidate.split_k == 1 and (candidate.block_m, candidate.block_n, candidate.thread_m,
+                                       candidate.thread_n) == shape:
+            return candidate
+    return valid_or(replace(tuned, block_m=rows, split_k=1), tuned, dtype)
 
 
 # Stream-K (``plan_fused`` with workers): one CTA per SM per product, each a range of
@@ -254,6 +278,16 @@ def resolve(M: int, K1: int, K2: int, N: int, algorithm: str, order: str,
 # that one: fused 0.963x at M, K1, K2, N = 2048, 2048, 2048, 1800 and 0.978x at 2048, 2047,
 # 2048, 2048, so there "auto" runs unfused unless the fused grid saves a ragged wave.
 FUSED_UP_TO_MACS = 2 * 1024 ** 3
+# ... but the small chains' gain was the fused kernel's split-k tiles (chain.SMALL_FUSED_CONFIGS)
+# where the tiled GEMM's tuned tiles left SMs idle. Where the tiled GEMM is tuned with split-k
+# tiles itself and its two launches overlap (launch.programmatic_launch: Hopper), two launches
+# measured faster: H100, fp32, square, interleaved back-to-back calls, each D checked against
+# float64 (2026-11-25): unfused on 32 x 64 tiles in 4 groups 18.7 us at N = 512 against 20.9
+# fused (1.11x), on 64 x 64 in 2 groups 107.3 us at 1024 against 121.3 (1.13x); the fused
+# kernel's tickets and counters cost more than the overlapped launch. Chains of up to
+# FUSED_ALWAYS_UP_TO_MACS (N = 256) stay fused: there two launches are bound by their host time
+# (19.1-19.7 us against 10.4-10.6 fused on the same tiles).
+FUSED_ALWAYS_UP_TO_MACS = 2 * 256 ** 3
 
 
 def fusion_changes_tiles(tuned: TileConfig, M: int, K1: int, K2: int, N: int, sms: int,
@@ -274,14 +308,18 @@ def _other_tiles(fused: TileConfig, tuned: TileConfig, dtype) -> bool:
 
 def choose_triple_algorithm(M: int, K1: int, K2: int, N: int, dtype=np.float32) -> str:
     """``"auto"`` for the left-order chain (A @ B) @ C of these sizes: ``"fused"`` for chains
-    of up to :data:`FUSED_UP_TO_MACS` multiply-adds and, above, where both products have edge
-    tiles under the fused kernel's tiles or :func:`fusion_changes_tiles` on this GPU;
-    ``"unfused"`` (two tiled GEMMs) otherwise."""
-    if M * K1 * K2 + M * K2 * N <= FUSED_UP_TO_MACS:
+    of up to :data:`FUSED_ALWAYS_UP_TO_MACS` multiply-adds, and up to :data:`FUSED_UP_TO_MACS`
+    unless the tiled GEMM's tuned tiles for A @ B have split-k groups and launches overlap
+    (see there); above, where both products have edge tiles under the fused kernel's tiles or
+    :func:`fusion_changes_tiles` on this GPU; ``"unfused"`` (two tiled GEMMs) otherwise."""
+    macs = M * K1 * K2 + M * K2 * N
+    if macs <= FUSED_ALWAYS_UP_TO_MACS:
         return "fused"
     if simulated():  # no SMs to fill: the simulator runs one block at a time
-        return "unfused"
+        return "fused" if macs <= FUSED_UP_TO_MACS else "unfused"
     tuned = config_for_shape(M, K2, K1, dtype)
+    if macs <= FUSED_UP_TO_MACS:
+        return "fused" if tuned.split_k == 1 or not programmatic_launch() else "unfused"
     fused = fused_tiles(tuned, M, K1, K2, N, multiprocessors(), dtype)
     edges = not any(whole_products(fused, M, K1, K2, N))
     return "fused" if edges or _other_tiles(fused, tuned, dtype) else "unfused"

@@ -263,6 +263,39 @@ def test_auto_on_an_h100(shape, expected, monkeypatch):
 SMALL = SMALL_FUSED_CONFIGS[np.dtype(np.float32)][0]
 
 
+@pytest.mark.parametrize("n, tuned, expected", [
+    (1024, TileConfig(64, 64, 16, 8, 4, 2, 1, split_k=2), TileConfig(128, 64, 16, 8, 4, 3, 8)),
+    (512, SMALL, SMALL),  # stacked, 32 tiles of T: the fused kernel's own split-k tiles
+    (256, TileConfig(32, 32, 16, 4, 4, 2, 1, split_k=4),
+     SMALL_FUSED_CONFIGS[np.dtype(np.float32)][1]),
+])
+def test_fused_tiles_stack_the_tiled_gemms_split_k_groups_into_rows(n, tuned, expected):
+    # The fused grid holds both products' tiles: a split-k winner of the tiled GEMM becomes the
+    # search space's config of its groups stacked (H100 at 1024: 116-118 us on 128 x 64 against
+    # 123 us on 64 x 64 in 2 groups).
+    assert fused_tiles(tuned, n, n, n, n, 132, np.float32) == expected
+
+
+@pytest.mark.parametrize("n, tuned, overlapped, expected", [
+    (256, TileConfig(32, 32, 16, 4, 4, 2, 1, split_k=4), True, "fused"),  # host-bound: one launch
+    (512, SMALL, True, "unfused"),  # the tiled GEMM's own split-k tiles, launches overlapped
+    (512, SMALL, False, "fused"),  # launches that do not overlap (before Hopper)
+    (512, TileConfig(64, 64, 32, 4, 4, 3, 8), True, "fused"),  # tiles that leave SMs idle
+    (1024, TileConfig(64, 64, 16, 8, 4, 2, 1, split_k=2), True, "unfused"),
+    (1024, TileConfig(128, 64, 16, 8, 4, 3, 8), True, "fused"),
+    (500, SMALL, True, "unfused"),  # edge tiles do not make a small chain fused
+])
+def test_auto_fuses_small_chains_unless_the_tiled_gemm_splits_k_itself(n, tuned, overlapped,
+                                                                        expected, monkeypatch):
+    # H100: two overlapped launches on split-k tiles 1.11x the fused kernel at N = 512 and
+    # 1.13x at 1024; at 256 both are bound by the host, and one launch is 1.8x faster.
+    monkeypatch.setattr(chain, "simulated", lambda: False)
+    monkeypatch.setattr(chain, "multiprocessors", lambda: 132)
+    monkeypatch.setattr(chain, "programmatic_launch", lambda: overlapped)
+    monkeypatch.setattr(chain, "config_for_shape", lambda M, N, K, dtype: tuned)
+    assert choose_triple_algorithm(n, n, n, n) == expected
+
+
 @pytest.mark.parametrize("tuned, shape, expected", [
     (TALL, (2047,) * 4, TALL_TRANSPOSED),  # edge tiles along every axis
     (TALL, (4095,) * 4, TALL_TRANSPOSED),
