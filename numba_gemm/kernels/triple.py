@@ -86,8 +86,10 @@ Both kernels compile each product without edge code where its tiles are whole
 sat 110-147 KB into a 207 KB binary, had run 3% slower than the same SASS in the tiled
 kernel (instruction fetch) until then.
 
-Measured (H100, ``benchmarks/triple_product.py``, README; the last three runs): at N = 512
-1.84-1.85x faster than two tiled GEMMs on their tuned tiles (21.1 us with programmatic
+Measured (H100, ``benchmarks/triple_product.py``, README; the last three runs before the tiled
+GEMM was tuned with split-k tiles, on whose two overlapped launches it runs 0.91x at N = 512 and
+0.92-0.94x at 1024, so that ``auto`` runs those: README): at N = 512
+1.84-1.85x faster than two tiled GEMMs on their tuned tiles of then (21.1 us with programmatic
 dependent launch, ``tiled.overlap_launches``; 22.4-22.7 us before) and 1.22-1.32x PyTorch's two
 cuBLAS kernels replayed from a CUDA graph; from 1024 to 4096 1.02-1.04x, 1.57-1.58x (1536,
 stream-K), 1.02x (1800, edge tiles: one call site), 1.004-1.014x (2047: two tile functions
