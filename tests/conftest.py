@@ -1,4 +1,6 @@
+import importlib.util
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,3 +27,17 @@ def poisoned_fresh_outputs(monkeypatch):
 
     monkeypatch.setattr(launch, "new_device_array", poisoned_array)
     monkeypatch.setattr(prepared, "new_device_array", poisoned_array)
+
+
+@pytest.fixture
+def benchmark_module():
+    """``load(name)``: the module ``benchmarks/<name>.py`` (the benchmarks are scripts, not a
+    package), imported from its file."""
+    def load(name):
+        path = Path(__file__).parents[1] / "benchmarks" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load

@@ -1,9 +1,7 @@
 """jax_bridge on a real GPU (marker `gpu`): both lowerings at sizes the simulator cannot
 run, the native path's HLO, and a small MLP trained through the bridge."""
 
-import importlib.util
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -85,18 +83,10 @@ def test_vmap_on_gpu_is_one_kernel_call(rng):
     assert relative_error(fn(a, b), np.matmul(f64(a), f64(b))) <= tolerance(np.float32, 200)
 
 
-def _training_module():
-    path = Path(__file__).parents[1] / "benchmarks" / "mlp_training.py"
-    spec = importlib.util.spec_from_file_location("mlp_training", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_mlp_training_matches_lax():
+def test_mlp_training_matches_lax(benchmark_module):
     """A real client: an MLP trained for a few hundred steps with jax_bridge.dot_general
     follows lax.dot_general's loss curve (fp32, precision highest) within 1e-4."""
-    training = _training_module()
+    training = benchmark_module("mlp_training")
     ours, theirs = training.compare(steps=300)
     assert ours[-1] < 0.5 * ours[0]  # it learns
     worst = max(abs(x - y) / abs(y) for x, y in zip(ours, theirs))

@@ -62,18 +62,13 @@ def test_stack_versions():
 
 @pytest.mark.skipif(not __import__("numba").cuda.config.ENABLE_CUDASIM,
                     reason="names the simulator as the device")
-def test_l2_ordering_summary_names_its_results_file(tmp_path):
+def test_l2_ordering_summary_names_its_results_file(tmp_path, benchmark_module):
     # benchmarks/l2_ordering.py summarize: ncu's CSV (a compile launch, then the profiled one,
     # per case) paired with the cases, written where every benchmark writes its results.
     import csv
-    import importlib.util
     import json
-    from pathlib import Path
 
-    path = Path(__file__).parents[1] / "benchmarks" / "l2_ordering.py"
-    spec = importlib.util.spec_from_file_location("l2_ordering", path)
-    l2 = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(l2)
+    l2 = benchmark_module("l2_ordering")
     ncu = tmp_path / "ncu.csv"
     with ncu.open("w", newline="") as f:
         f.write("==PROF== Connected to process\n")  # ncu's own lines come before the table
