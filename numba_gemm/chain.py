@@ -13,8 +13,9 @@ from .autotune import SEARCH_SPACE, config_for_shape
 from .api import check_choice, check_config, describe_product, plan, run_in_memory_space
 from .descriptor import MatrixDesc
 from .kernels.tiled import TileConfig, for_edge_tiles, valid_or
-from .kernels.triple import (counters_desc, fused_tiles_per_product, intermediate_row_major,
-                             intermediate_shape, intermediate_view, large_register_tiles,
+from .kernels.triple import (MAX_CTAS_PER_SM, counters_desc, fused_tiles_per_product,
+                             intermediate_row_major, intermediate_shape, intermediate_view,
+                             large_register_tiles,
                              partials_shape, plan_fused, plan_naive, sync_slots, whole_products)
 from .launch import (KernelLaunch, allocate_output, cdiv, multiprocessors, programmatic_launch,
                      simulated, stream_handle)
@@ -23,7 +24,7 @@ from .prepared import PreparedCalls
 __all__ = ["TRIPLE_ALGORITHMS", "ORDERS", "FUSED_UP_TO_MACS", "FUSED_ALWAYS_UP_TO_MACS",
            "STREAM_K_FROM_IDLE", "triple",
            "choose_order", "choose_triple_algorithm", "fusion_changes_tiles", "fused_config",
-           "fused_tiles", "fused_workers", "plan_triple"]
+           "fused_tiles", "fused_workers", "TWO_PER_SM_FROM", "FULL_WAVE", "fused_ctas_per_sm", "plan_triple"]
 
 TRIPLE_ALGORITHMS = ("auto", "naive", "fused", "unfused")
 ORDERS = ("auto", "left", "right")
@@ -88,12 +89,19 @@ def fused_config(M: int, K1: int, K2: int, N: int, dtype) -> TileConfig:
 def fused_tiles(tuned: TileConfig, M: int, K1: int, K2: int, N: int, sms: int,
                 dtype) -> TileConfig:
     """The fused kernel's tiles for A (M x K1) @ B (K1 x K2) @ C (K2 x N) on ``sms`` SMs, from
-    ``tuned`` (the tiled GEMM's for A @ B): transposed where tall large tiles meet edge tiles
-    in either product (see above); then half as large along their longer side (n on a tie)
-    where the fused grid's last wave (T's and D's tiles, one CTA per SM) fills less than half
-    the SMs; then, where T has fewer than ``FILL_CTAS`` tiles (see ``NEAR_FILL_CTAS`` for the
-    exception), the first of ``SMALL_FUSED_CONFIGS`` that gives it that many (the smallest
-    where none does)."""
+    ``tuned`` (the tiled GEMM's for A @ B).
+
+    A chain of up to ``FUSED_UP_TO_MACS`` multiply-adds that the first of
+    ``SMALL_FUSED_CONFIGS`` cuts into whole tiles, at least :data:`TWO_PER_SM_FROM` of T per
+    SM, runs those small split-k tiles two CTAs to an SM (:func:`fused_ctas_per_sm`), or the
+    tuned split-k tiles where they are whole too and fill the last wave of two per SM to
+    :data:`FULL_WAVE` (see there). Otherwise: ``tuned``, a split-k winner with its groups
+    stacked into rows (:func:`_groups_as_rows`), transposed where tall large tiles meet edge
+    tiles in either product (see above); then half as large along their longer side (n on a
+    tie) where the fused grid's last wave (T's and D's tiles, one CTA per SM) fills less than
+    half the SMs; then, where T has fewer than ``FILL_CTAS`` tiles (see ``NEAR_FILL_CTAS``
+    for the exception), the first of ``SMALL_FUSED_CONFIGS`` that gives it that many (the
+    smallest where none does)."""
 
     def t_tiles(config):
         return fused_tiles_per_product(config, M, K2, N)[0]
@@ -101,6 +109,14 @@ def fused_tiles(tuned: TileConfig, M: int, K1: int, K2: int, N: int, sms: int,
     def whole(config):  # both products without edge code
         return all(whole_products(config, M, K1, K2, N))
 
+    small = SMALL_FUSED_CONFIGS[np.dtype(dtype)]
+    slots = MAX_CTAS_PER_SM * sms
+    if (M * K1 * K2 + M * K2 * N <= FUSED_UP_TO_MACS and whole(small[0])
+            and t_tiles(small[0]) >= TWO_PER_SM_FROM * sms):
+        last_wave = t_tiles(tuned) % slots
+        fills = (tuned.split_k > 1 and whole(tuned) and t_tiles(tuned) >= TWO_PER_SM_FROM * sms
+                 and (last_wave == 0 or last_wave >= FULL_WAVE * slots))
+        return tuned if fills else small[0]
     if tuned.split_k > 1:
         tuned = _groups_as_rows(tuned, dtype)
     config = tuned if whole(tuned) else for_edge_tiles(tuned, dtype)
@@ -111,7 +127,6 @@ def fused_tiles(tuned: TileConfig, M: int, K1: int, K2: int, N: int, sms: int,
         else:
             narrow = replace(config, block_n=config.block_n // 2, thread_n=config.thread_n // 2)
         config = valid_or(narrow, config, dtype)
-    small = SMALL_FUSED_CONFIGS[np.dtype(dtype)]
     if t_tiles(config) >= FILL_CTAS or (t_tiles(config) >= NEAR_FILL_CTAS
                                         and (whole(config) or not whole(small[0]))):
         return config
@@ -139,6 +154,46 @@ def _groups_as_rows(tuned: TileConfig, dtype) -> TileConfig:
                                        candidate.thread_n) == shape:
             return candidate
     return valid_or(replace(tuned, block_m=rows, split_k=1), tuned, dtype)
+
+
+
+# Split-k tiles with whole tiles in both products run two CTAs per SM where T has at least
+# TWO_PER_SM_FROM tiles per SM, else one (triple.plan_fused's ctas_per_sm; the kernel module's
+# docstring says why not always). H100, fp32, square chains, interleaved probes, each D checked
+# against float64 (2026-11-25), us, one CTA per SM against two, row-major T:
+#
+#   N     32 x 64 in 4 groups (T tiles per SM)   64 x 64 in 2 groups      two tiled GEMMs
+#   512   21.0 / 30.3 (0.97)                     -                        18.9
+#   640   43.6 / 38.5 (1.5)                      40.6 / 57.0 (0.76)       39.6
+#   704   48.8 / 42.2 (1.8)                      44.0 / 69.8 (0.92)       42.9
+#   768   64.0 / 55.9 (2.2)                      68.9 / 81.3 (1.1)        82.7
+#   896   88.8 / 76.4 (3.0)                      81.0 / 89.6 (1.5)        95.3
+#   960  108.9 / 93.6 (3.4)                     112.6 / 103.1 (1.7)      101.2
+#   1024 130.3 / 112.4 (3.9)                    121.4 / 110.2 (1.9)      107.5
+#
+# Two is as many as their registers allow. Before, the fused kernel ran one CTA per SM on the
+# tuned tiles stacked (640 and 704: 32 x 64 in 4 groups; 768 and 896: 64 x 64 with 4 x 4
+# register tiles, 78.0 and 104.2 us; 960: 32 x 64; 1024: 128 x 64, 115.2). 64 x 64 in 2 groups
+# beats the small tiles only where its T fills the last wave of two per SM (1024: 256 tiles in
+# 264 slots); at 960 (225) the small tiles were 1.10x faster. With edge tiles (N = 900) neither
+# gained: 134.9-136.9 us against 126.9 on the stacked 128 x 64 one per SM, so the rule needs
+# whole tiles.
+TWO_PER_SM_FROM = 1.5
+FULL_WAVE = 0.9
+
+
+def fused_ctas_per_sm(config: TileConfig, M: int, K1: int, K2: int, N: int,
+                      sms: int | None = None) -> int:
+    """How many CTAs of the fused kernel may share an SM under ``config`` for A (M x K1) @ B
+    (K1 x K2) @ C (K2 x N) on ``sms`` SMs (default: this GPU's): ``MAX_CTAS_PER_SM`` for
+    split-k tiles that cut both products into whole tiles, at least :data:`TWO_PER_SM_FROM`
+    of T per SM; else 1."""
+    if config.split_k == 1 or not all(whole_products(config, M, K1, K2, N)):
+        return 1
+    if sms is None and simulated():
+        return 1
+    t_tiles = fused_tiles_per_product(config, M, K2, N)[0]
+    return MAX_CTAS_PER_SM if t_tiles >= TWO_PER_SM_FROM * (sms or multiprocessors()) else 1
 
 
 # Stream-K (``plan_fused`` with workers): one CTA per SM per product, each a range of
@@ -310,7 +365,7 @@ def choose_triple_algorithm(M: int, K1: int, K2: int, N: int, dtype=np.float32) 
     """``"auto"`` for the left-order chain (A @ B) @ C of these sizes: ``"fused"`` for chains
     of up to :data:`FUSED_ALWAYS_UP_TO_MACS` multiply-adds, and up to :data:`FUSED_UP_TO_MACS`
     unless the tiled GEMM's tuned tiles for A @ B have split-k groups and launches overlap
-    (see there); above, where both products have edge tiles under the fused kernel's tiles or
+    (see there), where the fused kernel must run other tiles two CTAs per SM; above, where both products have edge tiles under the fused kernel's tiles or
     :func:`fusion_changes_tiles` on this GPU; ``"unfused"`` (two tiled GEMMs) otherwise."""
     macs = M * K1 * K2 + M * K2 * N
     if macs <= FUSED_ALWAYS_UP_TO_MACS:
@@ -318,9 +373,12 @@ def choose_triple_algorithm(M: int, K1: int, K2: int, N: int, dtype=np.float32) 
     if simulated():  # no SMs to fill: the simulator runs one block at a time
         return "fused" if macs <= FUSED_UP_TO_MACS else "unfused"
     tuned = config_for_shape(M, K2, K1, dtype)
-    if macs <= FUSED_UP_TO_MACS:
-        return "fused" if tuned.split_k == 1 or not programmatic_launch() else "unfused"
     fused = fused_tiles(tuned, M, K1, K2, N, multiprocessors(), dtype)
+    if macs <= FUSED_UP_TO_MACS:
+        if tuned.split_k == 1 or not programmatic_launch():
+            return "fused"
+        two_per_sm = fused_ctas_per_sm(fused, M, K1, K2, N) > 1
+        return "fused" if two_per_sm and _other_tiles(fused, tuned, dtype) else "unfused"
     edges = not any(whole_products(fused, M, K1, K2, N))
     return "fused" if edges or _other_tiles(fused, tuned, dtype) else "unfused"
 
@@ -353,7 +411,7 @@ def plan_triple(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, out: MatrixDesc,
         workers = fused_workers(config, M, K1, K2, N)
         partials = scratch(partials_shape(config, workers), "partials") if workers else None
         return [plan_fused(config, a, b, c, out, t, counters(sync_slots(M, config, workers)),
-                           workers, partials)]
+                           workers, partials, fused_ctas_per_sm(config, M, K1, K2, N))]
     intermediate = scratch((M, K2), "ab")
     return [plan(a, b, intermediate, "tiled"), plan(intermediate, c, out, "tiled")]
 

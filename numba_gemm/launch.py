@@ -20,7 +20,7 @@ from .descriptor import MatrixDesc, describe
 
 __all__ = ["cdiv", "simulated", "device_operand", "allocate_output", "new_device_array",
            "POOL_RELEASE_THRESHOLD", "shared_memory_limit",
-           "shared_memory_per_multiprocessor", "alone_on_multiprocessor", "KernelLaunch",
+           "shared_memory_per_multiprocessor", "at_most_on_multiprocessor", "KernelLaunch",
            "PreparedLaunch", "kernel_launch", "launch_kernel", "kernel_signature",
            "numba_parameters", "stream_handle", "STATIC_SHARED_LIMIT", "MAX_GRID_YZ",
            "OVERLAP_LAUNCHES", "PROGRAMMATIC_LAUNCH_CC", "programmatic_launch"]
@@ -198,10 +198,13 @@ def _device_shared_per_multiprocessor(device_id: int) -> int:
     return cuda.get_current_device().MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
 
 
-def alone_on_multiprocessor(shared: int, per_multiprocessor: int) -> int:
-    """Dynamic shared memory for a block that must run alone on its SM: ``shared``, or more
-    than half of the SM's ``per_multiprocessor`` bytes, so that no second block fits."""
-    return max(shared, per_multiprocessor // 2 + 1)
+def at_most_on_multiprocessor(shared: int, per_multiprocessor: int, blocks: int = 1) -> int:
+    """Dynamic shared memory for a block of which at most ``blocks`` may run on one SM:
+    ``shared``, or more than 1 / (``blocks`` + 1) of the SM's ``per_multiprocessor`` bytes, so
+    that no more fit (registers may allow fewer)."""
+    if not isinstance(blocks, int) or blocks < 1:
+        raise ValueError(f"blocks per SM must be an int >= 1; got {blocks!r}")
+    return max(shared, per_multiprocessor // (blocks + 1) + 1)
 
 
 # Programmatic dependent launch (Hopper): the tiled and fused kernels wait for the launch ahead

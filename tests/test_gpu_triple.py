@@ -75,6 +75,28 @@ def test_stream_k_runs_at_1536(rng):
     assert chain.fused_workers(config, 1536, 1536, 1536, 1536) == (132, 132)
 
 
+@pytest.mark.parametrize("layout", ["row", "mixed"])
+@pytest.mark.parametrize("n", [640, 768, 960, 1024])
+def test_small_chains_two_ctas_per_sm(n, layout, rng, monkeypatch):
+    # The small split-k tiles (1024: the tuned ones) two CTAs per SM, T row-major
+    # (chain.fused_ctas_per_sm): the same bits on a second call, as the counters are zero again.
+    launched = []
+    plan_fused = chain.plan_fused
+    monkeypatch.setattr(chain, "plan_fused", lambda *args: launched.append(args) or
+                        plan_fused(*args))
+    a, b, c = make_chain(n, n, n, n, np.float32, layout, rng, to_device=True)
+    results = []
+    for _ in range(2):
+        out = poisoned((n, n), np.float32, to_device=True)
+        numba_gemm.triple(a, b, c, out, algorithm="fused", order="left")
+        assert_triple(out, a, b, c, np.float32)
+        results.append(out.copy_to_host())
+    np.testing.assert_array_equal(results[0], results[1])
+    config, *_, ctas_per_sm = launched[0]
+    assert config.split_k > 1 and ctas_per_sm == 2
+    assert launched[0][5].strides == (launched[0][5].strides[0], 1)  # T row-major
+
+
 @pytest.mark.parametrize("config", FUSED_CONFIGS, ids=lambda c: c.label())
 def test_every_fused_config(config, rng):
     # Edges everywhere; then whole tiles, k-tiles and split-k slices (no edge code).
@@ -132,6 +154,18 @@ def test_jax_bridge_native(algorithm, kernel_calls, rng):
     assert hlo.count("triton_kernel_call_ffi") == kernel_calls
     assert "callback" not in hlo
     assert_triple(np.asarray(f(a, b, c)), np.asarray(a), np.asarray(b), np.asarray(c), np.float32)
+
+
+def test_jax_bridge_two_ctas_per_sm(rng):
+    # At 768 the fused kernel runs the small split-k tiles two CTAs per SM under XLA's launch too.
+    jax = pytest.importorskip("jax")
+    import jax_bridge
+
+    a, b, c = (jax.device_put(x) for x in make_chain(768, 768, 768, 768, np.float32, "row", rng))
+    f = jax.jit(lambda a, b, c: jax_bridge.triple(a, b, c, algorithm="fused", order="left"))
+    for _ in range(2):
+        assert_triple(np.asarray(f(a, b, c)), np.asarray(a), np.asarray(b), np.asarray(c),
+                      np.float32)
 
 
 def test_jax_bridge_stream_k(rng):

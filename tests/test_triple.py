@@ -14,9 +14,10 @@ import numba_gemm.kernels.triple as triple_kernels
 from numba_gemm import TileConfig
 from numba_gemm.chain import (_COUNTERS, _INTERMEDIATES, INTERMEDIATES_KEPT,
                               SIMULATOR_FUSED_CONFIG, SMALL_FUSED_CONFIGS, choose_order,
-                              choose_triple_algorithm, fused_tiles, fusion_changes_tiles)
+                              choose_triple_algorithm, fused_ctas_per_sm, fused_tiles,
+                              fusion_changes_tiles)
 from numba_gemm.descriptor import MatrixDesc, describe
-from numba_gemm.launch import (alone_on_multiprocessor, shared_memory_per_multiprocessor,
+from numba_gemm.launch import (at_most_on_multiprocessor, shared_memory_per_multiprocessor,
                               simulated)
 from numba_gemm.kernels.tiled import for_edge_tiles, whole_tiles
 from numba_gemm.kernels.triple import (intermediate_row_major, intermediate_shape,
@@ -158,10 +159,15 @@ def test_fused_kernel_where_both_products_compile_to_one_tile_function(shape, sh
     (TALL_TRANSPOSED, (2048, 2048, 2048, 1800), "row", True),  # T's tiles whole
     (TALL_TRANSPOSED, (2048, 2047, 2048, 2048), "row", True),  # D's tiles whole
     (TALL_TRANSPOSED, (2047, 2048, 2048, 2048), "row", True),  # both edged, one function
+    (TileConfig(32, 64, 16, 8, 4, 2, 1, split_k=4), (768,) * 4, "row", True),  # split-k, whole
+    (TileConfig(32, 64, 16, 8, 4, 2, 1, split_k=4), (768,) * 4, "col", True),
+    (TileConfig(32, 64, 16, 8, 4, 2, 1, split_k=4), (700,) * 4, "row", False),  # edges
+    (TileConfig(64, 64, 16, 8, 4, 2, 1, split_k=2), (1024, 1024, 1024, 1000), "row", False),
 ])
 def test_intermediate_layout_choice(config, shape, layout, row_major):
-    # Row-major T under large register tiles, unless both products have edge code and it
-    # would not make them one tile function.
+    # Row-major T under split-k tiles with whole tiles in both products, and under large
+    # register tiles unless both products have edge code and it would not make them one tile
+    # function.
     def operand(name, rows, cols):  # a device matrix at an aligned address: only layout counts
         strides = (cols, 1) if layout == "row" else (1, rows)
         return MatrixDesc(name, (rows, cols), strides, np.dtype(np.float32), None, True, 0, None)
@@ -189,19 +195,45 @@ def test_intermediate_layouts():
 
 @pytest.mark.parametrize("config", [SMALL_FUSED_CONFIGS[np.dtype(np.float32)][0],
                                     WIDE], ids=str)
-def test_fused_launch_runs_one_cta_per_sm(config):
-    # The fused kernel asks for more than half an SM's shared memory, so that no compile of it
-    # (XLA's used fewer registers than Numba's) fits two CTAs, two T tiles, on one SM.
+@pytest.mark.parametrize("ctas_per_sm", [1, 2])
+def test_fused_launch_runs_at_most_ctas_per_sm(config, ctas_per_sm):
+    # The fused kernel asks for more than 1 / (ctas_per_sm + 1) of an SM's shared memory, so
+    # that no compile of it (XLA's once used fewer registers than Numba's) fits more CTAs, more
+    # T tiles, on one SM.
     n = 64
     a, b, c, d = (describe(np.ones((n, n), np.float32), name) for name in "abcd")
     t = intermediate_view(describe(np.empty(intermediate_shape(n, n, np.float32, False),
                                             np.float32), "scratch"), n, n, False)
     sync = triple_kernels.counters_desc(64, np.zeros(64, np.uint32))
-    launch = triple_kernels.plan_fused(config, a, b, c, d, t, sync)
-    assert launch.shared > shared_memory_per_multiprocessor() // 2
+    launch = triple_kernels.plan_fused(config, a, b, c, d, t, sync, ctas_per_sm=ctas_per_sm)
+    per_sm = shared_memory_per_multiprocessor()
+    assert launch.shared > per_sm // (ctas_per_sm + 1)
     assert launch.shared >= config.shared_bytes(np.float32)
-    assert alone_on_multiprocessor(150_000, 233_472) == 150_000  # already alone: unchanged
-    assert alone_on_multiprocessor(20_000, 233_472) == 116_737
+    if config.shared_bytes(np.float32) <= per_sm // (ctas_per_sm + 1):
+        assert launch.shared <= per_sm // ctas_per_sm  # ... and no more than it needs for them
+
+
+def test_at_most_on_multiprocessor():
+    assert at_most_on_multiprocessor(150_000, 233_472) == 150_000  # already alone: unchanged
+    assert at_most_on_multiprocessor(20_000, 233_472) == 116_737
+    assert at_most_on_multiprocessor(20_000, 233_472, 2) == 77_825
+    with pytest.raises(ValueError, match="blocks per SM"):
+        at_most_on_multiprocessor(20_000, 233_472, 0)
+
+
+def test_fused_launch_checks_ctas_per_sm():
+    n = 64
+    a, b, c, d = (describe(np.ones((n, n), np.float32), name) for name in "abcd")
+    t = intermediate_view(describe(np.empty(intermediate_shape(n, n, np.float32, False),
+                                            np.float32), "scratch"), n, n, False)
+    sync = triple_kernels.counters_desc(64, np.zeros(64, np.uint32))
+    config = SIMULATOR_FUSED_CONFIG
+    for bad in (0, 3, 1.5):
+        with pytest.raises(ValueError, match="ctas_per_sm must be an int from 1 to 2"):
+            triple_kernels.plan_fused(config, a, b, c, d, t, sync, ctas_per_sm=bad)
+    partials = describe(np.empty((4, 256), np.float32), "partials")
+    with pytest.raises(ValueError, match="stream-K runs one worker per SM"):
+        triple_kernels.plan_fused(config, a, b, c, d, t, sync, (2, 2), partials, ctas_per_sm=2)
 
 
 @pytest.mark.parametrize("tuned, half", [(WIDE, TileConfig(128, 128, 16, 8, 8, 3, 8)),
@@ -263,17 +295,53 @@ def test_auto_on_an_h100(shape, expected, monkeypatch):
 SMALL = SMALL_FUSED_CONFIGS[np.dtype(np.float32)][0]
 
 
+SPLIT_2 = TileConfig(64, 64, 16, 8, 4, 2, 1, split_k=2)  # the H100's tuned tiles at 1024^3
+STACKED = TileConfig(128, 64, 16, 8, 4, 3, 8)  # SPLIT_2's groups as rows (the search space's)
+
+
 @pytest.mark.parametrize("n, tuned, expected", [
-    (1024, TileConfig(64, 64, 16, 8, 4, 2, 1, split_k=2), TileConfig(128, 64, 16, 8, 4, 3, 8)),
+    (1000, SPLIT_2, STACKED),  # edge tiles: not the small-chain rule
     (512, SMALL, SMALL),  # stacked, 32 tiles of T: the fused kernel's own split-k tiles
     (256, TileConfig(32, 32, 16, 4, 4, 2, 1, split_k=4),
      SMALL_FUSED_CONFIGS[np.dtype(np.float32)][1]),
 ])
 def test_fused_tiles_stack_the_tiled_gemms_split_k_groups_into_rows(n, tuned, expected):
-    # The fused grid holds both products' tiles: a split-k winner of the tiled GEMM becomes the
-    # search space's config of its groups stacked (H100 at 1024: 116-118 us on 128 x 64 against
-    # 123 us on 64 x 64 in 2 groups).
+    # Outside the small-chain rule the fused grid holds both products' tiles: a split-k
+    # winner of the tiled GEMM becomes the search space's config of its groups stacked (H100
+    # at 900: 126.9 us on 128 x 64 against 136.8 on 64 x 64 in 2 groups).
     assert fused_tiles(tuned, n, n, n, n, 132, np.float32) == expected
+
+
+@pytest.mark.parametrize("shape, tuned, expected, ctas", [
+    ((640,) * 4, SPLIT_2, SMALL, 2),  # 200 tiles of T under the small tiles
+    ((768,) * 4, SPLIT_2, SMALL, 2),  # 64 x 64 in 2 groups: 144 tiles, 1.1 per SM
+    ((768,) * 4, TileConfig(64, 64, 16, 4, 4, 3, 8), SMALL, 2),  # tiles without split-k
+    ((960,) * 4, SPLIT_2, SMALL, 2),  # 225 tiles in 264 slots: last wave 85% full
+    ((1024,) * 4, SPLIT_2, SPLIT_2, 2),  # 256 in 264: the tuned split-k tiles stay
+    ((1024,) * 4, STACKED, SMALL, 2),
+    ((512,) * 4, SMALL, SMALL, 1),  # 128 tiles of T: under 1.5 per SM, as before
+    ((576,) * 4, SPLIT_2, SMALL, 1),  # 162 small tiles: as before (the FILL_CTAS rule)
+    ((2048, 512, 1024, 512), SPLIT_2, SPLIT_2, 2),  # 512 tiles: last wave 94% full
+    ((900,) * 4, SPLIT_2, STACKED, 1),  # edge tiles: as before
+    ((1536,) * 4, STACKED, TileConfig(64, 64, 16, 4, 4, 3, 8), 1),  # above FUSED_UP_TO_MACS
+])
+def test_small_chains_run_split_k_tiles_two_ctas_per_sm(shape, tuned, expected, ctas):
+    # H100, fp32 (chain.fused_ctas_per_sm's table): the small split-k tiles two to an SM ran
+    # 1.02-1.48x two tiled GEMMs from N = 640 to 960, the tuned 64 x 64 in 2 groups two to
+    # an SM at 1024 1.02x faster than the small tiles (0.976x unfused, against 0.933x before).
+    config = fused_tiles(tuned, *shape, 132, np.float32)
+    assert config == expected
+    assert fused_ctas_per_sm(config, *shape, sms=132) == ctas
+
+
+def test_two_ctas_per_sm_only_for_whole_split_k_tiles():
+    assert fused_ctas_per_sm(SMALL, 768, 768, 768, 768, sms=132) == 2
+    assert fused_ctas_per_sm(SMALL, 704, 704, 704, 704, sms=132) == 2  # 242 tiles: 1.8 per SM
+    assert fused_ctas_per_sm(SMALL, 640, 640, 640, 640, sms=160) == 1  # 200 on 160 SMs
+    assert fused_ctas_per_sm(SMALL, 700, 700, 700, 700, sms=132) == 1  # edge tiles
+    assert fused_ctas_per_sm(SPLIT_2, 768, 768, 768, 768, sms=132) == 1  # 144 tiles
+    assert fused_ctas_per_sm(STACKED, 2048, 2048, 2048, 2048, sms=132) == 1  # no split-k
+    assert fused_ctas_per_sm(TALL, 4096, 4096, 4096, 4096, sms=132) == 1
 
 
 @pytest.mark.parametrize("n, tuned, overlapped, expected", [
@@ -281,14 +349,20 @@ def test_fused_tiles_stack_the_tiled_gemms_split_k_groups_into_rows(n, tuned, ex
     (512, SMALL, True, "unfused"),  # the tiled GEMM's own split-k tiles, launches overlapped
     (512, SMALL, False, "fused"),  # launches that do not overlap (before Hopper)
     (512, TileConfig(64, 64, 32, 4, 4, 3, 8), True, "fused"),  # tiles that leave SMs idle
-    (1024, TileConfig(64, 64, 16, 8, 4, 2, 1, split_k=2), True, "unfused"),
-    (1024, TileConfig(128, 64, 16, 8, 4, 3, 8), True, "fused"),
+    (1024, SPLIT_2, True, "unfused"),  # the fused kernel runs the tuned tiles
+    (1024, STACKED, True, "fused"),
     (500, SMALL, True, "unfused"),  # edge tiles do not make a small chain fused
+    (768, SPLIT_2, True, "fused"),  # other tiles, two CTAs per SM
+    (960, SPLIT_2, True, "fused"),
+    (576, SPLIT_2, True, "unfused"),  # other tiles, but one CTA per SM
+    (900, SPLIT_2, True, "unfused"),  # edge tiles
 ])
 def test_auto_fuses_small_chains_unless_the_tiled_gemm_splits_k_itself(n, tuned, overlapped,
                                                                         expected, monkeypatch):
     # H100: two overlapped launches on split-k tiles 1.11x the fused kernel at N = 512 and
-    # 1.13x at 1024; at 256 both are bound by the host, and one launch is 1.8x faster.
+    # 1.03x at 1024 (the tuned tiles two to an SM); at 256 both are bound by the host, and one
+    # launch is 1.8x faster; from 640 to 960 the fused kernel's small tiles two to an SM won
+    # (1.02-1.48x); at 900, with edge tiles, two launches (1.08x).
     monkeypatch.setattr(chain, "simulated", lambda: False)
     monkeypatch.setattr(chain, "multiprocessors", lambda: 132)
     monkeypatch.setattr(chain, "programmatic_launch", lambda: overlapped)

@@ -27,8 +27,9 @@ dot product of that row with its column of C. Limits: max(K2, N) threads per blo
 **fused** (no limit on any size): one launch runs the tiles of both products, the
 tiled kernel's main loop (``tiled.mainloop``) in every CTA. T passes through L2 in
 a scratch buffer (``t``), column-major (phase 2 copies it with 16-byte ``cp.async``)
-or, under the largest register tiles unless both products have edge code and would
-compile to two tile functions anyway, row-major (``intermediate_row_major``).
+or, under the largest register tiles unless both products have edge code and would compile
+to two tile functions anyway, and under split-k tiles with no edge code, row-major
+(``intermediate_row_major``).
 
 1. *Ticket*: each CTA takes the next ticket from a counter (``sync[0]``). Tickets
    ``< rows x chunks`` are T tiles (BLOCK_M x BLOCK_N of T = A @ B), the rest D
@@ -66,9 +67,16 @@ that is running. Against two launches of the tiled kernel this saves the second
 launch, lets D tiles of finished row blocks start while T's last tiles run, and
 (with split-k) runs the small chain's few tiles with enough warps.
 
-The launch asks for more than half an SM's shared memory, so one CTA runs per SM: XLA's
-compile of this kernel (``jax_bridge``) used fewer registers than Numba's and fitted two,
-and at N = 1024 ran 1.6x slower for it.
+The launch asks for enough shared memory that at most ``ctas_per_sm`` CTAs run on one SM
+(``launch.at_most_on_multiprocessor``), whatever the compile's registers allow: XLA's compile
+of this kernel (``jax_bridge``) once used fewer registers than Numba's, fitted two 64 x 128
+tiles on an SM, and at N = 1024 ran 1.6x slower for it. One, except for split-k tiles with no
+edge code where T has at least one and a half SMs' worth (``numba_gemm.chain.fused_ctas_per_sm``,
+with the figures): then two. Where more CTAs fit than T has tiles for, the block scheduler
+puts T tiles two to an SM beside SMs that hold only D tiles waiting for them (at N = 512,
+32 x 64 tiles in 4 groups: 30.3 us two to an SM, 21.0 one). Where T's tiles fill the SMs
+twice, two CTAs per SM keep 16 warps on each instead of 8 (H100, N = 1024, 64 x 64 in 2
+groups: 110.2 against 121.4 us).
 
 Each product calls its tile function from its own site, with its operands fixed when
 compiling, also where both compile to the same function with whole tiles (row-major T). On
@@ -114,7 +122,7 @@ import numpy as np
 from numba import cuda
 
 from ..descriptor import MatrixDesc
-from ..launch import (STATIC_SHARED_LIMIT, KernelLaunch, alone_on_multiprocessor, cdiv,
+from ..launch import (STATIC_SHARED_LIMIT, KernelLaunch, at_most_on_multiprocessor, cdiv,
                       kernel_launch, programmatic_launch, shared_memory_limit,
                       shared_memory_per_multiprocessor)
 from ..ordering import tile_of
@@ -122,13 +130,16 @@ from .ptx import backoff, load_acquire, load_from_l2, move_element, release_add
 from .tiled import (VECTOR_BYTES, TileConfig, kernel_jit, operand_modes, overlap_launches,
                     tile_computer, whole_tiles)
 
-__all__ = ["NAIVE_MAX_THREADS", "SYNC_HEAD", "plan_naive", "plan_fused", "counters_desc",
+__all__ = ["NAIVE_MAX_THREADS", "SYNC_HEAD", "MAX_CTAS_PER_SM", "plan_naive", "plan_fused", "counters_desc",
            "sync_slots", "whole_products", "one_call_site", "fused_tiles_per_product",
            "partials_shape", "ROW_MAJOR_T_FROM", "large_register_tiles", "intermediate_row_major",
            "intermediate_shape", "intermediate_view"]
 
 NAIVE_MAX_THREADS = 1024  # one thread per column of A @ B and of D
 SYNC_HEAD = 2  # the fused kernel's ticket and departure counters, before one per row block
+# The fused launch lets at most this many CTAs share an SM (``plan_fused``'s ``ctas_per_sm``):
+# the split-k tiles it runs two to an SM fit no more by their registers.
+MAX_CTAS_PER_SM = 2
 WARP = 32
 
 
@@ -201,12 +212,16 @@ def sync_slots(M: int, config: TileConfig, workers: tuple[int, int] | None = Non
 
 
 # T is column-major (phase 2 then copies its tiles with 16-byte cp.async, as a column-major A)
-# except under register tiles of at least this many elements per thread (large_register_tiles),
-# where row-major T (phase 2 then loads it through registers, as the tiled kernel loads a
-# row-major A) mostly measured faster (the exception: intermediate_row_major). H100, fp32,
-# benchmarks/triple_product.py configs: 128x256 tiles (8x16 per thread) 1-5% faster with
-# row-major T at N = 2048, 3072 and 4096; 128x128 (8x8), 128x64 (8x4), 64x128 (4x8) and the
-# split-k 32x64 (4x4) 2-8% faster with column-major T, N = 512 to 3072.
+# except under register tiles of at least this many elements per thread (large_register_tiles)
+# and under split-k tiles that cut both products whole, where row-major T (phase 2 then loads
+# it through registers, as the tiled kernel loads a row-major A) mostly measured faster (the
+# exception: intermediate_row_major). H100, fp32, benchmarks/triple_product.py configs:
+# 128x256 tiles (8x16 per thread) 1-5% faster with row-major T at N = 2048, 3072 and 4096;
+# 128x128 (8x8), 128x64 (8x4), 64x128 (4x8) and a split-k 32x64 with 4x4 register tiles 2-8%
+# faster with column-major T, N = 512 to 3072. Today's split-k tiles (8x4 register tiles),
+# interleaved probe, 2026-11-25: row-major T 0.5% faster at N = 512 (32 x 64 in 4 groups,
+# 20.9 against 21.0 us), 2.5% at 768 (the same two to an SM, 55.8 against 57.2) and 2.6% at
+# 1024 (64 x 64 in 2 groups two to an SM, 110.8 against 113.7).
 ROW_MAJOR_T_FROM = 128
 
 
@@ -231,12 +246,15 @@ def large_register_tiles(config: TileConfig) -> bool:
 def intermediate_row_major(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc,
                            d: MatrixDesc) -> bool:
     """Whether the fused kernel keeps T row-major for D = (A @ B) @ C under ``config``: under
-    :func:`large_register_tiles`, unless both products carry edge code and row-major T would
+    split-k tiles where both products lie in whole tiles (where it was measured), and under
+    :func:`large_register_tiles` unless both products carry edge code and row-major T would
     not make them one tile function (see above)."""
-    if not large_register_tiles(config):
-        return False
     (M, K1), (K2, N) = a.shape, c.shape
     interiors = whole_products(config, M, K1, K2, N)
+    if config.split_k > 1 and all(interiors):
+        return True
+    if not large_register_tiles(config):
+        return False
     if any(interiors):
         return True
     # T as plan_fused would see it in an aligned row-major scratch buffer (no data needed).
@@ -588,7 +606,7 @@ def partials_shape(config: TileConfig, workers: tuple[int, int]) -> tuple[int, i
 
 def plan_fused(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, d: MatrixDesc,
                t: MatrixDesc, sync: MatrixDesc, workers: tuple[int, int] | None = None,
-               partials: MatrixDesc | None = None) -> KernelLaunch:
+               partials: MatrixDesc | None = None, ctas_per_sm: int = 1) -> KernelLaunch:
     """The fused kernel's launch on validated operands: D = (A @ B) @ C through ``t`` (M x
     K2, any strides: see :func:`intermediate_shape` for the fast layout). ``sync``: a uint32
     buffer of at least :func:`sync_slots` counters, all zero (and zero again after).
@@ -597,8 +615,17 @@ def plan_fused(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, 
     kernel, that many CTAs per product (each from 1 to the product's tiles times their
     k-iterations), each a range of k-iterations that may start and end inside a tile;
     ``partials`` (:func:`partials_shape`) then holds the partial tiles. ``t``, ``partials``
-    and ``sync`` come after D, as scratch outputs, for XLA's kernel call."""
+    and ``sync`` come after D, as scratch outputs, for XLA's kernel call.
+
+    ``ctas_per_sm``: at most that many CTAs run on one SM (the launch asks for enough shared
+    memory that no more fit); 1 under stream-K, whose workers are one per SM."""
     config.check(a.dtype)
+    if not isinstance(ctas_per_sm, int) or not 1 <= ctas_per_sm <= MAX_CTAS_PER_SM:
+        raise ValueError(f"ctas_per_sm must be an int from 1 to {MAX_CTAS_PER_SM}; "
+                         f"got {ctas_per_sm!r}")
+    if workers is not None and ctas_per_sm != 1:
+        raise ValueError(f"stream-K runs one worker per SM: ctas_per_sm must be 1 with workers; "
+                         f"got {ctas_per_sm}")
     (M, K1), (K2, N) = a.shape, c.shape
     if workers is not None:
         workers = tuple(workers)
@@ -622,9 +649,9 @@ def plan_fused(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, 
     if shared > STATIC_SHARED_LIMIT and shared > (limit := shared_memory_limit()):
         raise ValueError(f"fused config {config.label()} needs {shared} bytes of shared memory per "
                          f"block for {a.dtype}; this device allows {limit}")
-    # One CTA per SM: where two fit, the block scheduler may put two T tiles on
-    # one SM while others hold only D tiles that wait for them.
-    shared = alone_on_multiprocessor(shared, shared_memory_per_multiprocessor())
+    # No more CTAs per SM than asked for: where more fit, the block scheduler may put two T
+    # tiles on one SM while others hold only D tiles that wait for them (module docstring).
+    shared = at_most_on_multiprocessor(shared, shared_memory_per_multiprocessor(), ctas_per_sm)
     modes = (*operand_modes(a, b, t),  # T as phase 1's output ...
              *operand_modes(t, c, d))  # ... and as phase 2's A operand
     operands = (a, *a.strides, b, *b.strides, c, *c.strides, d, *d.strides, t, *t.strides)
