@@ -24,7 +24,8 @@ from .prepared import PreparedCalls
 __all__ = ["TRIPLE_ALGORITHMS", "ORDERS", "FUSED_UP_TO_MACS", "FUSED_ALWAYS_UP_TO_MACS",
            "STREAM_K_FROM_IDLE", "triple",
            "choose_order", "choose_triple_algorithm", "fusion_changes_tiles", "fused_config",
-           "fused_tiles", "fused_workers", "TWO_PER_SM_FROM", "FULL_WAVE", "fused_ctas_per_sm", "plan_triple"]
+           "fused_tiles", "fused_workers", "TWO_PER_SM_FROM", "FULL_WAVE", "fused_ctas_per_sm",
+           "plan_triple"]
 
 TRIPLE_ALGORITHMS = ("auto", "naive", "fused", "unfused")
 ORDERS = ("auto", "left", "right")
@@ -341,7 +342,9 @@ FUSED_UP_TO_MACS = 2 * 1024 ** 3
 # fused (1.11x), on 64 x 64 in 2 groups 107.3 us at 1024 against 121.3 (1.13x); the fused
 # kernel's tickets and counters cost more than the overlapped launch. Chains of up to
 # FUSED_ALWAYS_UP_TO_MACS (N = 256) stay fused: there two launches are bound by their host time
-# (19.1-19.7 us against 10.4-10.6 fused on the same tiles).
+# (19.1-19.7 us against 10.4-10.6 fused on the same tiles; on a fast host, 9.6 against 9.9).
+# Where the fused kernel runs other tiles two CTAs per SM (fused_ctas_per_sm, whose comment has
+# the figures) it beat two launches on the tuned split-k tiles: 1.02-1.48x from N = 640 to 960.
 FUSED_ALWAYS_UP_TO_MACS = 2 * 256 ** 3
 
 
@@ -365,7 +368,9 @@ def choose_triple_algorithm(M: int, K1: int, K2: int, N: int, dtype=np.float32) 
     """``"auto"`` for the left-order chain (A @ B) @ C of these sizes: ``"fused"`` for chains
     of up to :data:`FUSED_ALWAYS_UP_TO_MACS` multiply-adds, and up to :data:`FUSED_UP_TO_MACS`
     unless the tiled GEMM's tuned tiles for A @ B have split-k groups and launches overlap
-    (see there), where the fused kernel must run other tiles two CTAs per SM; above, where both products have edge tiles under the fused kernel's tiles or
+    (see there): then only where the fused kernel runs other tiles, two CTAs per SM
+    (:func:`fused_ctas_per_sm`); above, where both products have edge tiles under the fused
+    kernel's tiles or
     :func:`fusion_changes_tiles` on this GPU; ``"unfused"`` (two tiled GEMMs) otherwise."""
     macs = M * K1 * K2 + M * K2 * N
     if macs <= FUSED_ALWAYS_UP_TO_MACS:

@@ -95,9 +95,9 @@ sat 110-147 KB into a 207 KB binary, had run 3% slower than the same SASS in the
 kernel (instruction fetch) until then.
 
 Measured (H100, ``benchmarks/triple_product.py``, README; the last three runs before the tiled
-GEMM was tuned with split-k tiles, on whose two overlapped launches it runs 0.91x at N = 512 and
-0.92-0.94x at 1024, so that ``auto`` runs those: README): at N = 512
-1.84-1.85x faster than two tiled GEMMs on their tuned tiles of then (21.1 us with programmatic
+GEMM was tuned with split-k tiles, on whose two overlapped launches it runs 0.92x at N = 512
+and 0.98x at 1024 (two CTAs per SM), so that ``auto`` runs those, and 1.48x at 768: README): at
+N = 512 1.84-1.85x faster than two tiled GEMMs on their tuned tiles of then (21.1 us with programmatic
 dependent launch, ``tiled.overlap_launches``; 22.4-22.7 us before) and 1.22-1.32x PyTorch's two
 cuBLAS kernels replayed from a CUDA graph; from 1024 to 4096 1.02-1.04x, 1.57-1.58x (1536,
 stream-K), 1.02x (1800, edge tiles: one call site), 1.004-1.014x (2047: two tile functions
@@ -130,7 +130,8 @@ from .ptx import backoff, load_acquire, load_from_l2, move_element, release_add
 from .tiled import (VECTOR_BYTES, TileConfig, kernel_jit, operand_modes, overlap_launches,
                     tile_computer, whole_tiles)
 
-__all__ = ["NAIVE_MAX_THREADS", "SYNC_HEAD", "MAX_CTAS_PER_SM", "plan_naive", "plan_fused", "counters_desc",
+__all__ = ["NAIVE_MAX_THREADS", "SYNC_HEAD", "MAX_CTAS_PER_SM", "plan_naive", "plan_fused",
+           "counters_desc",
            "sync_slots", "whole_products", "one_call_site", "fused_tiles_per_product",
            "partials_shape", "ROW_MAJOR_T_FROM", "large_register_tiles", "intermediate_row_major",
            "intermediate_shape", "intermediate_view"]
