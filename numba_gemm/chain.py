@@ -24,7 +24,8 @@ from .prepared import PreparedCalls
 __all__ = ["TRIPLE_ALGORITHMS", "ORDERS", "FUSED_UP_TO_MACS", "FUSED_ALWAYS_UP_TO_MACS",
            "STREAM_K_FROM_IDLE", "triple",
            "choose_order", "choose_triple_algorithm", "fusion_changes_tiles", "fused_config",
-           "fused_tiles", "fused_workers", "TWO_PER_SM_FROM", "FULL_WAVE", "fused_ctas_per_sm",
+           "fused_tiles", "fused_workers", "TWO_PER_SM_FROM", "FULL_WAVE", "TWO_PER_SM_DTYPES",
+           "fused_ctas_per_sm",
            "plan_triple"]
 
 TRIPLE_ALGORITHMS = ("auto", "naive", "fused", "unfused")
@@ -92,7 +93,8 @@ def fused_tiles(tuned: TileConfig, M: int, K1: int, K2: int, N: int, sms: int,
     """The fused kernel's tiles for A (M x K1) @ B (K1 x K2) @ C (K2 x N) on ``sms`` SMs, from
     ``tuned`` (the tiled GEMM's for A @ B).
 
-    A chain of up to ``FUSED_UP_TO_MACS`` multiply-adds that the first of
+    A chain (in :data:`TWO_PER_SM_DTYPES`) of up to ``FUSED_UP_TO_MACS`` multiply-adds that the
+    first of
     ``SMALL_FUSED_CONFIGS`` cuts into whole tiles, at least :data:`TWO_PER_SM_FROM` of T per
     SM, runs those small split-k tiles two CTAs to an SM (:func:`fused_ctas_per_sm`), or the
     tuned split-k tiles where they are whole too and fill the last wave of two per SM to
@@ -112,8 +114,8 @@ def fused_tiles(tuned: TileConfig, M: int, K1: int, K2: int, N: int, sms: int,
 
     small = SMALL_FUSED_CONFIGS[np.dtype(dtype)]
     slots = MAX_CTAS_PER_SM * sms
-    if (M * K1 * K2 + M * K2 * N <= FUSED_UP_TO_MACS and whole(small[0])
-            and t_tiles(small[0]) >= TWO_PER_SM_FROM * sms):
+    if (np.dtype(dtype) in TWO_PER_SM_DTYPES and M * K1 * K2 + M * K2 * N <= FUSED_UP_TO_MACS
+            and whole(small[0]) and t_tiles(small[0]) >= TWO_PER_SM_FROM * sms):
         last_wave = t_tiles(tuned) % slots
         fills = (tuned.split_k > 1 and whole(tuned) and t_tiles(tuned) >= TWO_PER_SM_FROM * sms
                  and (last_wave == 0 or last_wave >= FULL_WAVE * slots))
@@ -181,15 +183,17 @@ def _groups_as_rows(tuned: TileConfig, dtype) -> TileConfig:
 # whole tiles.
 TWO_PER_SM_FROM = 1.5
 FULL_WAVE = 0.9
+TWO_PER_SM_DTYPES = (np.dtype(np.float32),)  # where it was measured
 
 
-def fused_ctas_per_sm(config: TileConfig, M: int, K1: int, K2: int, N: int,
+def fused_ctas_per_sm(config: TileConfig, M: int, K1: int, K2: int, N: int, dtype=np.float32,
                       sms: int | None = None) -> int:
     """How many CTAs of the fused kernel may share an SM under ``config`` for A (M x K1) @ B
-    (K1 x K2) @ C (K2 x N) on ``sms`` SMs (default: this GPU's): ``MAX_CTAS_PER_SM`` for
-    split-k tiles that cut both products into whole tiles, at least :data:`TWO_PER_SM_FROM`
-    of T per SM; else 1."""
-    if config.split_k == 1 or not all(whole_products(config, M, K1, K2, N)):
+    (K1 x K2) @ C (K2 x N) in ``dtype`` on ``sms`` SMs (default: this GPU's):
+    ``MAX_CTAS_PER_SM`` for split-k tiles that cut both products into whole tiles, at least
+    :data:`TWO_PER_SM_FROM` of T per SM, in :data:`TWO_PER_SM_DTYPES`; else 1."""
+    if (config.split_k == 1 or np.dtype(dtype) not in TWO_PER_SM_DTYPES
+            or not all(whole_products(config, M, K1, K2, N))):
         return 1
     if sms is None and simulated():
         return 1
@@ -382,7 +386,7 @@ def choose_triple_algorithm(M: int, K1: int, K2: int, N: int, dtype=np.float32) 
     if macs <= FUSED_UP_TO_MACS:
         if tuned.split_k == 1 or not programmatic_launch():
             return "fused"
-        two_per_sm = fused_ctas_per_sm(fused, M, K1, K2, N) > 1
+        two_per_sm = fused_ctas_per_sm(fused, M, K1, K2, N, dtype) > 1
         return "fused" if two_per_sm and _other_tiles(fused, tuned, dtype) else "unfused"
     edges = not any(whole_products(fused, M, K1, K2, N))
     return "fused" if edges or _other_tiles(fused, tuned, dtype) else "unfused"
@@ -416,7 +420,7 @@ def plan_triple(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, out: MatrixDesc,
         workers = fused_workers(config, M, K1, K2, N)
         partials = scratch(partials_shape(config, workers), "partials") if workers else None
         return [plan_fused(config, a, b, c, out, t, counters(sync_slots(M, config, workers)),
-                           workers, partials, fused_ctas_per_sm(config, M, K1, K2, N))]
+                           workers, partials, fused_ctas_per_sm(config, M, K1, K2, N, a.dtype))]
     intermediate = scratch((M, K2), "ab")
     return [plan(a, b, intermediate, "tiled"), plan(intermediate, c, out, "tiled")]
 

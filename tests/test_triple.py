@@ -178,6 +178,14 @@ def test_intermediate_layout_choice(config, shape, layout, row_major):
     assert intermediate_row_major(config, a, b, c, d) == row_major
 
 
+def test_split_k_tiles_keep_t_column_major_in_float64():
+    # Row-major T under split-k tiles was measured in float32 only.
+    config = SMALL_FUSED_CONFIGS[np.dtype(np.float64)][0]
+    a, b, c, d = (MatrixDesc(name, (768, 768), (768, 1), np.dtype(np.float64), None, True, 0, None)
+                  for name in "abcd")
+    assert not intermediate_row_major(config, a, b, c, d)
+
+
 def test_intermediate_layouts():
     assert not large_register_tiles(TileConfig(128, 128, 16, 8, 8, 3, 8))
     assert large_register_tiles(WIDE)
@@ -332,10 +340,13 @@ def test_small_chains_run_split_k_tiles_two_ctas_per_sm(shape, tuned, expected, 
     config = fused_tiles(tuned, *shape, 132, np.float32)
     assert config == expected
     assert fused_ctas_per_sm(config, *shape, sms=132) == ctas
+    small64 = SMALL_FUSED_CONFIGS[np.dtype(np.float64)][0]  # float64: one per SM, as before
+    assert fused_ctas_per_sm(small64, *shape, np.float64, sms=132) == 1
 
 
 def test_two_ctas_per_sm_only_for_whole_split_k_tiles():
     assert fused_ctas_per_sm(SMALL, 768, 768, 768, 768, sms=132) == 2
+    assert fused_ctas_per_sm(SMALL, 768, 768, 768, 768, np.float64, sms=132) == 1
     assert fused_ctas_per_sm(SMALL, 704, 704, 704, 704, sms=132) == 2  # 242 tiles: 1.8 per SM
     assert fused_ctas_per_sm(SMALL, 640, 640, 640, 640, sms=160) == 1  # 200 on 160 SMs
     assert fused_ctas_per_sm(SMALL, 700, 700, 700, 700, sms=132) == 1  # edge tiles

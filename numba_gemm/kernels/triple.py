@@ -247,12 +247,13 @@ def large_register_tiles(config: TileConfig) -> bool:
 def intermediate_row_major(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc,
                            d: MatrixDesc) -> bool:
     """Whether the fused kernel keeps T row-major for D = (A @ B) @ C under ``config``: under
-    split-k tiles where both products lie in whole tiles (where it was measured), and under
+    split-k tiles in float32 where both products lie in whole tiles (where it was measured),
+    and under
     :func:`large_register_tiles` unless both products carry edge code and row-major T would
     not make them one tile function (see above)."""
     (M, K1), (K2, N) = a.shape, c.shape
     interiors = whole_products(config, M, K1, K2, N)
-    if config.split_k > 1 and all(interiors):
+    if config.split_k > 1 and a.dtype == np.float32 and all(interiors):
         return True
     if not large_register_tiles(config):
         return False
