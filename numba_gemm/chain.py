@@ -15,8 +15,8 @@ from .descriptor import MatrixDesc
 from .kernels.tiled import TileConfig, for_edge_tiles, valid_or
 from .kernels.triple import (MAX_CTAS_PER_SM, counters_desc, fused_tiles_per_product,
                              intermediate_row_major, intermediate_shape, intermediate_view,
-                             large_register_tiles,
-                             partials_shape, plan_fused, plan_naive, sync_slots, whole_products)
+                             large_register_tiles, partials_shape, plan_fused, plan_naive,
+                             sync_slots, whole_products)
 from .launch import (KernelLaunch, allocate_output, cdiv, multiprocessors, programmatic_launch,
                      simulated, stream_handle)
 from .prepared import PreparedCalls
@@ -25,8 +25,7 @@ __all__ = ["TRIPLE_ALGORITHMS", "ORDERS", "FUSED_UP_TO_MACS", "FUSED_ALWAYS_UP_T
            "STREAM_K_FROM_IDLE", "triple",
            "choose_order", "choose_triple_algorithm", "fusion_changes_tiles", "fused_config",
            "fused_tiles", "fused_workers", "TWO_PER_SM_FROM", "FULL_WAVE", "TWO_PER_SM_DTYPES",
-           "fused_ctas_per_sm",
-           "plan_triple"]
+           "fused_ctas_per_sm", "plan_triple"]
 
 TRIPLE_ALGORITHMS = ("auto", "naive", "fused", "unfused")
 ORDERS = ("auto", "left", "right")
@@ -94,9 +93,8 @@ def fused_tiles(tuned: TileConfig, M: int, K1: int, K2: int, N: int, sms: int,
     ``tuned`` (the tiled GEMM's for A @ B).
 
     A chain (in :data:`TWO_PER_SM_DTYPES`) of up to ``FUSED_UP_TO_MACS`` multiply-adds that the
-    first of
-    ``SMALL_FUSED_CONFIGS`` cuts into whole tiles, at least :data:`TWO_PER_SM_FROM` of T per
-    SM, runs those small split-k tiles two CTAs to an SM (:func:`fused_ctas_per_sm`), or the
+    first of ``SMALL_FUSED_CONFIGS`` cuts into whole tiles, at least :data:`TWO_PER_SM_FROM` of
+    T per SM, runs those small split-k tiles two CTAs to an SM (:func:`fused_ctas_per_sm`), or the
     tuned split-k tiles where they are whole too and fill the last wave of two per SM to
     :data:`FULL_WAVE` (see there). Otherwise: ``tuned``, a split-k winner with its groups
     stacked into rows (:func:`_groups_as_rows`), transposed where tall large tiles meet edge
@@ -157,7 +155,6 @@ def _groups_as_rows(tuned: TileConfig, dtype) -> TileConfig:
                                        candidate.thread_n) == shape:
             return candidate
     return valid_or(replace(tuned, block_m=rows, split_k=1), tuned, dtype)
-
 
 
 # Split-k tiles with whole tiles in both products run two CTAs per SM where T has at least
@@ -374,8 +371,8 @@ def choose_triple_algorithm(M: int, K1: int, K2: int, N: int, dtype=np.float32) 
     unless the tiled GEMM's tuned tiles for A @ B have split-k groups and launches overlap
     (see there): then only where the fused kernel runs other tiles, two CTAs per SM
     (:func:`fused_ctas_per_sm`); above, where both products have edge tiles under the fused
-    kernel's tiles or
-    :func:`fusion_changes_tiles` on this GPU; ``"unfused"`` (two tiled GEMMs) otherwise."""
+    kernel's tiles or :func:`fusion_changes_tiles` on this GPU; ``"unfused"`` (two tiled
+    GEMMs) otherwise."""
     macs = M * K1 * K2 + M * K2 * N
     if macs <= FUSED_ALWAYS_UP_TO_MACS:
         return "fused"
@@ -444,7 +441,8 @@ def triple(a: Any, b: Any, c: Any, out: Any = None, *, algorithm: str = "auto",
     ``order``: ``"left"`` computes (A @ B) @ C, ``"right"`` A @ (B @ C);
     ``"auto"`` the one with fewer multiply-adds (:func:`choose_order`).
     ``config``: the fused kernel's :class:`~numba_gemm.TileConfig` (default:
-    :func:`fused_config`; ``split_k`` > 1 runs several thread groups per tile).
+    :func:`fused_config`; ``split_k`` > 1 runs several thread groups per tile, and two CTAs
+    per SM where :func:`fused_ctas_per_sm` says).
 
     Without ``out``, D is a new row-major array (on the GPU from the library's memory pool:
     ``launch.new_device_array``). Repeated calls with the same Numba device arrays and
