@@ -93,8 +93,11 @@ def test_small_chains_two_ctas_per_sm(n, layout, rng, monkeypatch):
         results.append(out.copy_to_host())
     np.testing.assert_array_equal(results[0], results[1])
     config, *_, ctas_per_sm = launched[0]
-    assert config.split_k > 1 and ctas_per_sm == 2
-    assert launched[0][5].strides == (launched[0][5].strides[0], 1)  # T row-major
+    assert ctas_per_sm == chain.fused_ctas_per_sm(config, n, n, n, n, np.float32)
+    if n == 768:  # 288 tiles of T under the small tiles: 1.5 per SM up to 192 SMs
+        assert config.split_k > 1 and ctas_per_sm == 2
+    if ctas_per_sm == 2:
+        assert launched[0][5].strides == (launched[0][5].strides[0], 1)  # T row-major
 
 
 @pytest.mark.parametrize("config", FUSED_CONFIGS, ids=lambda c: c.label())
