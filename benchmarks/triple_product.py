@@ -33,8 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
-# 1800 and 2047 are ragged: the fused kernel and the tiled GEMM run edge tiles there.
-SIZES = (256, 512, 1024, 1536, 1800, 2047, 2048, 3072, 4096)
+# 768: the small split-k tiles two CTAs per SM (chain.fused_ctas_per_sm). 1800 and 2047 are
+# ragged: the fused kernel and the tiled GEMM run edge tiles there.
+SIZES = (256, 512, 768, 1024, 1536, 1800, 2047, 2048, 3072, 4096)
 ROUND_S = 0.02  # each timed round runs at least this long
 ROUNDS = 15
 WARMUP = 3
