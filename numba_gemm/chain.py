@@ -92,11 +92,11 @@ def fused_tiles(tuned: TileConfig, M: int, K1: int, K2: int, N: int, sms: int,
     """The fused kernel's tiles for A (M x K1) @ B (K1 x K2) @ C (K2 x N) on ``sms`` SMs, from
     ``tuned`` (the tiled GEMM's for A @ B).
 
-    A chain (in :data:`TWO_PER_SM_DTYPES`) of up to ``FUSED_UP_TO_MACS`` multiply-adds that the
-    first of ``SMALL_FUSED_CONFIGS`` cuts into whole tiles, at least :data:`TWO_PER_SM_FROM` of
-    T per SM, runs those small split-k tiles two CTAs to an SM (:func:`fused_ctas_per_sm`), or the
-    tuned split-k tiles where they are whole too and fill the last wave of two per SM to
-    :data:`FULL_WAVE` (see there). Otherwise: ``tuned``, a split-k winner with its groups
+    A chain of up to ``FUSED_UP_TO_MACS`` multiply-adds where the first of
+    ``SMALL_FUSED_CONFIGS`` would run two CTAs per SM (:func:`fused_ctas_per_sm`: whole split-k
+    tiles, at least :data:`TWO_PER_SM_FROM` of T per SM, a dtype of :data:`TWO_PER_SM_DTYPES`)
+    runs those small tiles, or the tuned tiles where they would run two per SM too and fill the
+    last wave of two per SM to :data:`FULL_WAVE` (see there). Otherwise: ``tuned``, a split-k winner with its groups
     stacked into rows (:func:`_groups_as_rows`), transposed where tall large tiles meet edge
     tiles in either product (see above); then half as large along their longer side (n on a
     tie) where the fused grid's last wave (T's and D's tiles, one CTA per SM) fills less than
@@ -110,13 +110,14 @@ def fused_tiles(tuned: TileConfig, M: int, K1: int, K2: int, N: int, sms: int,
     def whole(config):  # both products without edge code
         return all(whole_products(config, M, K1, K2, N))
 
+    def two_per_sm(config):
+        return fused_ctas_per_sm(config, M, K1, K2, N, dtype, sms) > 1
+
     small = SMALL_FUSED_CONFIGS[np.dtype(dtype)]
-    slots = MAX_CTAS_PER_SM * sms
-    if (np.dtype(dtype) in TWO_PER_SM_DTYPES and M * K1 * K2 + M * K2 * N <= FUSED_UP_TO_MACS
-            and whole(small[0]) and t_tiles(small[0]) >= TWO_PER_SM_FROM * sms):
+    if M * K1 * K2 + M * K2 * N <= FUSED_UP_TO_MACS and two_per_sm(small[0]):
+        slots = MAX_CTAS_PER_SM * sms
         last_wave = t_tiles(tuned) % slots
-        fills = (tuned.split_k > 1 and whole(tuned) and t_tiles(tuned) >= TWO_PER_SM_FROM * sms
-                 and (last_wave == 0 or last_wave >= FULL_WAVE * slots))
+        fills = two_per_sm(tuned) and (last_wave == 0 or last_wave >= FULL_WAVE * slots)
         return tuned if fills else small[0]
     if tuned.split_k > 1:
         tuned = _groups_as_rows(tuned, dtype)

@@ -201,6 +201,15 @@ def test_intermediate_layouts():
     assert (t.shape, t.strides) == ((5, 7), (1, 8))
 
 
+def _fused_operands(n=64):
+    """Host descriptors of an n x n chain for ``plan_fused``: A, B, C, D, T (column-major) and
+    zeroed counters."""
+    a, b, c, d = (describe(np.ones((n, n), np.float32), name) for name in "abcd")
+    t = intermediate_view(describe(np.empty(intermediate_shape(n, n, np.float32, False),
+                                            np.float32), "scratch"), n, n, False)
+    return a, b, c, d, t, triple_kernels.counters_desc(64, np.zeros(64, np.uint32))
+
+
 @pytest.mark.parametrize("config", [SMALL_FUSED_CONFIGS[np.dtype(np.float32)][0],
                                     WIDE], ids=str)
 @pytest.mark.parametrize("ctas_per_sm", [1, 2])
@@ -208,11 +217,7 @@ def test_fused_launch_runs_at_most_ctas_per_sm(config, ctas_per_sm):
     # The fused kernel asks for more than 1 / (ctas_per_sm + 1) of an SM's shared memory, so
     # that no compile of it (XLA's once used fewer registers than Numba's) fits more CTAs, more
     # T tiles, on one SM.
-    n = 64
-    a, b, c, d = (describe(np.ones((n, n), np.float32), name) for name in "abcd")
-    t = intermediate_view(describe(np.empty(intermediate_shape(n, n, np.float32, False),
-                                            np.float32), "scratch"), n, n, False)
-    sync = triple_kernels.counters_desc(64, np.zeros(64, np.uint32))
+    a, b, c, d, t, sync = _fused_operands()
     launch = triple_kernels.plan_fused(config, a, b, c, d, t, sync, ctas_per_sm=ctas_per_sm)
     per_sm = shared_memory_per_multiprocessor()
     assert launch.shared > per_sm // (ctas_per_sm + 1)
@@ -230,11 +235,7 @@ def test_at_most_on_multiprocessor():
 
 
 def test_fused_launch_checks_ctas_per_sm():
-    n = 64
-    a, b, c, d = (describe(np.ones((n, n), np.float32), name) for name in "abcd")
-    t = intermediate_view(describe(np.empty(intermediate_shape(n, n, np.float32, False),
-                                            np.float32), "scratch"), n, n, False)
-    sync = triple_kernels.counters_desc(64, np.zeros(64, np.uint32))
+    a, b, c, d, t, sync = _fused_operands()
     config = SIMULATOR_FUSED_CONFIG
     for bad in (0, 3, 1.5):
         with pytest.raises(ValueError, match="ctas_per_sm must be an int from 1 to 2"):

@@ -97,20 +97,19 @@ kernel (instruction fetch) until then.
 Measured (H100, ``benchmarks/triple_product.py``, README; the last three runs before the tiled
 GEMM was tuned with split-k tiles, on whose two overlapped launches it runs 0.92x at N = 512
 and 0.98x at 1024 (two CTAs per SM), so that ``auto`` runs those, and 1.48x at 768: README): at
-N = 512 1.84-1.85x faster than two tiled GEMMs on their tuned tiles of then (21.1 us with programmatic
-dependent launch, ``tiled.overlap_launches``; 22.4-22.7 us before) and 1.22-1.32x PyTorch's two
-cuBLAS kernels replayed from a CUDA graph; from 1024 to 4096 1.02-1.04x, 1.57-1.58x (1536,
-stream-K), 1.02x (1800, edge tiles: one call site), 1.004-1.014x (2047: two tile functions
-with edge code, T column-major; 0.987x with T row-major), 0.996-0.998x (2048), 1.19-1.20x and
-0.999-1.002x (4096) of them, where both run 128 x 256 tiles on edge tiles
-(``tiled.for_edge_tiles``). At 2048 and 4096 the tiled GEMM's
-tiles already fill the SMs, and the fused kernel gains little more than the second launch: with
-the D tiles' departure counts read back from shared memory (step 4) it ran 0.996-0.998x
-unfused at 2048 and 0.999-1.000x at 4096 in a per-phase probe, its T tiles 0.994-1.004x the
-tiled launch of A @ B, its D tiles 0.992-0.996x that of T @ C. An earlier design kept T in
-shared memory (a CTA per row block and chunk of K2, adding its share into D atomically): it
-lost at N = 512 too (34 us with split-k), and from 1024 on by 20-35%, to the atomics and the
-repeated zeroing of D.
+N = 512 1.84-1.85x faster than two tiled GEMMs on their tuned tiles of then (21.1 us with
+programmatic dependent launch, ``tiled.overlap_launches``; 22.4-22.7 us before) and 1.22-1.32x
+PyTorch's two cuBLAS kernels replayed from a CUDA graph; from 1024 to 4096 1.02-1.04x,
+1.57-1.58x (1536, stream-K), 1.02x (1800, edge tiles: one call site), 1.004-1.014x (2047: two
+tile functions with edge code, T column-major; 0.987x with T row-major), 0.996-0.998x (2048),
+1.19-1.20x and 0.999-1.002x (4096) of them, where both run 128 x 256 tiles on edge tiles
+(``tiled.for_edge_tiles``). At 2048 and 4096 the tiled GEMM's tiles already fill the SMs, and
+the fused kernel gains little more than the second launch: with the D tiles' departure counts
+read back from shared memory (step 4) it ran 0.996-0.998x unfused at 2048 and 0.999-1.000x at
+4096 in a per-phase probe, its T tiles 0.994-1.004x the tiled launch of A @ B, its D tiles
+0.992-0.996x that of T @ C. An earlier design kept T in shared memory (a CTA per row block and
+chunk of K2, adding its share into D atomically): it lost at N = 512 too (34 us with split-k),
+and from 1024 on by 20-35%, to the atomics and the repeated zeroing of D.
 """
 
 from __future__ import annotations
@@ -131,8 +130,8 @@ from .tiled import (VECTOR_BYTES, TileConfig, kernel_jit, operand_modes, overlap
                     tile_computer, whole_tiles)
 
 __all__ = ["NAIVE_MAX_THREADS", "SYNC_HEAD", "MAX_CTAS_PER_SM", "plan_naive", "plan_fused",
-           "counters_desc",
-           "sync_slots", "whole_products", "one_call_site", "fused_tiles_per_product",
+           "counters_desc", "sync_slots", "whole_products", "one_call_site",
+           "fused_tiles_per_product",
            "partials_shape", "ROW_MAJOR_T_FROM", "large_register_tiles", "intermediate_row_major",
            "intermediate_shape", "intermediate_view"]
 
@@ -248,9 +247,8 @@ def intermediate_row_major(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: 
                            d: MatrixDesc) -> bool:
     """Whether the fused kernel keeps T row-major for D = (A @ B) @ C under ``config``: under
     split-k tiles in float32 where both products lie in whole tiles (where it was measured),
-    and under
-    :func:`large_register_tiles` unless both products carry edge code and row-major T would
-    not make them one tile function (see above)."""
+    and under :func:`large_register_tiles` unless both products carry edge code and row-major
+    T would not make them one tile function (see above)."""
     (M, K1), (K2, N) = a.shape, c.shape
     interiors = whole_products(config, M, K1, K2, N)
     if config.split_k > 1 and a.dtype == np.float32 and all(interiors):
