@@ -9,7 +9,6 @@ its ratio against the peer measured in the same run, go to
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -100,7 +99,7 @@ def _with_ratios(rows: list[dict]) -> list[dict]:
 
 
 def pytest_sessionfinish(session, exitstatus):
-    from numba_gemm.timing import results_file, stack_versions
+    from numba_gemm.timing import stack_versions, write_results
 
     if not _ROWS:
         return
@@ -108,15 +107,14 @@ def pytest_sessionfinish(session, exitstatus):
     device = _SESSION.get("device", {}).get("name", "unknown")
     out_dir = Path(os.environ.get("NUMBA_GEMM_RESULTS_DIR", Path(__file__).parent / "results"))
     suites = "-".join(sorted({r["suite"] for r in rows}))  # no "+": some tools refuse it in names
-    path, date = results_file(out_dir, device, suites)
-    payload = {"date": date, "device": _SESSION.get("device"),
-               "versions": stack_versions("pytest-benchmark"),
-               "copy_bandwidth_bytes_per_s": _SESSION.get("copy_bandwidth_bytes_per_s"),
-               "timing": "pytest-benchmark medians over calibrated rounds of back-to-back calls "
-                         "(median_s is per call); timer numba_gemm.timing.device_clock (CUDA events "
-                         "after a context-wide synchronize)",
-               "rows": rows}
-    path.write_text(json.dumps(payload, indent=1))
+    path = write_results(out_dir, device, suites, {
+        "device": _SESSION.get("device"),  # the session's record, not only the name
+        "versions": stack_versions("pytest-benchmark"),
+        "copy_bandwidth_bytes_per_s": _SESSION.get("copy_bandwidth_bytes_per_s"),
+        "timing": "pytest-benchmark medians over calibrated rounds of back-to-back calls "
+                  "(median_s is per call); timer numba_gemm.timing.device_clock (CUDA events "
+                  "after a context-wide synchronize)",
+        "rows": rows})
     _SESSION["path"] = str(path)
 
 

@@ -25,7 +25,6 @@ the median of ROUNDS. Writes ``<date>-<device>-fma_throughput.json`` beside the 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
 
@@ -238,18 +237,16 @@ def main() -> None:
     args = parser.parse_args()
     import numba_cuda
 
-    from numba_gemm.timing import device_name, results_file
+    from numba_gemm.timing import device_name, write_results
 
     layout_error = check_m16n8k16_layout()
     print(f"m16n8k16 f64 fragment layout: largest error {layout_error:.1e} against NumPy")
     rows = measure()
     device = device_name()
-    path, date = results_file(args.results, device, "fma_throughput")
-    path.write_text(json.dumps({
-        "date": date, "device": device,
+    path = write_results(args.results, device, "fma_throughput", {
         "versions": {"numba-cuda": numba_cuda.__version__, "numpy": np.__version__},
         "iterations": ITERATIONS, "ctas_per_sm": CTAS_PER_SM,
-        "m16n8k16_layout_error": layout_error, "results": rows}, indent=1))
+        "m16n8k16_layout_error": layout_error, "results": rows})
     print(f"results: {path}")
 
 

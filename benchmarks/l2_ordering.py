@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import sys
 from dataclasses import replace
 
@@ -54,7 +53,7 @@ def run() -> None:
 def summarize(csv_path: str, results_dir: str) -> None:
     from numba_gemm.autotune import config_for_shape
     from numba_gemm.model import problem_dram_bytes
-    from numba_gemm.timing import device_name, results_file, stack_versions
+    from numba_gemm.timing import device_name, stack_versions, write_results
 
     text = open(csv_path).read()
     table = list(csv.DictReader(io.StringIO(text[text.index('"ID"'):])))
@@ -81,10 +80,9 @@ def summarize(csv_path: str, results_dir: str) -> None:
             "compulsory_bytes": 4 * (M * K + K * N + M * N),
         })
     device = "simulator" if cuda.config.ENABLE_CUDASIM else device_name()
-    out_path, date = results_file(results_dir, device, "l2_ordering")
-    payload = {"date": date, "device": device, "versions": stack_versions(),
-               "tool": "ncu --clock-control none", "metrics": METRICS, "rows": rows}
-    out_path.write_text(json.dumps(payload, indent=1))
+    out_path = write_results(results_dir, device, "l2_ordering", {
+        "versions": stack_versions(), "tool": "ncu --clock-control none", "metrics": METRICS,
+        "rows": rows})
     print(f"results: {out_path}")
     for r in rows:
         print(f"{r['M']}x{r['N']}x{r['K']} group_m={r['group_m']}: L2 hit {r['l2_hit_pct']:.1f}%, "

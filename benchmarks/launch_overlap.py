@@ -17,7 +17,6 @@ Writes ``<DIR>/<date>-<device>-launch_overlap.json`` and prints a table last.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
@@ -93,19 +92,18 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    from numba_gemm.timing import device_name, results_file, stack_versions
+    from numba_gemm.timing import device_name, stack_versions, write_results
 
     rng = np.random.default_rng(args.seed)
     rows = [row for n in args.sizes for row in measure(n, rng)]
     device = device_name()
-    path, date = results_file(args.results, device, "launch_overlap")
-    path.write_text(json.dumps({
-        "date": date, "device": device, "versions": stack_versions(),
+    path = write_results(args.results, device, "launch_overlap", {
+        "versions": stack_versions(),
         "timing": f"median over {ROUNDS} rounds (>= {ROUND_S * 1e3:.0f} ms each) of back-to-back "
                   "public calls, per call, plain and overlapped rounds interleaved; CUDA events "
                   "after a context-wide synchronize (numba_gemm.timing); float32. host_s: the "
                   "host's time per call alone (numba_gemm.timing.host_seconds)",
-        "rows": rows}, indent=1))
+        "rows": rows})
 
     print(f"\nBack-to-back calls on {device}: plain launches against programmatic dependent "
           f"launch ({'on' if rows and rows[0]['programmatic'] else 'not available'} here)")

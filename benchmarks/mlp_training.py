@@ -15,7 +15,6 @@ Prints the loss curves side by side and writes them to
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import jax
@@ -24,7 +23,7 @@ import numpy as np
 from jax import lax
 
 import jax_bridge
-from numba_gemm.timing import results_file
+from numba_gemm.timing import write_results
 
 LAYERS = (64, 256, 256, 10)
 BATCH = 256
@@ -100,13 +99,11 @@ def main() -> None:
         print(f"{i + 1:6d} {ours[i]:12.6f} {theirs[i]:14.6f} {relative[i]:14.2e}")
     print(f"largest relative difference over all steps: {max(relative):.2e} "
           f"(tolerance {LOSS_TOLERANCE:.0e})")
-    path, date = results_file(args.results, device, "mlp_training")
-    path.write_text(json.dumps({
-        "date": date, "device": device,
+    path = write_results(args.results, device, "mlp_training", {
         "versions": {"jax": jax.__version__}, "layers": LAYERS, "batch": BATCH,
         "learning_rate": LEARNING_RATE, "steps": args.steps,
         "loss_jax_bridge": ours, "loss_lax_highest": theirs,
-        "max_relative_difference": max(relative), "tolerance": LOSS_TOLERANCE}, indent=1))
+        "max_relative_difference": max(relative), "tolerance": LOSS_TOLERANCE})
     print(f"results: {path}")
 
 

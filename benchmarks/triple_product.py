@@ -184,19 +184,18 @@ def main() -> int:
 
     torch.backends.cuda.matmul.allow_tf32 = False  # true fp32, like precision="highest"
     torch.backends.cudnn.allow_tf32 = False
-    from numba_gemm.timing import device_name, results_file, stack_versions
+    from numba_gemm.timing import device_name, stack_versions, write_results
 
     rng = np.random.default_rng(args.seed)
     rows = [row for n in args.sizes for row in measure(n, args.sweep, rng)]
     device = device_name()
-    path, date = results_file(args.results, device, "triple_product")
-    path.write_text(json.dumps({
-        "date": date, "device": device, "versions": stack_versions("torch"),
+    path = write_results(args.results, device, "triple_product", {
+        "versions": stack_versions("torch"),
         "timing": "median over 15 rounds (>= 20 ms each) of back-to-back calls, per call, the "
                   "methods' rounds interleaved; CUDA events after a context-wide synchronize "
                   "(numba_gemm.timing); fp32, no TF32. host_s: the host's time per call alone, "
                   "median of 5 runs of 50 calls queued without waiting for the GPU",
-        "rows": rows}, indent=1))
+        "rows": rows})
 
     print(f"\nD = A @ B @ C, float32 (no TF32), on {device}: time per call and speed-up")
     print(f"{'N':>5} {'method':34} {'us':>9} {'host us':>8} {'vs torch':>9} {'vs graph':>9} "

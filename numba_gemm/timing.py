@@ -7,12 +7,14 @@ bracket whatever ran between them on the GPU's own clock. pytest-benchmark
 uses it as its timer (``pytest.mark.benchmark(timer=device_clock)``).
 :func:`interleaved_medians` times several methods against each other in one run, and
 :func:`host_seconds` a method's host time alone. :func:`results_file` names and dates each
-benchmark's results JSON, :func:`stack_versions` gives the versions it records.
+benchmark's results JSON, :func:`write_results` writes it, :func:`stack_versions` gives the
+versions it records.
 """
 
 from __future__ import annotations
 
 import datetime
+import json
 import platform
 import re
 import statistics
@@ -23,7 +25,7 @@ from pathlib import Path
 from numba import cuda
 
 __all__ = ["device_clock", "device_name", "median_seconds", "interleaved_medians",
-           "host_seconds", "results_file", "stack_versions"]
+           "host_seconds", "results_file", "write_results", "stack_versions"]
 
 _REBASE_AFTER_S = 1.0  # event times are float32 milliseconds: keep the origin recent
 
@@ -122,6 +124,15 @@ def results_file(directory, device: str, suite: str) -> tuple[Path, str]:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     return directory / f"{now:%Y-%m-%d}-{slug}-{suite}.json", now.isoformat(timespec="seconds")
+
+
+def write_results(directory, device: str, suite: str, record: dict) -> Path:
+    """Write a benchmark's results to :func:`results_file`'s path and return it: a JSON object
+    of the date, ``device`` and then ``record``'s fields (a ``"device"`` there replaces the
+    name, keeping its place)."""
+    path, date = results_file(directory, device, suite)
+    path.write_text(json.dumps({"date": date, "device": device, **record}, indent=1))
+    return path
 
 
 STACK = ("numba", "numba-cuda", "numpy", "jax", "jaxlib")

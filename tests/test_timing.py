@@ -2,11 +2,12 @@
 interleaved rounds they time methods in."""
 
 import datetime
+import json
 import re
 
 import pytest
 
-from numba_gemm.timing import results_file
+from numba_gemm.timing import results_file, write_results
 
 
 @pytest.mark.parametrize("device, slug", [("NVIDIA H100 80GB HBM3", "nvidia-h100-80gb-hbm3"),
@@ -20,6 +21,18 @@ def test_results_file_names_date_device_and_suite(tmp_path, device, slug):
     assert when.tzinfo is not None and when.utcoffset() == datetime.timedelta(0)
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2}-" + slug + r"-triple_product\.json", path.name)
     assert path.name.startswith(f"{when:%Y-%m-%d}-")
+
+
+def test_write_results_puts_date_and_device_first(tmp_path):
+    path = write_results(tmp_path, "NVIDIA H100 80GB HBM3", "suite", {"rows": [1, 2]})
+    assert path.parent == tmp_path and path.name.endswith("-nvidia-h100-80gb-hbm3-suite.json")
+    record = json.loads(path.read_text())
+    assert list(record) == ["date", "device", "rows"]
+    assert record["device"] == "NVIDIA H100 80GB HBM3" and record["rows"] == [1, 2]
+    datetime.datetime.fromisoformat(record["date"])
+    # A record's own "device" (the benchmark session's details) replaces the name in place.
+    path = write_results(tmp_path, "H100", "other", {"versions": {}, "device": {"name": "H100"}})
+    assert list(json.loads(path.read_text()).items())[:2][1] == ("device", {"name": "H100"})
 
 
 def test_interleaved_medians_runs_every_method_each_round():
