@@ -33,21 +33,25 @@ to two tile functions anyway, and under split-k tiles with no edge code, row-maj
 
 1. *Ticket*: each CTA takes the next ticket from a counter (``sync[0]``). Tickets
    ``< rows x chunks`` are T tiles (BLOCK_M x BLOCK_N of T = A @ B), the rest D
-   tiles, each product in the tiled kernel's grouped order (seed 004).
+   tiles, each product in the tiled kernel's grouped order (seed 004). The counter
+   counts with ``atom.inc``, which wraps it to zero as the last ticket is taken.
 2. *T tile*: T[m0:, x0:] = A[m0:, :] @ B[:, x0:], stored; then the CTA counts
    itself into its row block's counter (``sync[2 + pid_m]``) with a release
    (``ptx.release_add``: a barrier, then one thread's ``fence.acq_rel.gpu`` and add).
 3. *D tile*: one thread waits (``ptx.load_acquire``) until the row block's counter
-   holds all its T tiles and a barrier holds the CTA until then; then
+   holds all its T tiles and a barrier holds the CTA until then; it counts the CTA out
+   of the counter (``atom.inc`` wrapping at chunks + the row block's D tiles, so that
+   the last D tile leaves it zero; no reply awaited); then
    D[m0:, x0:] = T[m0:, :] @ C[:, x0:], stored: D is written once, no atomics, and
    the result is the same bits on every run.
 4. *Split-k* (``TileConfig.split_k``, for small chains): the CTA's threads form
    groups that each run the k loop over a slice of k with their own pipeline; group
    0 sums the partial tiles (``tiled.split_k_parts``). A 512-chain's 32 x 64 tiles
    then run 8 warps per SM instead of 2.
-5. *Depart*: the last CTA of a D tile (``sync[1]`` counts them) resets every counter to
-   zero, so the buffer is zero again for the next launch on the stream. D tiles wait for
-   every T tile, so no CTA uses a counter after that.
+5. *Zero again*: steps 1 and 3 leave every counter zero when the launch ends, ready for
+   the next launch on the stream, and no CTA ends waiting on an atomic's reply. Before
+   (2026-11-25) the last D tile to depart (``sync[1]`` counted them) reset the counters;
+   against that, H100: 1.010x at N = 1024 (109.4 against 110.5 us), 1.002x at 2048.
 
 **stream-K** (``plan_fused`` with ``workers``; ``numba_gemm.chain.fused_workers`` picks it
 where one tile per CTA leaves a tenth or more of the waves idle, e.g. N = 1536: 288 tiles of
@@ -57,7 +61,9 @@ and end inside a tile. Each CTA runs its range's segments from the last to the f
 segment that does not reach its tile's last k-iteration leaves its partial tile in
 ``partials`` and raises its flag; the one that does adds the partial tiles of the workers
 before it (waiting on their flags) and stores the tile. D segments wait for their row block
-of T as above. Waits only go to lower tickets, so the argument below holds for it too. The
+of T as above; how many read each row block's counter depends on where the ranges fall, so
+here the last CTA to depart (``sync[1]`` counts them) resets every counter instead of the
+counters wrapping. Waits only go to lower tickets, so the argument below holds for it too. The
 loop form costs registers: under 8 x 16 register tiles it ran 6-8% slower per tile, so it is
 not used there (``fused_workers``).
 
@@ -136,7 +142,9 @@ __all__ = ["NAIVE_MAX_THREADS", "SYNC_HEAD", "MAX_CTAS_PER_SM", "plan_naive", "p
            "intermediate_shape", "intermediate_view"]
 
 NAIVE_MAX_THREADS = 1024  # one thread per column of A @ B and of D
-SYNC_HEAD = 2  # the fused kernel's ticket and departure counters, before one per row block
+# The fused kernels' ticket counter and stream-K's departure counter, before one counter per
+# row block (the one-tile kernel leaves the second unused: its counters wrap back to zero).
+SYNC_HEAD = 2
 # The fused launch lets at most this many CTAs share an SM (``plan_fused``'s ``ctas_per_sm``):
 # the split-k tiles it runs two to an SM fit no more by their registers.
 MAX_CTAS_PER_SM = 2
@@ -290,6 +298,15 @@ def wait_for_count(sync, counter, count, cta_tid):
 
 
 @cuda.jit(device=True)
+def count_out(sync, counter, last, cta_tid):
+    """The CTA, done reading ``sync[counter]`` (a D tile, after its wait), adds 1 to it with
+    ``atom.inc``, which wraps from ``last`` to zero: the counter's last reader leaves it zero
+    for the next launch, and no CTA waits for the atomic's reply (a ``RED``)."""
+    if cta_tid == 0:
+        cuda.atomic.inc(sync, counter, last)
+
+
+@cuda.jit(device=True)
 def count_up(sync, counter, cta_tid):
     """The CTA adds 1 to ``sync[counter]`` once every thread's writes are done (release): a T
     tile to its row block's count, a stream-K worker to its flag."""
@@ -359,9 +376,7 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, program
         # Before any memory is touched (the counters too): the launch ahead may still be running.
         overlap()
         smem = cuda.shared.array(0, dtype)
-        # The CTA's ticket as (T tile?, pid_m, pid_x), and for a D tile its departure's
-        # (departures, counters): see step 4.
-        tile = cuda.shared.array(5, np.int64)
+        tile = cuda.shared.array(3, np.int64)  # the CTA's ticket as (T tile?, pid_m, pid_x)
         acc = cuda.local.array(ACC_SIZE, SCALAR)
         a_frag = cuda.local.array(THREAD_M, SCALAR)
         b_frag = cuda.local.array(THREAD_N, SCALAR)
@@ -379,16 +394,17 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, program
         # order (seed 004), so CTAs that run together share operand tiles in L2.
         # Thread 0 takes and decodes it (divisions by run-time values cost ~100 instructions
         # each), the CTA reads the tile from shared memory.
+        # The counter wraps to zero as the last ticket is taken (``atom.inc``), ready for the
+        # next launch.
         if cta_tid == 0:
-            ticket = cuda.atomic.add(sync, 0, 1)
             t_tiles = rows * chunks
+            ticket = cuda.atomic.inc(sync, 0, np.uint32(t_tiles + rows * n_tiles - 1))
             if ticket < t_tiles:
                 tile[0] = 1
                 tile[1], tile[2] = tile_of_device(ticket, rows, chunks, GROUP_M)
             else:
                 tile[0] = 0
                 tile[1], tile[2] = tile_of_device(ticket - t_tiles, rows, n_tiles, GROUP_M)
-                tile[3], tile[4] = rows * n_tiles, HEAD + rows
         cuda.syncthreads()
         is_t = tile[0] != 0
         pid_m, pid_x = tile[1], tile[2]
@@ -404,16 +420,15 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, program
                 out, stride_om, stride_on, cols, inner = t, stride_tm, stride_tk, K2, K1
             else:
                 wait_for_count(sync, HEAD + pid_m, chunks, cta_tid)
+                count_out(sync, HEAD + pid_m, np.uint32(chunks + n_tiles - 1), cta_tid)
                 lhs, stride_lm, stride_lk, rhs, stride_rk, stride_rn = (t, stride_tm, stride_tk,
                                                                        c, stride_ck, stride_cn)
                 out, stride_om, stride_on, cols, inner = d, stride_dm, stride_dn, N, K2
             t_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
                    lhs, 0, stride_lm, stride_lk, rhs, 0, stride_rk, stride_rn,
                    out, 0, stride_om, stride_on, M, cols, inner, m0, x0, thread_row, thread_col)
-            if tile[0] != 0:  # the ticket comes back from shared memory, as in step 4
+            if tile[0] != 0:  # the ticket comes back from shared memory, not registers
                 count_up(sync, HEAD + tile[1], cta_tid)
-            else:
-                depart(sync, tile[3], tile[4], cta_tid)
         # Otherwise each product keeps its own call, its operands fixed when compiling: one
         # call site with the operands chosen at run time cost registers and ran slower where
         # the tiles are whole (module docstring; at N = 512 115 registers instead of 107, 1%
@@ -425,20 +440,16 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, program
                    t, 0, stride_tm, stride_tk, M, K2, K1, m0, x0, thread_row, thread_col)
             count_up(sync, HEAD + pid_m, cta_tid)
         else:
-            # -- 3. a D tile: wait until the row block's T tiles are all in, then
-            # D[m0:, x0:] = T[m0:, :] @ C[:, x0:]; 4. depart. Only D tiles count out: each T
-            # tile has D tiles that wait for it, so the last CTA to depart holds a D tile, and
-            # T's CTAs, which end together, leave without another atomic on one counter.
+            # -- 3. a D tile: wait until the row block's T tiles are all in, count out of the
+            # row block's counter (the last of its D tiles leaves it zero), then
+            # D[m0:, x0:] = T[m0:, :] @ C[:, x0:]. The count-out needs no reply, so nothing
+            # is held across the k loop: departure counts held there had cost the D tiles
+            # 1-6% (docs/triple_product_notes.md).
             wait_for_count(sync, HEAD + pid_m, chunks, cta_tid)
+            count_out(sync, HEAD + pid_m, np.uint32(chunks + n_tiles - 1), cta_tid)
             d_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
                    t, 0, stride_tm, stride_tk, c, 0, stride_ck, stride_cn,
                    d, 0, stride_dm, stride_dn, M, N, K2, m0, x0, thread_row, thread_col)
-            # The departure's counts come back from shared memory, not registers held across
-            # the k loop: held, they left ptxas fewer registers there, and it issued some of
-            # the loop's shared loads 3-5 instructions before their FMAs (the T tiles' loop
-            # and the tiled kernel's: never under 13); the D tiles ran 0.985-0.995x the tiled
-            # launch of T @ C at N = 2048 and 4096 (H100).
-            depart(sync, tile[3], tile[4], cta_tid)
 
     return fused_kernel
 
