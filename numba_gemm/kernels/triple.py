@@ -39,11 +39,11 @@ to two tile functions anyway, and under split-k tiles with no edge code, row-maj
    itself into its row block's counter (``sync[2 + pid_m]``) with a release
    (``ptx.release_add``: a barrier, then one thread's ``fence.acq_rel.gpu`` and add).
 3. *D tile*: one thread waits (``ptx.load_acquire``) until the row block's counter
-   holds all its T tiles and a barrier holds the CTA until then; it counts the CTA out
-   of the counter (``atom.inc`` wrapping at chunks + the row block's D tiles, so that
-   the last D tile leaves it zero; no reply awaited); then
+   holds all its T tiles and a barrier holds the CTA until then; then
    D[m0:, x0:] = T[m0:, :] @ C[:, x0:], stored: D is written once, no atomics, and
-   the result is the same bits on every run.
+   the result is the same bits on every run. Last, the CTA counts itself out of the
+   counter (``atom.inc`` wrapping at chunks + the row block's D tiles, so that the last
+   D tile leaves it zero), with no reply to wait for.
 4. *Split-k* (``TileConfig.split_k``, for small chains): the CTA's threads form
    groups that each run the k loop over a slice of k with their own pipeline; group
    0 sums the partial tiles (``tiled.split_k_parts``). A 512-chain's 32 x 64 tiles
@@ -376,7 +376,9 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, program
         # Before any memory is touched (the counters too): the launch ahead may still be running.
         overlap()
         smem = cuda.shared.array(0, dtype)
-        tile = cuda.shared.array(3, np.int64)  # the CTA's ticket as (T tile?, pid_m, pid_x)
+        # The CTA's ticket as (T tile?, pid_m, pid_x), and for a D tile where its row block's
+        # counter wraps (step 3).
+        tile = cuda.shared.array(4, np.int64)
         acc = cuda.local.array(ACC_SIZE, SCALAR)
         a_frag = cuda.local.array(THREAD_M, SCALAR)
         b_frag = cuda.local.array(THREAD_N, SCALAR)
@@ -405,6 +407,7 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, program
             else:
                 tile[0] = 0
                 tile[1], tile[2] = tile_of_device(ticket - t_tiles, rows, n_tiles, GROUP_M)
+                tile[3] = chunks + n_tiles - 1
         cuda.syncthreads()
         is_t = tile[0] != 0
         pid_m, pid_x = tile[1], tile[2]
@@ -420,15 +423,16 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, program
                 out, stride_om, stride_on, cols, inner = t, stride_tm, stride_tk, K2, K1
             else:
                 wait_for_count(sync, HEAD + pid_m, chunks, cta_tid)
-                count_out(sync, HEAD + pid_m, np.uint32(chunks + n_tiles - 1), cta_tid)
                 lhs, stride_lm, stride_lk, rhs, stride_rk, stride_rn = (t, stride_tm, stride_tk,
                                                                        c, stride_ck, stride_cn)
                 out, stride_om, stride_on, cols, inner = d, stride_dm, stride_dn, N, K2
             t_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
                    lhs, 0, stride_lm, stride_lk, rhs, 0, stride_rk, stride_rn,
                    out, 0, stride_om, stride_on, M, cols, inner, m0, x0, thread_row, thread_col)
-            if tile[0] != 0:  # the ticket comes back from shared memory, not registers
+            if tile[0] != 0:  # the ticket comes back from shared memory, as in step 3
                 count_up(sync, HEAD + tile[1], cta_tid)
+            else:
+                count_out(sync, HEAD + tile[1], np.uint32(tile[3]), cta_tid)
         # Otherwise each product keeps its own call, its operands fixed when compiling: one
         # call site with the operands chosen at run time cost registers and ran slower where
         # the tiles are whole (module docstring; at N = 512 115 registers instead of 107, 1%
@@ -440,16 +444,19 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, program
                    t, 0, stride_tm, stride_tk, M, K2, K1, m0, x0, thread_row, thread_col)
             count_up(sync, HEAD + pid_m, cta_tid)
         else:
-            # -- 3. a D tile: wait until the row block's T tiles are all in, count out of the
-            # row block's counter (the last of its D tiles leaves it zero), then
-            # D[m0:, x0:] = T[m0:, :] @ C[:, x0:]. The count-out needs no reply, so nothing
-            # is held across the k loop: departure counts held there had cost the D tiles
-            # 1-6% (docs/triple_product_notes.md).
+            # -- 3. a D tile: wait until the row block's T tiles are all in, then
+            # D[m0:, x0:] = T[m0:, :] @ C[:, x0:], then count out of the row block's counter
+            # (the last of its D tiles leaves it zero).
             wait_for_count(sync, HEAD + pid_m, chunks, cta_tid)
-            count_out(sync, HEAD + pid_m, np.uint32(chunks + n_tiles - 1), cta_tid)
             d_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
                    t, 0, stride_tm, stride_tk, c, 0, stride_ck, stride_cn,
                    d, 0, stride_dm, stride_dn, M, N, K2, m0, x0, thread_row, thread_col)
+            # The count-out's operands come back from shared memory, not registers held
+            # across the k loop: held, such counts left ptxas fewer registers there, and it
+            # issued some of the loop's shared loads 3-5 instructions before their FMAs (the
+            # D tiles ran 0.985-0.995x the tiled launch of T @ C at N = 2048 and 4096, H100);
+            # counted out before the tile, the one-call-site kernel at N = 1800 spilled.
+            count_out(sync, HEAD + tile[1], np.uint32(tile[3]), cta_tid)
 
     return fused_kernel
 
