@@ -40,7 +40,7 @@ to two tile functions anyway, and under split-k tiles with no edge code, row-maj
    (``ptx.release_add``: a barrier, then one thread's ``fence.acq_rel.gpu`` and add).
 3. *D tile*: one thread waits (``ptx.load_acquire``) until the row block's counter
    holds all its T tiles and a barrier holds the CTA until then; then
-   D[m0:, x0:] = T[m0:, :] @ C[:, x0:], stored: D is written once, no atomics, and
+   D[m0:, x0:] = T[m0:, :] @ C[:, x0:], stored: D is written once (plain stores), and
    the result is the same bits on every run. Last, the CTA counts itself out of the
    counter (``atom.inc`` wrapping at chunks + the row block's D tiles, so that the last
    D tile leaves it zero), with no reply to wait for.
@@ -51,7 +51,8 @@ to two tile functions anyway, and under split-k tiles with no edge code, row-maj
 5. *Zero again*: steps 1 and 3 leave every counter zero when the launch ends, ready for
    the next launch on the stream, and no CTA ends waiting on an atomic's reply. Before
    (2026-11-25) the last D tile to depart (``sync[1]`` counted them) reset the counters;
-   against that, H100: 1.010x at N = 1024 (109.4 against 110.5 us), 1.002x at 2048.
+   against that, H100, interleaved: 1.005x at N = 1024 (110.1 against 110.7 us), 1.001x at
+   2048, level at 1800 (docs/triple_product_notes.md).
 
 **stream-K** (``plan_fused`` with ``workers``; ``numba_gemm.chain.fused_workers`` picks it
 where one tile per CTA leaves a tenth or more of the waves idle, e.g. N = 1536: 288 tiles of
