@@ -300,9 +300,9 @@ def wait_for_count(sync, counter, count, cta_tid):
 
 @cuda.jit(device=True)
 def count_out(sync, counter, last, cta_tid):
-    """The CTA, done reading ``sync[counter]`` (a D tile, after its wait), adds 1 to it with
+    """The CTA, done with ``sync[counter]`` (a D tile, whose wait read it), adds 1 to it with
     ``atom.inc``, which wraps from ``last`` to zero: the counter's last reader leaves it zero
-    for the next launch, and no CTA waits for the atomic's reply (a ``RED``)."""
+    for the next launch. One thread, and nothing waits for the atomic's reply (a ``RED``)."""
     if cta_tid == 0:
         cuda.atomic.inc(sync, counter, last)
 
