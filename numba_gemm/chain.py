@@ -96,13 +96,13 @@ def fused_tiles(tuned: TileConfig, M: int, K1: int, K2: int, N: int, sms: int,
     ``SMALL_FUSED_CONFIGS`` would run two CTAs per SM (:func:`fused_ctas_per_sm`: whole split-k
     tiles, at least :data:`TWO_PER_SM_FROM` of T per SM, a dtype of :data:`TWO_PER_SM_DTYPES`)
     runs those small tiles, or the tuned tiles where they would run two per SM too and fill the
-    last wave of two per SM to :data:`FULL_WAVE` (see there). Otherwise: ``tuned``, a split-k winner with its groups
-    stacked into rows (:func:`_groups_as_rows`), transposed where tall large tiles meet edge
-    tiles in either product (see above); then half as large along their longer side (n on a
-    tie) where the fused grid's last wave (T's and D's tiles, one CTA per SM) fills less than
-    half the SMs; then, where T has fewer than ``FILL_CTAS`` tiles (see ``NEAR_FILL_CTAS``
-    for the exception), the first of ``SMALL_FUSED_CONFIGS`` that gives it that many (the
-    smallest where none does)."""
+    last wave of two per SM to :data:`FULL_WAVE` (see there). Otherwise: ``tuned``, a split-k
+    winner with its groups stacked into rows (:func:`_groups_as_rows`), transposed where tall
+    large tiles meet edge tiles in either product (see above); then half as large along their
+    longer side (n on a tie) where the fused grid's last wave (T's and D's tiles, one CTA per
+    SM) fills less than half the SMs; then, where T has fewer than ``FILL_CTAS`` tiles (see
+    ``NEAR_FILL_CTAS`` for the exception), the first of ``SMALL_FUSED_CONFIGS`` that gives it
+    that many (the smallest where none does)."""
 
     def t_tiles(config):
         return fused_tiles_per_product(config, M, K2, N)[0]
