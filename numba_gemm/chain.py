@@ -25,7 +25,7 @@ __all__ = ["TRIPLE_ALGORITHMS", "ORDERS", "FUSED_UP_TO_MACS", "FUSED_ALWAYS_UP_T
            "STREAM_K_FROM_IDLE", "triple",
            "choose_order", "choose_triple_algorithm", "fusion_changes_tiles", "fused_config",
            "fused_tiles", "fused_workers", "TWO_PER_SM_FROM", "FULL_WAVE", "TWO_PER_SM_DTYPES",
-           "fused_ctas_per_sm", "plan_triple"]
+           "fused_ctas_per_sm", "COLUMN_ORDER_T_FILL", "fused_t_column_order", "plan_triple"]
 
 TRIPLE_ALGORITHMS = ("auto", "naive", "fused", "unfused")
 ORDERS = ("auto", "left", "right")
@@ -197,6 +197,34 @@ def fused_ctas_per_sm(config: TileConfig, M: int, K1: int, K2: int, N: int, dtyp
         return 1
     t_tiles = fused_tiles_per_product(config, M, K2, N)[0]
     return MAX_CTAS_PER_SM if t_tiles >= TWO_PER_SM_FROM * (sms or multiprocessors()) else 1
+
+
+# T's tiles column by column (``plan_fused``'s ``t_column_order``): where T's tiles, two CTAs per
+# SM, fill at least COLUMN_ORDER_T_FILL of one wave and no more. H100 and H200, fp32, square
+# chains, interleaved probes, each D checked against float64 (2026-11-26), fused against two
+# tiled launches: N = 1024 (the tuned 64 x 64 in 2 groups, 256 T tiles in 264 slots, 97%)
+# 0.997-1.000x (H100) and 0.998-1.000x (H200) with T column by column, 0.978-0.981x in row
+# order (the tiled GEMM's tuned group height, 1); D in column order too was 0.995-0.998x, and
+# the tiled GEMM itself ran 0.99x in column order. Where T fills less of the wave it lost:
+# N = 704 (32 x 64 in 4 groups, 242 tiles, 92%) 1.013x against 1.030x, 640 (200, 76%) 1.006-
+# 1.010x against 1.037-1.040x; at 512 (one CTA per SM) 20.7-20.8 us against 20.2-20.3. Group
+# heights 4 and 8 for T gained nothing at 1024 (0.981-0.983x). Why the order matters where T
+# runs in one wave, so that it decides only which tiles share an SM, is not known: per-CTA
+# timestamps in row order put the kernel's end on D tiles that ran 53-55 us beside other D
+# tiles, against ~45 for T tiles (docs/triple_product_notes.md).
+COLUMN_ORDER_T_FILL = 0.95
+
+
+def fused_t_column_order(config: TileConfig, M: int, K1: int, K2: int, N: int,
+                         dtype=np.float32, sms: int | None = None) -> bool:
+    """Whether the fused kernel hands out T's tiles column by column for this chain under
+    ``config`` on ``sms`` SMs (default: this GPU's): where they run two CTAs per SM
+    (:func:`fused_ctas_per_sm`) and fill from :data:`COLUMN_ORDER_T_FILL` to all of one wave."""
+    ctas_per_sm = fused_ctas_per_sm(config, M, K1, K2, N, dtype, sms)
+    if ctas_per_sm == 1:
+        return False
+    slots = ctas_per_sm * (sms or multiprocessors())
+    return COLUMN_ORDER_T_FILL * slots <= fused_tiles_per_product(config, M, K2, N)[0] <= slots
 
 
 # Stream-K (``plan_fused`` with workers): one CTA per SM per product, each a range of
@@ -418,7 +446,8 @@ def plan_triple(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, out: MatrixDesc,
         workers = fused_workers(config, M, K1, K2, N)
         partials = scratch(partials_shape(config, workers), "partials") if workers else None
         return [plan_fused(config, a, b, c, out, t, counters(sync_slots(M, config, workers)),
-                           workers, partials, fused_ctas_per_sm(config, M, K1, K2, N, a.dtype))]
+                           workers, partials, fused_ctas_per_sm(config, M, K1, K2, N, a.dtype),
+                           fused_t_column_order(config, M, K1, K2, N, a.dtype))]
     intermediate = scratch((M, K2), "ab")
     return [plan(a, b, intermediate, "tiled"), plan(intermediate, c, out, "tiled")]
 

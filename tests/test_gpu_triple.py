@@ -9,6 +9,7 @@ import numba_gemm
 import numba_gemm.chain as chain
 from numba_gemm.chain import _COUNTERS, SMALL_FUSED_CONFIGS
 from numba_gemm.kernels.tiled import TileConfig
+from numba_gemm.launch import multiprocessors
 from numba_gemm.testing import assert_triple, make_chain, poisoned, relative_error
 
 pytestmark = pytest.mark.gpu
@@ -92,8 +93,11 @@ def test_small_chains_two_ctas_per_sm(n, layout, rng, monkeypatch):
         assert_triple(out, a, b, c, np.float32)
         results.append(out.copy_to_host())
     np.testing.assert_array_equal(results[0], results[1])
-    config, *_, ctas_per_sm = launched[0]
+    config, *_, ctas_per_sm, column_order = launched[0]
     assert ctas_per_sm == chain.fused_ctas_per_sm(config, n, n, n, n, np.float32)
+    assert column_order == chain.fused_t_column_order(config, n, n, n, n, np.float32)
+    if n == 1024 and multiprocessors() == 132:  # H100 SXM, H200: 256 T tiles in 264 slots
+        assert column_order
     if n == 768:  # 288 tiles of T under the small tiles: 1.5 per SM up to 192 SMs
         assert config.split_k > 1 and ctas_per_sm == 2
     if ctas_per_sm == 2:

@@ -72,14 +72,14 @@ def test_fused_with_split_k_groups(split_k, layout, rng):
 
 
 def _record_fused_kernels(monkeypatch) -> list:
-    """A list that records (config, dtype, interiors, modes) of every fused kernel the test
-    then compiles (or takes from the cache)."""
+    """A list that records (config, dtype, interiors, modes, t_column_order) of every fused
+    kernel the test then compiles (or takes from the cache)."""
     compiled = []
     original = triple_kernels._fused_kernel
 
-    def spy(config, dtype, interiors, programmatic, *modes):
-        compiled.append((config, dtype, interiors, modes))
-        return original(config, dtype, interiors, programmatic, *modes)
+    def spy(config, dtype, interiors, programmatic, t_column_order, *modes):
+        compiled.append((config, dtype, interiors, modes, t_column_order))
+        return original(config, dtype, interiors, programmatic, t_column_order, *modes)
 
     monkeypatch.setattr(triple_kernels, "_fused_kernel", spy)
     return compiled
@@ -107,7 +107,25 @@ def test_fused_without_edge_code_where_tiles_are_whole(shape, split_k, left, rig
     out = poisoned((shape[0], shape[3]), np.float32, layout="row")
     numba_gemm.triple(a, b, c, out, algorithm="fused", order=order, config=config)
     assert_triple(out, a, b, c, np.float32)
-    assert [interiors for _, _, interiors, _ in compiled] == [left if order == "left" else right]
+    assert [interiors for _, _, interiors, _, _ in compiled] == [left if order == "left" else right]
+
+
+@pytest.mark.parametrize("shape", [(32, 16, 48, 32), (19, 9, 20, 17), (48, 8, 40, 5)], ids=_ids)
+@pytest.mark.parametrize("split_k", [1, 2])
+@pytest.mark.parametrize("order", ["left", "right"])
+def test_fused_with_t_in_column_order(shape, split_k, order, rng, monkeypatch):
+    # T's tiles handed out column by column (chain.fused_t_column_order, forced here: the
+    # simulator runs one CTA per SM), D's in the config's grouped order (2 row blocks a
+    # group): every tile still computed once, each D tile after its row block of T.
+    monkeypatch.setattr(chain, "fused_t_column_order", lambda *args: True)
+    monkeypatch.setattr(chain, "fused_workers", lambda *args: None)  # one CTA per tile
+    compiled = _record_fused_kernels(monkeypatch)
+    config = TileConfig(16, 16, 4, 4, 4, 2, 2, split_k=split_k)
+    a, b, c = make_chain(*shape, np.float32, "row", rng)
+    out = poisoned((shape[0], shape[3]), np.float32, layout="row")
+    numba_gemm.triple(a, b, c, out, algorithm="fused", order=order, config=config)
+    assert_triple(out, a, b, c, np.float32)
+    assert [column_order for *_, column_order in compiled] == [True]
 
 
 @pytest.mark.parametrize("layout", ["row", "col"])
@@ -143,7 +161,7 @@ def test_fused_kernel_where_both_products_compile_to_one_tile_function(shape, sh
     out = poisoned((shape[0], shape[3]), dtype, layout="row")
     numba_gemm.triple(a, b, c, out, algorithm="fused", order="left", config=config)
     assert_triple(out, a, b, c, dtype)
-    (config, dtype, interiors, modes), = compiled
+    (config, dtype, interiors, modes, _), = compiled
     ab, tc = triple_kernels._products(config, dtype, interiors, modes)[:2]
     assert (ab.compute_tile is tc.compute_tile) == shared  # the case this shape stands for
     assert triple_kernels.one_call_site(interiors, modes) == one_site
@@ -343,6 +361,31 @@ def test_small_chains_run_split_k_tiles_two_ctas_per_sm(shape, tuned, expected, 
     assert fused_ctas_per_sm(config, *shape, sms=132) == ctas
     small64 = SMALL_FUSED_CONFIGS[np.dtype(np.float64)][0]  # float64: one per SM, as before
     assert fused_ctas_per_sm(small64, *shape, np.float64, sms=132) == 1
+
+
+def test_t_in_column_order_where_it_fills_one_wave_of_two_per_sm():
+    # chain.COLUMN_ORDER_T_FILL's figures: H100 and H200, N = 1024, 256 T tiles in 264 slots:
+    # 0.997-1.000x unfused in column order, 0.978-0.981x in row order; it lost at 704 and 640.
+    assert chain.fused_t_column_order(SPLIT_2, 1024, 1024, 1024, 1024, sms=132)
+    assert chain.fused_t_column_order(SPLIT_2, 1024, 512, 1024, 2048, sms=132)  # T's tiles alike
+    assert not chain.fused_t_column_order(SPLIT_2, 1024, 1024, 1024, 1024, sms=120)  # 2 waves
+    assert not chain.fused_t_column_order(SPLIT_2, 1024, 1024, 1024, 1024, np.float64, sms=132)
+    assert not chain.fused_t_column_order(SMALL, 704, 704, 704, 704, sms=132)  # 242: 92%
+    assert not chain.fused_t_column_order(SMALL, 640, 640, 640, 640, sms=132)  # 200: 76%
+    assert not chain.fused_t_column_order(SMALL, 768, 768, 768, 768, sms=132)  # 288: 2 waves
+    assert not chain.fused_t_column_order(SMALL, 512, 512, 512, 512, sms=132)  # one per SM
+    assert not chain.fused_t_column_order(STACKED, 2048, 2048, 2048, 2048, sms=132)
+
+
+def test_fused_launch_checks_t_column_order():
+    a, b, c, d, t, sync = _fused_operands()
+    config = SIMULATOR_FUSED_CONFIG
+    with pytest.raises(TypeError, match="t_column_order must be a bool; got 1"):
+        triple_kernels.plan_fused(config, a, b, c, d, t, sync, t_column_order=1)
+    partials = describe(np.empty((4, 256), np.float32), "partials")
+    with pytest.raises(ValueError, match="t_column_order orders one CTA per tile"):
+        triple_kernels.plan_fused(config, a, b, c, d, t, sync, (2, 2), partials,
+                                  t_column_order=True)
 
 
 def test_two_ctas_per_sm_only_for_whole_split_k_tiles():

@@ -33,7 +33,9 @@ to two tile functions anyway, and under split-k tiles with no edge code, row-maj
 
 1. *Ticket*: each CTA takes the next ticket from a counter (``sync[0]``). Tickets
    ``< rows x chunks`` are T tiles (BLOCK_M x BLOCK_N of T = A @ B), the rest D
-   tiles, each product in the tiled kernel's grouped order (seed 004). The counter
+   tiles, each product in the tiled kernel's grouped order (seed 004), or T column by
+   column (``plan_fused``'s ``t_column_order``: where T's tiles fill one wave of two per SM,
+   H100 and H200, N = 1024, 0.997-1.000x unfused against 0.978-0.981x). The counter
    counts with ``atom.inc``, which wraps it to zero as the last ticket is taken.
 2. *T tile*: T[m0:, x0:] = A[m0:, :] @ B[:, x0:], stored; then the CTA counts
    itself into its row block's counter (``sync[2 + pid_m]``) with a release
@@ -354,10 +356,11 @@ def one_call_site(interiors: tuple, modes: tuple) -> bool:
 
 @functools.cache
 def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, programmatic: bool,
-                  *modes: tuple):
+                  t_column_order: bool, *modes: tuple):
     """Compile-time specialisation of the fused kernel (one tile per CTA) for one config,
     dtype, layout (``modes``: A, B, T stored; T, C, D), ``interiors`` (T's, D's:
-    ``tiled.whole_tiles``) and ``programmatic`` (``tiled.overlap_launches``)."""
+    ``tiled.whole_tiles``), ``programmatic`` (``tiled.overlap_launches``) and
+    ``t_column_order`` (:func:`plan_fused`)."""
     BLOCK_M, BLOCK_N = config.block_m, config.block_n
     THREAD_M, THREAD_N = config.thread_m, config.thread_n
     ACC_SIZE = THREAD_M * THREAD_N
@@ -369,6 +372,7 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, program
     ONE_SITE = one_call_site(interiors, modes)  # the branch not taken is pruned
     tile_of_device = cuda.jit(device=True)(tile_of)
     GROUP_M = config.group_m
+    T_COLUMNS = t_column_order  # T's tickets column by column: one group of every row block
     overlap = overlap_launches(programmatic)
 
     @kernel_jit(config.cta_threads)
@@ -404,7 +408,8 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, program
             ticket = cuda.atomic.inc(sync, 0, np.uint32(t_tiles + rows * n_tiles - 1))
             if ticket < t_tiles:
                 tile[0] = 1
-                tile[1], tile[2] = tile_of_device(ticket, rows, chunks, GROUP_M)
+                tile[1], tile[2] = tile_of_device(ticket, rows, chunks,
+                                                  rows if T_COLUMNS else GROUP_M)
             else:
                 tile[0] = 0
                 tile[1], tile[2] = tile_of_device(ticket - t_tiles, rows, n_tiles, GROUP_M)
@@ -625,7 +630,8 @@ def partials_shape(config: TileConfig, workers: tuple[int, int]) -> tuple[int, i
 
 def plan_fused(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, d: MatrixDesc,
                t: MatrixDesc, sync: MatrixDesc, workers: tuple[int, int] | None = None,
-               partials: MatrixDesc | None = None, ctas_per_sm: int = 1) -> KernelLaunch:
+               partials: MatrixDesc | None = None, ctas_per_sm: int = 1,
+               t_column_order: bool = False) -> KernelLaunch:
     """The fused kernel's launch on validated operands: D = (A @ B) @ C through ``t`` (M x
     K2, any strides: see :func:`intermediate_shape` for the fast layout). ``sync``: a uint32
     buffer of at least :func:`sync_slots` counters, all zero (and zero again after).
@@ -637,7 +643,12 @@ def plan_fused(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, 
     and ``sync`` come after D, as scratch outputs, for XLA's kernel call.
 
     ``ctas_per_sm``: at most that many CTAs run on one SM (the launch asks for enough shared
-    memory that no more fit); 1 under stream-K, whose workers are one per SM."""
+    memory that no more fit); 1 under stream-K, whose workers are one per SM.
+
+    ``t_column_order``: T's tiles are handed out column by column (each row block's tiles
+    spread over the SMs) instead of in ``config``'s grouped order; D's keep that order
+    (``numba_gemm.chain.fused_t_column_order`` says where it runs faster). One CTA per tile
+    only: stream-K's workers take ranges of k-iterations in grouped order."""
     config.check(a.dtype)
     if not isinstance(ctas_per_sm, int) or not 1 <= ctas_per_sm <= MAX_CTAS_PER_SM:
         raise ValueError(f"ctas_per_sm must be an int from 1 to {MAX_CTAS_PER_SM}; "
@@ -645,6 +656,11 @@ def plan_fused(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, 
     if workers is not None and ctas_per_sm != 1:
         raise ValueError(f"stream-K runs one worker per SM: ctas_per_sm must be 1 with workers; "
                          f"got {ctas_per_sm}")
+    if not isinstance(t_column_order, bool):
+        raise TypeError(f"t_column_order must be a bool; got {t_column_order!r}")
+    if workers is not None and t_column_order:
+        raise ValueError("t_column_order orders one CTA per tile; stream-K's workers (workers="
+                         f"{tuple(workers)}) take ranges of k-iterations in grouped order")
     (M, K1), (K2, N) = a.shape, c.shape
     if workers is not None:
         workers = tuple(workers)
@@ -680,7 +696,7 @@ def plan_fused(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, 
                       for whole in whole_products(config, M, K1, K2, N))
     programmatic = programmatic_launch()
     if workers is None:
-        kernel = _fused_kernel(config, a.dtype, interiors, programmatic, *modes)
+        kernel = _fused_kernel(config, a.dtype, interiors, programmatic, t_column_order, *modes)
         return kernel_launch(kernel, sum(fused_tiles_per_product(config, M, K2, N)),
                              config.cta_threads, shared, (*operands, sync, M, K1, K2, N),
                              programmatic)
