@@ -203,7 +203,7 @@ def fused_ctas_per_sm(config: TileConfig, M: int, K1: int, K2: int, N: int, dtyp
 # SM, fill at least COLUMN_ORDER_T_FILL of one wave and no more. H100 and H200, fp32, square
 # chains, interleaved probes, each D checked against float64 (2026-11-26), fused against two
 # tiled launches: N = 1024 (the tuned 64 x 64 in 2 groups, 256 T tiles in 264 slots, 97%)
-# 0.997-1.000x (H100) and 0.998-1.000x (H200) with T column by column, 0.978-0.981x in row
+# 0.997-1.000x (H100) and 0.998-1.000x (H200) with T column by column, 0.975-0.982x in row
 # order (the tiled GEMM's tuned group height, 1); D in column order too was 0.995-0.999x, and
 # the tiled GEMM itself ran 0.99x in column order. Where T fills less of the wave it lost:
 # N = 704 (32 x 64 in 4 groups, 242 tiles, 92%) 1.013x against 1.030x, 640 (200, 76%) 1.006-

@@ -35,7 +35,7 @@ to two tile functions anyway, and under split-k tiles with no edge code, row-maj
    ``< rows x chunks`` are T tiles (BLOCK_M x BLOCK_N of T = A @ B), the rest D
    tiles, each product in the tiled kernel's grouped order (seed 004), or T column by
    column (``plan_fused``'s ``t_column_order``: where T's tiles fill one wave of two per SM,
-   H100 and H200, N = 1024, 0.997-1.000x unfused against 0.978-0.981x). The counter
+   H100 and H200, N = 1024, 0.997-1.000x unfused against 0.975-0.982x). The counter
    counts with ``atom.inc``, which wraps it to zero as the last ticket is taken.
 2. *T tile*: T[m0:, x0:] = A[m0:, :] @ B[:, x0:], stored; then the CTA counts
    itself into its row block's counter (``sync[2 + pid_m]``) with a release
