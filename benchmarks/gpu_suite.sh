@@ -40,12 +40,16 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   for shard in "$ids"/shard.*; do
     [ -s "$shard" ] || continue  # an empty shard would run pytest's default: every test
     mapfile -t shard_ids < "$shard"  # test ids may hold spaces
-    "$PY" -m pytest -q -rs -p no:cacheprovider "${shard_ids[@]}" > "$shard.log" 2>&1 &
+    # faulthandler: a process that crashes (at exit too) prints its Python stacks to its log
+    ( PYTHONFAULTHANDLER=1 "$PY" -m pytest -q -rs -p no:cacheprovider "${shard_ids[@]}" \
+        > "$shard.log" 2>&1; echo "pytest exit $?" >> "$shard.log" ) &
   done
-  for job in $(jobs -p); do wait "$job" || tests=1; done
+  wait
   cat "$ids"/shard.*.log > "$LOG_DIR/tests.log" 2> /dev/null
+  grep -q "^pytest exit [^0]" "$LOG_DIR/tests.log" && tests=1
   echo "$(wc -l < "$ids/all") tests${TEST_PART:+ (part $TEST_PART)} in $shards processes:"
-  grep -hE "^(FAILED|ERROR|SKIPPED)|passed|failed" "$ids"/shard.*.log 2> /dev/null | tail -n 40
+  grep -hE "^(FAILED|ERROR|SKIPPED)|passed|failed|^pytest exit [^0]|^Fatal Python error" \
+    "$ids"/shard.*.log 2> /dev/null | tail -n 40
   rm -rf "$ids"
   "$PY" -m numba_gemm demo
 fi
