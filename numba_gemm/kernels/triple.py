@@ -36,7 +36,15 @@ to two tile functions anyway, and under split-k tiles with no edge code, row-maj
    tiles, each product in the tiled kernel's grouped order (seed 004), or T column by
    column (``plan_fused``'s ``t_column_order``: where T's tiles fill one wave of two per SM,
    H100 and H200, N = 1024, 0.997-1.000x unfused against 0.975-0.982x). The counter
-   counts with ``atom.inc``, which wraps it to zero as the last ticket is taken.
+   counts with ``atom.inc``, which wraps it to zero as the last ticket is taken. The ticket
+   is taken and decoded before the kernel waits for the launch ahead on the stream
+   (``tiled.overlap_launches``), so that where launches overlap it costs little: the counter
+   is written only by atomics whose reply their CTA waited for (stream-K's reset is fenced),
+   so it holds its final zero once the launch ahead has no CTA left, which is when this one
+   starts. H100, interleaved against the kernel before (the ticket after the wait, decoded in
+   ``ordering.tile_of``'s general order with four divisions where one now does): 1.003-1.004x
+   at N = 512, 1.004-1.007x at 1024, 1.002-1.003x at 2048; with the one-division orders alone,
+   in an earlier run, 1.001-1.002x, 1.003-1.005x and 1.001-1.002x.
 2. *T tile*: T[m0:, x0:] = A[m0:, :] @ B[:, x0:], stored; then the CTA counts
    itself into its row block's counter (``sync[2 + pid_m]``) with a release
    (``ptx.release_add``: a barrier, then one thread's ``fence.acq_rel.gpu`` and add).
@@ -326,6 +334,9 @@ def depart(sync, departures, counters, cta_tid):
         if cuda.atomic.add(sync, 1, 1) == departures - 1:
             for i in range(counters):
                 sync[i] = 0
+            # Visible before the CTA ends: the next fused launch takes its ticket from sync[0]
+            # before it waits for this one to complete (``_fused_kernel``, step 1).
+            cuda.threadfence()
 
 
 def _products(config: TileConfig, dtype: np.dtype, interiors: tuple, modes: tuple):
@@ -378,8 +389,6 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, program
     @kernel_jit(config.cta_threads)
     def fused_kernel(a, stride_am, stride_ak, b, stride_bk, stride_bn, c, stride_ck, stride_cn,
                      d, stride_dm, stride_dn, t, stride_tm, stride_tk, sync, M, K1, K2, N):
-        # Before any memory is touched (the counters too): the launch ahead may still be running.
-        overlap()
         smem = cuda.shared.array(0, dtype)
         # The CTA's ticket as (T tile?, pid_m, pid_x), and for a D tile where its row block's
         # counter wraps (step 3).
@@ -403,6 +412,10 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, program
         # each), the CTA reads the tile from shared memory.
         # The counter wraps to zero as the last ticket is taken (``atom.inc``), ready for the
         # next launch.
+        # The ticket and its decoding come before the wait for the launch ahead (below), so that
+        # they run while it finishes: the counter is only ever written by atomics whose reply
+        # their CTA waited for (here, and stream-K's reset is fenced: ``depart``), so once the
+        # launch ahead has no CTA left, which is when this one starts, it holds its final zero.
         if cta_tid == 0:
             t_tiles = rows * chunks
             ticket = cuda.atomic.inc(sync, 0, np.uint32(t_tiles + rows * n_tiles - 1))
@@ -414,6 +427,9 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, program
                 tile[0] = 0
                 tile[1], tile[2] = tile_of_device(ticket - t_tiles, rows, n_tiles, GROUP_M)
                 tile[3] = chunks + n_tiles - 1
+        # Before any other memory is touched (the row blocks' counters too): the launch ahead
+        # may still be running.
+        overlap()
         cuda.syncthreads()
         is_t = tile[0] != 0
         pid_m, pid_x = tile[1], tile[2]
@@ -498,7 +514,7 @@ def _stream_k_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, prog
     def stream_k_kernel(a, stride_am, stride_ak, b, stride_bk, stride_bn, c, stride_ck,
                         stride_cn, d, stride_dm, stride_dn, t, stride_tm, stride_tk, partials,
                         sync, M, K1, K2, N, t_workers, d_workers):
-        overlap()  # as in the fused kernel: first of all
+        overlap()  # first of all, the ticket too (unlike the one-tile kernel)
         smem = cuda.shared.array(0, dtype)
         plan = cuda.shared.array(12, np.int64)  # thread 0's bookkeeping, for the CTA
         acc = cuda.local.array(ACC_SIZE, SCALAR)
