@@ -113,6 +113,7 @@ def _pool_api():
     from cuda.bindings import driver
     from numba.cuda.cudadrv.devicearray import DeviceNDArray
     from numba.cuda.cudadrv.driver import MemoryPointer
+    from numba.cuda.utils import shutting_down
 
     class PooledMemory(MemoryPointer):
         """Device memory from the pool, given back on ``stream`` when the last reference to
@@ -126,7 +127,13 @@ def _pool_api():
 
         def __del__(self, free=driver.cuMemFreeAsync, current=driver.cuCtxGetCurrent,
                     push=driver.cuCtxPushCurrent, pop=driver.cuCtxPopCurrent,
-                    success=driver.CUresult.CUDA_SUCCESS):
+                    success=driver.CUresult.CUDA_SUCCESS, exiting=shutting_down):
+            # At exit Numba's finalizers destroy its streams, whatever still refers to them,
+            # and a free on a destroyed stream can crash the driver (a segmentation fault
+            # after the last test, 2026-11-26): past Numba's shutdown hook the process frees
+            # nothing and the driver takes the memory back with the process.
+            if exiting():
+                return
             # Errors are not raised (at exit the context may be gone). The last reference may
             # go in a thread where another context, or none, is current: the free (and the
             # stream handle, 0 for the legacy stream) must be this context's.

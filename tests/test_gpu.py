@@ -311,6 +311,19 @@ def test_fresh_output_on_a_stream_keeps_its_stream_alive(rng):
     cuda.synchronize()
 
 
+def test_outputs_dropped_while_the_interpreter_exits_are_left_to_the_driver():
+    # At exit Numba's finalizers destroy its streams first; a free on one had crashed the
+    # interpreter after the last test. Past Numba's shutdown hook nothing is freed.
+    from numba_gemm.launch import new_device_array
+
+    memory = new_device_array((4, 4), np.float32).gpu_data
+    freed = []
+    memory.__del__(free=lambda *args: freed.append(args), exiting=lambda: True)
+    assert freed == []
+    memory.__del__(free=lambda *args: freed.append(args), exiting=lambda: False)  # no free yet
+    assert freed == [(memory.device_pointer, memory._stream_handle)]
+
+
 def test_an_allocation_too_large_says_so():
     from numba_gemm.launch import new_device_array
 

@@ -799,9 +799,9 @@ def overlap_launches(programmatic: bool):
     (``launch.programmatic_launch``) runs before it reads or writes memory: wait until the
     launch ahead on the stream has completed and its writes are visible. What needs no memory
     comes before it and runs while the launch ahead finishes: the tiled kernel decodes its tile
-    there (H100, with ``ordering.tile_of``'s one-division orders: the tiled GEMM 1.010-1.016x
-    at 512^3 and 1.002-1.004x at 2048^3, two launches at 512 1.007x), and the fused triple
-    product takes its ticket (``triple``). With ``programmatic`` False it does nothing (and
+    there (H100, with ``ordering.tile_of``'s one-division orders, against both before: the tiled
+    GEMM 1.010-1.016x at 512^3 and 1.002-1.004x at 2048^3, two launches at N = 512 1.004-1.009x),
+    and the fused triple product takes its ticket (``triple``). With ``programmatic`` False it does nothing (and
     compiles to nothing).
 
     The kernel never releases its dependents early (``griddepcontrol.launch_dependents``): the

@@ -42,9 +42,11 @@ to two tile functions anyway, and under split-k tiles with no edge code, row-maj
    is written only by atomics whose reply their CTA waited for (stream-K's reset is fenced),
    so it holds its final zero once the launch ahead has no CTA left, which is when this one
    starts. H100, interleaved against the kernel before (the ticket after the wait, decoded in
-   ``ordering.tile_of``'s general order with four divisions where one now does): 1.003-1.004x
-   at N = 512, 1.004-1.007x at 1024, 1.002-1.003x at 2048; with the one-division orders alone,
-   in an earlier run, 1.001-1.002x, 1.003-1.005x and 1.001-1.002x.
+   ``ordering.tile_of``'s general order with four divisions where one now does), two runs:
+   0.999-1.004x at N = 512, 1.004-1.009x at 1024, 1.001-1.003x at 2048; with the one-division
+   orders alone, in an earlier run, 1.001-1.002x, 1.003-1.005x and 1.001-1.002x. Two launches
+   of the tiled GEMM gained as much or more from the same changes (1.003-1.004x at 2048), so
+   there the fused kernel fell further behind them (0.996-0.997x, from 0.998x).
 2. *T tile*: T[m0:, x0:] = A[m0:, :] @ B[:, x0:], stored; then the CTA counts
    itself into its row block's counter (``sync[2 + pid_m]``) with a release
    (``ptx.release_add``: a barrier, then one thread's ``fence.acq_rel.gpu`` and add).
@@ -569,7 +571,8 @@ def _stream_k_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, prog
                     tile_begin = tile_index * k_iters
                     first = max(begin, tile_begin)
                     plan[5] = tile_begin
-                    plan[6], plan[7] = tile_of_device(tile_index, rows, cols, GROUP_M)
+                    plan[6], plan[7] = tile_of_device(tile_index, rows, cols, GROUP_M,
+                                                      False)  # registers: ordering.tile_of
                     # earlier workers that hold part of the tile (their partials come first)
                     other = worker - 1
                     while other >= 0 and (other + 1) * total // workers > tile_begin:
