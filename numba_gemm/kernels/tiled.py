@@ -801,8 +801,8 @@ def overlap_launches(programmatic: bool):
     comes before it and runs while the launch ahead finishes: the tiled kernel decodes its tile
     there (H100, with ``ordering.tile_of``'s one-division orders, against both before: the tiled
     GEMM 1.010-1.016x at 512^3 and 1.002-1.004x at 2048^3, two launches at N = 512 1.004-1.009x),
-    and the fused triple product takes its ticket (``triple``). With ``programmatic`` False it does nothing (and
-    compiles to nothing).
+    and the fused triple product takes its ticket (``triple``). With ``programmatic`` False it
+    does nothing (and compiles to nothing).
 
     The kernel never releases its dependents early (``griddepcontrol.launch_dependents``): the
     next launch starts as this one's last CTAs exit, which is where the gain is. H100, fp32,

@@ -46,7 +46,7 @@ to two tile functions anyway, and under split-k tiles with no edge code, row-maj
    0.999-1.004x at N = 512, 1.004-1.009x at 1024, 1.001-1.003x at 2048; with the one-division
    orders alone, in an earlier run, 1.001-1.002x, 1.003-1.005x and 1.001-1.002x. Two launches
    of the tiled GEMM gained as much or more from the same changes (1.003-1.004x at 2048), so
-   there the fused kernel fell further behind them (0.996-0.997x, from 0.998x).
+   there the fused kernel fell further behind them (0.996-0.998x, from 0.998-0.999x).
 2. *T tile*: T[m0:, x0:] = A[m0:, :] @ B[:, x0:], stored; then the CTA counts
    itself into its row block's counter (``sync[2 + pid_m]``) with a release
    (``ptx.release_add``: a barrier, then one thread's ``fence.acq_rel.gpu`` and add).
