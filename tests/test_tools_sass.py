@@ -43,3 +43,25 @@ def test_k_loops_keeps_long_loops_with_ffmas_only():
     assert k_loops(_sass(step * 3)) == []  # too short to be a k loop
     assert k_loops(_sass(long_loop, loop_back=False)) == []  # no branch back
     assert k_loops(_sass(["IMAD R9, R9, R9, RZ"] * LOOP_MIN)) == []  # no FFMA: not a k loop
+
+
+def test_dump_writes_each_launchs_sass(tmp_path, monkeypatch, capsys):
+    # The compile needs the `sass` extra; here two launches with made-up SASS stand in for it.
+    from types import SimpleNamespace
+
+    import tools.sass as sass
+
+    def launch(name):
+        return SimpleNamespace(kernel=SimpleNamespace(py_func=SimpleNamespace(__name__=name)),
+                               grid=(128,), block=256)
+
+    texts = {"tiled_kernel": _sass(["FFMA R8, R4, R5, R8"]), "fused_kernel": _sass(["EXIT"])}
+    monkeypatch.setattr(sass, "_fake_h100", lambda: None)
+    monkeypatch.setattr(sass, "_launches", lambda args: [launch("tiled_kernel"),
+                                                          launch("fused_kernel")])
+    monkeypatch.setattr(sass, "compile_launch",
+                        lambda one: (texts[one.kernel.py_func.__name__], 96, 0, 4096))
+    sass.main(["triple", "512", "--dump", str(tmp_path / "out")])
+    assert (tmp_path / "out" / "0-tiled_kernel.sass").read_text() == texts["tiled_kernel"]
+    assert (tmp_path / "out" / "1-fused_kernel.sass").read_text() == texts["fused_kernel"]
+    assert "tiled_kernel: grid 128 x 256 threads, 96 registers" in capsys.readouterr().out

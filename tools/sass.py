@@ -2,6 +2,7 @@
 
     python tools/sass.py triple N [K1 K2 M] [--algorithm fused|unfused] [--max-registers R]
     python tools/sass.py matmul M N K
+    ... [--dump DIR]: also write each launch's whole SASS to DIR/<launch>-<kernel>.sass
 
 For each launch: registers, stack, the binary's size and its SASS instruction count, and for
 each k loop (a backward branch over at least LOOP_MIN instructions) its length, its FFMAs and
@@ -192,6 +193,8 @@ def main(argv=None) -> None:
     parser.add_argument("--algorithm", default="fused", choices=("fused", "unfused"))
     parser.add_argument("--max-registers", type=int,
                         help="the fused kernel's register cap (default: the library's)")
+    parser.add_argument("--dump", type=Path, metavar="DIR",
+                        help="also write each launch's SASS to DIR/<launch>-<kernel>.sass")
     args = parser.parse_args(argv)
     if args.op == "matmul" and len(args.sizes) != 3:
         parser.error("matmul takes M N K")
@@ -201,10 +204,14 @@ def main(argv=None) -> None:
 
         import numba_gemm.kernels.triple as triple
         triple.kernel_jit = lambda threads: cuda.jit(max_registers=args.max_registers)
-    for launch in _launches(args):
+    for index, launch in enumerate(_launches(args)):
         sass, registers, stack, size = compile_launch(launch)
         count = len(instructions(sass)[0])
-        print(f"{launch.kernel.py_func.__name__}: grid {launch.grid[0]} x {launch.block} "
+        name = launch.kernel.py_func.__name__
+        if args.dump:
+            args.dump.mkdir(parents=True, exist_ok=True)
+            (args.dump / f"{index}-{name}.sass").write_text(sass)
+        print(f"{name}: grid {launch.grid[0]} x {launch.block} "
               f"threads, {registers} registers, stack {stack} B, cubin {size // 1024} KB, "
               f"{count} SASS instructions")
         for loop in k_loops(sass):
