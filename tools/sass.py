@@ -204,12 +204,13 @@ def main(argv=None) -> None:
 
         import numba_gemm.kernels.triple as triple
         triple.kernel_jit = lambda threads: cuda.jit(max_registers=args.max_registers)
+    if args.dump:
+        args.dump.mkdir(parents=True, exist_ok=True)
     for index, launch in enumerate(_launches(args)):
         sass, registers, stack, size = compile_launch(launch)
         count = len(instructions(sass)[0])
         name = launch.kernel.py_func.__name__
         if args.dump:
-            args.dump.mkdir(parents=True, exist_ok=True)
             (args.dump / f"{index}-{name}.sass").write_text(sass)
         print(f"{name}: grid {launch.grid[0]} x {launch.block} "
               f"threads, {registers} registers, stack {stack} B, cubin {size // 1024} KB, "
