@@ -163,24 +163,15 @@ def test_jax_bridge_native(algorithm, kernel_calls, rng):
     assert_triple(np.asarray(f(a, b, c)), np.asarray(a), np.asarray(b), np.asarray(c), np.float32)
 
 
-def test_jax_bridge_two_ctas_per_sm(rng):
-    # At 768 the fused kernel runs the small split-k tiles two CTAs per SM under XLA's launch too.
+@pytest.mark.parametrize("n", [
+    768,   # the small split-k tiles two CTAs per SM, under XLA's launch too
+    1536,  # stream-K: its partial tiles are one more scratch output
+])
+def test_jax_bridge_fused_variants(n, rng):
     jax = pytest.importorskip("jax")
     import jax_bridge
 
-    a, b, c = (jax.device_put(x) for x in make_chain(768, 768, 768, 768, np.float32, "row", rng))
-    f = jax.jit(lambda a, b, c: jax_bridge.triple(a, b, c, algorithm="fused", order="left"))
-    for _ in range(2):
-        assert_triple(np.asarray(f(a, b, c)), np.asarray(a), np.asarray(b), np.asarray(c),
-                      np.float32)
-
-
-def test_jax_bridge_stream_k(rng):
-    # At 1536 the fused kernel runs stream-K: its partial tiles are one more scratch output.
-    jax = pytest.importorskip("jax")
-    import jax_bridge
-
-    a, b, c = (jax.device_put(x) for x in make_chain(1536, 1536, 1536, 1536, np.float32, "row", rng))
+    a, b, c = (jax.device_put(x) for x in make_chain(n, n, n, n, np.float32, "row", rng))
     f = jax.jit(lambda a, b, c: jax_bridge.triple(a, b, c, algorithm="fused", order="left"))
     assert f.lower(a, b, c).compile().as_text().count("triton_kernel_call_ffi") == 1
     for _ in range(2):
