@@ -571,8 +571,9 @@ def _stream_k_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, prog
                     tile_begin = tile_index * k_iters
                     first = max(begin, tile_begin)
                     plan[5] = tile_begin
-                    plan[6], plan[7] = tile_of_device(tile_index, rows, cols, GROUP_M,
-                                                      False)  # registers: ordering.tile_of
+                    # one_group_shortcut=False, the seed's formula alone: the shortcut costs
+                    # registers here (tile_of); positional, as the simulator takes no keywords
+                    plan[6], plan[7] = tile_of_device(tile_index, rows, cols, GROUP_M, False)
                     # earlier workers that hold part of the tile (their partials come first)
                     other = worker - 1
                     while other >= 0 and (other + 1) * total // workers > tile_begin:
