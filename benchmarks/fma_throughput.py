@@ -1,4 +1,4 @@
-"""Multiply-add throughput from Numba: FP32 and FP64 FMAs against FP64 tensor-core mma.sync.
+"""Multiply-add throughput from Numba: FP32 and FP64 FMAs against tensor-core mma.sync.
 
     python3 benchmarks/fma_throughput.py [--results DIR]
 
@@ -12,14 +12,19 @@ SM, and reports multiply-adds as TFLOP/s (2 flops each):
 - ``dfma``: FP64 ``DFMA``, 16 chains per thread;
 - ``dmma m8n8k4`` and ``dmma m16n8k16``: ``mma.sync.aligned.<shape>.row.col.f64`` (inline
   PTX through ``numba.cuda.extending.intrinsic``), 8 and 4 accumulator tiles per warp;
+- ``hmma bf16 m16n8k16``: ``mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32``, 8
+  accumulator tiles per warp: the pipe under a float32 product emulated by split bf16
+  operands (each float32 as three bf16 parts, six products per multiply-add), which
+  involves no TF32;
 - ``f2f``: float32 -> float64 conversions (``F2F.F64.F32``, each with an FADD and a DADD
   around it), 16 chains per thread, the price of feeding float32 operands to DMMA. Its rate
   is given as conversions (``ops``), not flops.
 
 Every kernel's sums are checked against their exact value first (all inputs are 0.5 or 1,
-so every partial sum is exact), and the m16n8k16 fragment layout assumed below against NumPy
-(:func:`check_m16n8k16_layout`). Times: CUDA events around REPEATS launches after a warm-up,
-the median of ROUNDS. Writes ``<date>-<device>-fma_throughput.json`` beside the other results.
+so every partial sum is exact), and the m16n8k16 fragment layouts assumed below against NumPy
+(:func:`check_m16n8k16_layout`, :func:`check_m16n8k16_bf16_layout`). Times: CUDA events
+around REPEATS launches after a warm-up, the median of ROUNDS. Writes
+``<date>-<device>-fma_throughput.json`` beside the other results.
 """
 
 from __future__ import annotations
@@ -39,38 +44,48 @@ WARPS_PER_SM = (4, 8, 16)
 CTAS_PER_SM = 2
 
 
-def _mma_f64(shape: str, a_regs: int, b_regs: int, c_regs: int):
-    """An intrinsic ``mma(a..., b..., c...) -> d`` (tuples of float64 registers) for one
-    ``mma.sync`` shape with f64 operands: each thread passes its fragment registers."""
+def _mma(shape: str, kinds: str, a_regs: int, b_regs: int, c_regs: int, packed: bool):
+    """An intrinsic ``mma(a..., b..., c...) -> d`` for one ``mma.sync`` shape and operand
+    types (``kinds``: PTX's ``.dtype.atype.btype.ctype``): each thread passes its fragment
+    registers, float64 ones, or with ``packed`` 32-bit words of two bf16 values for A and B
+    and float32 accumulators."""
     names = [f"a{i}" for i in range(a_regs)] + [f"b{i}" for i in range(b_regs)] + \
         [f"c{i}" for i in range(c_regs)]
 
     def operands(first, count):
         return "{" + ", ".join(f"${first + i}" for i in range(count)) + "}"
 
-    text = (f"mma.sync.aligned.{shape}.row.col.f64.f64.f64.f64 {operands(0, c_regs)}, "
+    text = (f"mma.sync.aligned.{shape}.row.col.{kinds} {operands(0, c_regs)}, "
             f"{operands(c_regs, a_regs)}, {operands(c_regs + a_regs, b_regs)}, "
             f"{operands(c_regs + a_regs + b_regs, c_regs)};")
-    constraints = ",".join(["=d"] * c_regs + ["d"] * len(names))
+    word, acc, numba_acc = ((ir.IntType(32), ir.FloatType(), "float32") if packed else
+                            (ir.DoubleType(), ir.DoubleType(), "float64"))
+    word_code, acc_code = ("r", "f") if packed else ("d", "d")
+    constraints = ",".join([f"={acc_code}"] * c_regs + [word_code] * (a_regs + b_regs) +
+                           [acc_code] * c_regs)
 
     def codegen(context, builder, signature, args):
-        double = ir.DoubleType()
-        asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([double] * c_regs),
-                                           [double] * len(names)), text, constraints)
+        asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([acc] * c_regs),
+                                           [word] * (a_regs + b_regs) + [acc] * c_regs),
+                           text, constraints)
         result = builder.call(asm, list(args))
         return context.make_tuple(builder, signature.return_type,
                                   [builder.extract_value(result, i) for i in range(c_regs)])
 
     # An intrinsic's typer takes its operands by name: written out for this shape.
     source = (f"def mma(typingctx, {', '.join(names)}):\n"
-              f"    return types.UniTuple(types.float64, {c_regs})({', '.join(names)}), codegen\n")
+              f"    return types.UniTuple(types.{numba_acc}, {c_regs})({', '.join(names)}), "
+              f"codegen\n")
     namespace = {"types": types, "codegen": codegen}
-    exec(compile(source, f"<mma {shape}>", "exec"), namespace)
+    exec(compile(source, f"<mma {shape} {kinds}>", "exec"), namespace)
     return intrinsic(namespace["mma"])
 
 
-mma_m8n8k4 = _mma_f64("m8n8k4", 1, 1, 2)  # 256 multiply-adds per warp
-mma_m16n8k16 = _mma_f64("m16n8k16", 8, 4, 4)  # 2048
+F64 = "f64.f64.f64.f64"
+mma_m8n8k4 = _mma("m8n8k4", F64, 1, 1, 2, packed=False)  # 256 multiply-adds per warp
+mma_m16n8k16 = _mma("m16n8k16", F64, 8, 4, 4, packed=False)  # 2048
+# 2048 too, from bf16 operands (two per 32-bit word) into float32 accumulators
+hmma_bf16 = _mma("m16n8k16", "f32.bf16.bf16.f32", 4, 2, 4, packed=True)
 
 
 @cuda.jit(device=True)
@@ -129,6 +144,23 @@ def dmma_m16n8k16_kernel(out, x):
     write_total(out, acc, 16)
 
 
+BF16_HALVES = 0x3F003F00  # two bf16 values of 0.5 in one 32-bit word
+
+
+@cuda.jit
+def hmma_bf16_kernel(out, x):
+    h = x[0]  # BF16_HALVES: each step adds k * 0.25 = 4 to every element
+    acc = cuda.local.array(32, types.float32)  # 8 tiles, 4 registers each
+    for j in range(32):
+        acc[j] = 0.0
+    for _ in range(ITERATIONS):
+        for t in range(8):
+            acc[4 * t], acc[4 * t + 1], acc[4 * t + 2], acc[4 * t + 3] = hmma_bf16(
+                h, h, h, h, h, h,
+                acc[4 * t], acc[4 * t + 1], acc[4 * t + 2], acc[4 * t + 3])
+    write_total(out, acc, 32)
+
+
 @cuda.jit
 def f2f_kernel(out, x):
     one = np.float32(x[0])  # 1: chain j converts j + 1, j + 2, ... and sums them exactly
@@ -176,18 +208,61 @@ def check_m16n8k16_layout() -> float:
     return error
 
 
-# name -> (kernel, dtype, inputs, operations per warp (multiply-adds, or conversions for
-# f2f), exact sum per thread)
+@cuda.jit
+def m16n8k16_bf16_layout_kernel(a_words, b_words, d):
+    """The same product through the bf16 fragments: A's words are row-major pairs along k
+    (16 x 8 words), B's the columns' pairs along k (8 x 8 words), each word's low half the
+    lower k. Register i of A holds the pair (g + 8 * (i % 2), k = 2t + 8 * (i // 2)), register
+    i of B the pair (k = 2t + 8 * i, g); D is laid out as for .f64."""
+    lane = cuda.threadIdx.x
+    g, t = lane // 4, lane % 4
+    fa = cuda.local.array(4, types.uint32)
+    fb = cuda.local.array(2, types.uint32)
+    for i in range(4):
+        fa[i] = a_words[(g + 8 * (i % 2)) * 8 + t + 4 * (i // 2)]
+    for i in range(2):
+        fb[i] = b_words[g * 8 + t + 4 * i]
+    d0, d1, d2, d3 = hmma_bf16(fa[0], fa[1], fa[2], fa[3], fb[0], fb[1],
+                               np.float32(0), np.float32(0), np.float32(0), np.float32(0))
+    d[g * 8 + 2 * t], d[g * 8 + 2 * t + 1] = d0, d1
+    d[(g + 8) * 8 + 2 * t], d[(g + 8) * 8 + 2 * t + 1] = d2, d3
+
+
+def bf16_pairs(matrix: np.ndarray) -> np.ndarray:
+    """Rows of float32 values exact in bf16, as words of two bf16 (the even column low)."""
+    bits = np.ascontiguousarray(matrix, np.float32).view(np.uint32) >> 16
+    return (bits[:, 0::2] | (bits[:, 1::2] << 16)).astype(np.uint32)
+
+
+def check_m16n8k16_bf16_layout() -> float:
+    """The largest error of one bf16 m16n8k16 product through that layout against NumPy's, on
+    small integers (exact in bf16, and every product and sum exact in float32: 0 if right)."""
+    rng = np.random.default_rng(0)
+    a = rng.integers(-4, 5, (16, 16)).astype(np.float32)
+    b = rng.integers(-4, 5, (16, 8)).astype(np.float32)
+    d = cuda.to_device(np.full(16 * 8, np.nan, np.float32))
+    m16n8k16_bf16_layout_kernel[1, 32](cuda.to_device(bf16_pairs(a).ravel()),
+                                       cuda.to_device(bf16_pairs(b.T).ravel()), d)
+    error = float(np.abs(d.copy_to_host().reshape(16, 8) - a.astype(np.float64) @ b).max())
+    if error != 0:
+        raise AssertionError(f"m16n8k16 bf16 fragment layout: error {error}")
+    return error
+
+
+# name -> (kernel, dtype of the sums, inputs, operations per warp (multiply-adds, or
+# conversions for f2f), exact sum per thread)
 CASES = {
-    "ffma": (ffma_kernel, np.float32, (1.0, 1.0), ITERATIONS * 32 * 32,
+    "ffma": (ffma_kernel, np.float32, np.array((1.0, 1.0), np.float32), ITERATIONS * 32 * 32,
              sum(range(32)) + 32 * ITERATIONS),
-    "dfma": (dfma_kernel, np.float64, (1.0, 1.0), ITERATIONS * 16 * 32,
+    "dfma": (dfma_kernel, np.float64, np.array((1.0, 1.0)), ITERATIONS * 16 * 32,
              sum(range(16)) + 16 * ITERATIONS),
-    "dmma m8n8k4": (dmma_m8n8k4_kernel, np.float64, (0.5,), ITERATIONS * 8 * 256,
+    "dmma m8n8k4": (dmma_m8n8k4_kernel, np.float64, np.array((0.5,)), ITERATIONS * 8 * 256,
                     16 * ITERATIONS),
-    "dmma m16n8k16": (dmma_m16n8k16_kernel, np.float64, (0.5,), ITERATIONS // 4 * 4 * 2048,
-                      16 * ITERATIONS),
-    "f2f": (f2f_kernel, np.float64, (1.0,), ITERATIONS * 16 * 32,
+    "dmma m16n8k16": (dmma_m16n8k16_kernel, np.float64, np.array((0.5,)),
+                      ITERATIONS // 4 * 4 * 2048, 16 * ITERATIONS),
+    "hmma bf16 m16n8k16": (hmma_bf16_kernel, np.float32, np.array((BF16_HALVES,), np.uint32),
+                           ITERATIONS * 8 * 2048, 32 * 4 * ITERATIONS),
+    "f2f": (f2f_kernel, np.float64, np.array((1.0,)), ITERATIONS * 16 * 32,
             ITERATIONS * sum(range(16)) + 16 * ITERATIONS * (ITERATIONS + 1) // 2),
 }
 
@@ -198,7 +273,7 @@ def measure() -> list[dict]:
     start, stop = cuda.event(), cuda.event()
     rows = []
     for name, (kernel, dtype, inputs, ops_per_warp, exact) in CASES.items():
-        x = cuda.to_device(np.array(inputs, dtype))
+        x = cuda.to_device(inputs)
         for warps in WARPS_PER_SM:
             blocks, threads = CTAS_PER_SM * sms, warps * 32 // CTAS_PER_SM
             out = cuda.to_device(np.full(blocks * threads, np.nan, dtype))
@@ -227,7 +302,7 @@ def measure() -> list[dict]:
                 row["tflops"] = 2 * ops / seconds / 1e12
                 rate = f"{row['tflops']:5.1f} TFLOP/s"
             rows.append(row)
-            print(f"{name:14s} {warps:2d} warps per SM: {rate}")
+            print(f"{name:18s} {warps:2d} warps per SM: {rate}")
     return rows
 
 
@@ -241,12 +316,15 @@ def main() -> None:
 
     layout_error = check_m16n8k16_layout()
     print(f"m16n8k16 f64 fragment layout: largest error {layout_error:.1e} against NumPy")
+    bf16_layout_error = check_m16n8k16_bf16_layout()
+    print(f"m16n8k16 bf16 fragment layout: largest error {bf16_layout_error:.1e} against NumPy")
     rows = measure()
     device = device_name()
     path = write_results(args.results, device, "fma_throughput", {
         "versions": {"numba-cuda": numba_cuda.__version__, "numpy": np.__version__},
         "iterations": ITERATIONS, "ctas_per_sm": CTAS_PER_SM,
-        "m16n8k16_layout_error": layout_error, "results": rows})
+        "m16n8k16_layout_error": layout_error, "m16n8k16_bf16_layout_error": bf16_layout_error,
+        "results": rows})
     print(f"results: {path}")
 
 
