@@ -11,10 +11,11 @@ time without eager PyTorch's host work) and ``jax.jit(lambda a, b, c: a @ b @ c)
 ``precision="highest"``, compiled twice: as XLA compiles it by default (``jax``: Triton GEMMs
 whose tiles XLA autotunes while it compiles, in each process anew) and with
 ``xla_gpu_enable_triton_gemm=False`` (``jax, cuBLAS``: cuBLASLt, no Triton autotuning). The
-default row has run 4-10x slower in some processes than in others on the same machine (157-571
-us at N = 512 against 40-74 us), so the speed-ups are also given against the faster of the two
-(``speedup_vs_jax_best``). Every method is timed in the same run on the same GPU:
-back-to-back calls between two CUDA events after a context-wide synchronize, warm-up
+default row took 157-571 us at N = 512 in most runs until 2026-11-26 (40-74 us in the
+others), far above its host time: in some processes the kernels XLA picked run slowly (the
+README, *`jax.jit`, autotuned per process*). So the speed-ups are also given against the
+faster of the two (``speedup_vs_jax_best``). Every method is timed in the same run on the
+same GPU: back-to-back calls between two CUDA events after a context-wide synchronize, warm-up
 first, median of 15 rounds of at least 20 ms (``numba_gemm.timing``), the methods'
 rounds interleaved (round r of each before round r + 1 of any). numba-gemm's rows
 write into a given ``out``; the ``fused, new out`` row lets ``triple`` allocate D on
