@@ -100,11 +100,13 @@ def measure(n: int, sweep: bool, rng) -> list[dict]:
     bound = 2 * tolerance(np.float32, n)
 
     highest = jax.lax.Precision.HIGHEST
-    jax_chain = jax.jit(lambda a, b, c: jnp.matmul(jnp.matmul(a, b, precision=highest), c,
-                                                   precision=highest))
-    jax_cublas_chain = jax.jit(
-        lambda a, b, c: jnp.matmul(jnp.matmul(a, b, precision=highest), c, precision=highest),
-        compiler_options={"xla_gpu_enable_triton_gemm": False})
+
+    def chain(a, b, c):
+        return jnp.matmul(jnp.matmul(a, b, precision=highest), c, precision=highest)
+
+    jax_chain = jax.jit(chain)
+    # compiler_options are part of jit's cache key: a second executable, not the first again
+    jax_cublas_chain = jax.jit(chain, compiler_options={"xla_gpu_enable_triton_gemm": False})
     bridge_chain = jax.jit(jax_bridge.triple)
     config = fused_config(n, n, n, n, np.float32)
     workers = fused_workers(config, n, n, n, n)
