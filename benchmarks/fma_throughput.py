@@ -175,12 +175,20 @@ def f2f_kernel(out, x):
     write_total(out, acc, 16)
 
 
+@cuda.jit(device=True)
+def store_d(d, g, t, fragment):
+    """A warp's m16n8k16 accumulator registers into row-major D (16 x 8): lane (g, t) holds
+    D(g, 2t), D(g, 2t + 1), D(g + 8, 2t), D(g + 8, 2t + 1), for .f64 and bf16 alike."""
+    d[g * 8 + 2 * t], d[g * 8 + 2 * t + 1] = fragment[0], fragment[1]
+    d[(g + 8) * 8 + 2 * t], d[(g + 8) * 8 + 2 * t + 1] = fragment[2], fragment[3]
+
+
 @cuda.jit
 def m16n8k16_layout_kernel(a, b, d):
     """One warp: D (16 x 8) = A (16 x 16) @ B (16 x 8), row-major, through the fragments of
     PTX's m16n8k16 .f64 layout: with g = lane // 4 and t = lane % 4, register i of A holds
     A(g + 8 * (i % 2), t + 4 * (i // 2)), register i of B holds B(t + 4 * i, g), and D's
-    registers hold D(g, 2t), D(g, 2t + 1), D(g + 8, 2t), D(g + 8, 2t + 1)."""
+    registers are stored by :func:`store_d`."""
     lane = cuda.threadIdx.x
     g, t = lane // 4, lane % 4
     fa = cuda.local.array(8, types.float64)
@@ -189,10 +197,8 @@ def m16n8k16_layout_kernel(a, b, d):
         fa[i] = a[(g + 8 * (i % 2)) * 16 + t + 4 * (i // 2)]
     for i in range(4):
         fb[i] = b[(t + 4 * i) * 8 + g]
-    d0, d1, d2, d3 = mma_m16n8k16(fa[0], fa[1], fa[2], fa[3], fa[4], fa[5], fa[6], fa[7],
-                                  fb[0], fb[1], fb[2], fb[3], 0.0, 0.0, 0.0, 0.0)
-    d[g * 8 + 2 * t], d[g * 8 + 2 * t + 1] = d0, d1
-    d[(g + 8) * 8 + 2 * t], d[(g + 8) * 8 + 2 * t + 1] = d2, d3
+    store_d(d, g, t, mma_m16n8k16(fa[0], fa[1], fa[2], fa[3], fa[4], fa[5], fa[6], fa[7],
+                                  fb[0], fb[1], fb[2], fb[3], 0.0, 0.0, 0.0, 0.0))
 
 
 def check_m16n8k16_layout() -> float:
@@ -222,10 +228,8 @@ def m16n8k16_bf16_layout_kernel(a_words, b_words, d):
         fa[i] = a_words[(g + 8 * (i % 2)) * 8 + t + 4 * (i // 2)]
     for i in range(2):
         fb[i] = b_words[g * 8 + t + 4 * i]
-    d0, d1, d2, d3 = hmma_bf16(fa[0], fa[1], fa[2], fa[3], fb[0], fb[1],
-                               np.float32(0), np.float32(0), np.float32(0), np.float32(0))
-    d[g * 8 + 2 * t], d[g * 8 + 2 * t + 1] = d0, d1
-    d[(g + 8) * 8 + 2 * t], d[(g + 8) * 8 + 2 * t + 1] = d2, d3
+    store_d(d, g, t, hmma_bf16(fa[0], fa[1], fa[2], fa[3], fb[0], fb[1],
+                               np.float32(0), np.float32(0), np.float32(0), np.float32(0)))
 
 
 def bf16_pairs(matrix: np.ndarray) -> np.ndarray:
