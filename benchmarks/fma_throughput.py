@@ -58,9 +58,10 @@ def _mma(shape: str, kinds: str, a_regs: int, b_regs: int, c_regs: int, packed: 
     text = (f"mma.sync.aligned.{shape}.row.col.{kinds} {operands(0, c_regs)}, "
             f"{operands(c_regs, a_regs)}, {operands(c_regs + a_regs, b_regs)}, "
             f"{operands(c_regs + a_regs + b_regs, c_regs)};")
-    word, acc, numba_acc = ((ir.IntType(32), ir.FloatType(), "float32") if packed else
-                            (ir.DoubleType(), ir.DoubleType(), "float64"))
-    word_code, acc_code = ("r", "f") if packed else ("d", "d")
+    # LLVM type and asm constraint of an A/B register and of an accumulator, Numba's type of D
+    word, word_code, acc, acc_code, numba_acc = (
+        (ir.IntType(32), "r", ir.FloatType(), "f", "float32") if packed else
+        (ir.DoubleType(), "d", ir.DoubleType(), "d", "float64"))
     constraints = ",".join([f"={acc_code}"] * c_regs + [word_code] * (a_regs + b_regs) +
                            [acc_code] * c_regs)
 
