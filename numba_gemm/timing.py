@@ -28,6 +28,7 @@ __all__ = ["device_clock", "device_name", "median_seconds", "interleaved_medians
            "host_seconds", "results_file", "write_results", "stack_versions"]
 
 _REBASE_AFTER_S = 1.0  # event times are float32 milliseconds: keep the origin recent
+_MAX_CALIBRATION_BATCH = 1024  # calls: the largest batch that calibrates a round
 
 
 class _EventClock:
@@ -67,23 +68,40 @@ def median_seconds(fn, *, warmup: int = 2, reps: int = 10, calls_per_rep: int = 
     return statistics.median(times)
 
 
+def _calls_per_round(fn, round_s: float) -> int:
+    """How many back-to-back calls of ``fn`` fill a round of ``round_s``: from the per-call time
+    of the fastest of three batches, the batch doubling until it fills an eighth of a round.
+    The fastest of three, because one slow call (a callee's lazy work on its first few runs, a
+    host stall) would otherwise shrink every round to a call or two, and a round of one or two
+    calls times one call's latency from an idle GPU, not back-to-back calls. That happened to
+    ``jax.jit``'s triple product (the README, *`jax.jit` rounds of two calls*)."""
+    batch = 1
+    while True:
+        seconds = []
+        for _ in range(3):
+            start = device_clock()
+            for _ in range(batch):
+                fn()
+            seconds.append(device_clock() - start)
+        per_call = max(min(seconds), 1e-9) / batch
+        if batch * per_call >= round_s / 8 or batch >= _MAX_CALIBRATION_BATCH:
+            return max(1, int(round_s / per_call))
+        batch *= 2
+
+
 def interleaved_medians(fns: dict, *, rounds: int = 15, round_s: float = 0.02,
                         warmup: int = 3) -> tuple[dict, dict]:
     """Time each of ``fns`` (name -> function) per call, back-to-back calls blocked once per
     round: ``(medians, per_round)``, name -> median seconds per call and name -> the list of
-    each round's seconds per call. Each round of a method runs at least ``round_s`` (its call
-    count is calibrated first), after ``warmup`` calls. The rounds interleave: round r of every
-    method runs before round r + 1 of any, so drift during the run (clocks, temperature, the
-    host's load) falls on all methods alike instead of on whichever was timed last."""
-    calls = {}
-    for name, fn in fns.items():
-        fn()
-        start = device_clock()
-        fn()
-        calls[name] = max(1, int(round_s / max(device_clock() - start, 1e-6)))
+    each round's seconds per call. Each method is called ``warmup`` times first; then its call
+    count per round is calibrated (:func:`_calls_per_round`) so that a round runs about
+    ``round_s``. The rounds interleave: round r of every method runs before round r + 1 of any,
+    so drift during the run (clocks, temperature, the host's load) falls on all methods alike
+    instead of on whichever was timed last."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
+    calls = {name: _calls_per_round(fn, round_s) for name, fn in fns.items()}
     per_round = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
