@@ -99,10 +99,11 @@ def main() -> int:
     device = device_name()
     path = write_results(args.results, device, "launch_overlap", {
         "versions": stack_versions(),
-        "timing": f"median over {ROUNDS} rounds (>= {ROUND_S * 1e3:.0f} ms each) of back-to-back "
-                  "public calls, per call, plain and overlapped rounds interleaved; CUDA events "
-                  "after a context-wide synchronize (numba_gemm.timing); float32. host_s: the "
-                  "host's time per call alone (numba_gemm.timing.host_seconds)",
+        "timing": f"median over {ROUNDS} rounds (about {ROUND_S * 1e3:.0f} ms each, calls per "
+                  "round calibrated on the fastest of three batches) of back-to-back public "
+                  "calls, per call, plain and overlapped rounds interleaved; CUDA events after a "
+                  "context-wide synchronize (numba_gemm.timing); float32. host_s: the host's "
+                  "time per call alone (numba_gemm.timing.host_seconds)",
         "rows": rows})
 
     print(f"\nBack-to-back calls on {device}: plain launches against programmatic dependent "

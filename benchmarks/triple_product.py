@@ -8,15 +8,16 @@ Square float32 operands, true fp32 everywhere (no TF32): numba-gemm's
 ``"auto"``, and ``jax_bridge.triple`` in ``jax.jit``; PyTorch eager ``a @ b @ c`` (two
 cuBLAS sgemm launches, TF32 off), the same two launches replayed from a CUDA graph (their GPU
 time without eager PyTorch's host work) and ``jax.jit(lambda a, b, c: a @ b @ c)`` at
-``precision="highest"``, compiled twice: as XLA compiles it by default (``jax``: Triton GEMMs
-whose tiles XLA autotunes while it compiles, in each process anew) and with
-``xla_gpu_enable_triton_gemm=False`` (``jax, cuBLAS``: cuBLASLt, no Triton autotuning). The
-default row took 157-571 us at N = 512 in most runs until 2026-11-26 (40-74 us in the
-others), far above its host time: in some processes the kernels XLA picked run slowly (the
-README, *`jax.jit`, autotuned per process*). So the speed-ups are also given against the
-faster of the two (``speedup_vs_jax_best``). Every method is timed in the same run on the
-same GPU: back-to-back calls between two CUDA events after a context-wide synchronize, warm-up
-first, median of 15 rounds of at least 20 ms (``numba_gemm.timing``), the methods'
+``precision="highest"``, compiled twice: as XLA compiles it by default (``jax``: at N = 512,
+Triton GEMMs whose tiles XLA autotunes while it compiles) and with
+``xla_gpu_enable_triton_gemm=False`` (``jax, cuBLAS``: cuBLASLt), with the speed-ups also
+against the faster of the two (``speedup_vs_jax_best``). Every method is timed in the same run
+on the same GPU: back-to-back calls between two CUDA events after a context-wide synchronize,
+warm-up first, median of 15 rounds of about 20 ms, each method's calls per round calibrated on
+the fastest of three batches (``numba_gemm.timing.interleaved_medians``; until 2026-11-26 one
+call calibrated them, and where that call stalled the ``jax`` row got rounds of two or three
+calls and timed 152-263 us at N = 512 against 40-70 us: the README, *`jax.jit` rounds of two
+calls*), the methods'
 rounds interleaved (round r of each before round r + 1 of any). numba-gemm's rows
 write into a given ``out``; the ``fused, new out`` row lets ``triple`` allocate D on
 every call, as torch and JAX do (through their caching allocators). The ``unfused, again``
@@ -210,8 +211,9 @@ def main() -> int:
     device = device_name()
     path = write_results(args.results, device, "triple_product", {
         "versions": stack_versions("torch"),
-        "timing": "median over 15 rounds (>= 20 ms each) of back-to-back calls, per call, the "
-                  "methods' rounds interleaved; CUDA events after a context-wide synchronize "
+        "timing": "median over 15 rounds (about 20 ms each, calls per round calibrated on the "
+                  "fastest of three batches) of back-to-back calls, per call, the methods' rounds "
+                  "interleaved; CUDA events after a context-wide synchronize "
                   "(numba_gemm.timing); fp32, no TF32. host_s: the host's time per call alone, "
                   "median of 5 runs of 50 calls queued without waiting for the GPU",
         "rows": rows})
