@@ -67,7 +67,8 @@ def measure(n: int, rng) -> list[dict]:
             fns[method, overlap], errors[method, overlap] = fn, error
     launch.OVERLAP_LAUNCHES = True
     programmatic = launch.programmatic_launch()
-    medians, rounds = interleaved_medians(fns, rounds=ROUNDS, round_s=ROUND_S, warmup=WARMUP)
+    medians, rounds, calls = interleaved_medians(fns, rounds=ROUNDS, round_s=ROUND_S,
+                                                 warmup=WARMUP)
     rows = []
     for method in METHODS:
         plain, overlapped = (method, False), (method, True)
@@ -76,6 +77,7 @@ def measure(n: int, rng) -> list[dict]:
                "plain_s": medians[plain], "overlapped_s": medians[overlapped],
                "speedup": medians[plain] / medians[overlapped],
                "round_speedups": [min(ratios), max(ratios)],
+               "calls_per_round": [calls[plain], calls[overlapped]],
                "plain_host_s": host_seconds(fns[plain]),
                "overlapped_host_s": host_seconds(fns[overlapped]),
                "relative_errors": [errors[plain], errors[overlapped]]}

@@ -146,13 +146,15 @@ def measure(n: int, sweep: bool, rng) -> list[dict]:
                                  f"{bound:.1e}")
         if name == "torch":
             assert not torch.backends.cuda.matmul.allow_tf32
-    seconds, _ = interleaved_medians({name: fn for name, (fn, _) in methods.items()},
-                                     rounds=ROUNDS, round_s=ROUND_S, warmup=WARMUP)
+    timed = interleaved_medians({name: fn for name, (fn, _) in methods.items()},
+                                rounds=ROUNDS, round_s=ROUND_S, warmup=WARMUP)
+    seconds = timed.medians
     rows = []
     for name, (fn, config) in methods.items():
         host = host_seconds(fn, calls=HOST_CALLS, runs=HOST_RUNS)
         rows.append({"size": n, "method": name, "config": config, "median_s": seconds[name],
-                     "host_s": host, "relative_error": errors[name]})
+                     "calls_per_round": timed.calls[name], "host_s": host,
+                     "relative_error": errors[name]})
         print(f"N = {n:5d}  {name:40s} {seconds[name] * 1e6:10.1f} us  host {host * 1e6:7.1f} us"
               f"  error {errors[name]:.1e}", flush=True)
     peers = {r["method"]: r["median_s"] for r in rows}

@@ -21,10 +21,11 @@ import statistics
 import time
 from importlib import metadata
 from pathlib import Path
+from typing import NamedTuple
 
 from numba import cuda
 
-__all__ = ["device_clock", "device_name", "median_seconds", "interleaved_medians",
+__all__ = ["device_clock", "device_name", "median_seconds", "Interleaved", "interleaved_medians",
            "host_seconds", "results_file", "write_results", "stack_versions"]
 
 _REBASE_AFTER_S = 1.0  # event times are float32 milliseconds: keep the origin recent
@@ -89,11 +90,18 @@ def _calls_per_round(fn, round_s: float) -> int:
         batch *= 2
 
 
+class Interleaved(NamedTuple):
+    """What :func:`interleaved_medians` measured, each a dict keyed by the methods' names."""
+    medians: dict  # median seconds per call
+    per_round: dict  # each round's seconds per call, in order
+    calls: dict  # calls per round: a benchmark records them, so that a round too short shows
+
+
 def interleaved_medians(fns: dict, *, rounds: int = 15, round_s: float = 0.02,
-                        warmup: int = 3) -> tuple[dict, dict]:
+                        warmup: int = 3) -> Interleaved:
     """Time each of ``fns`` (name -> function) per call, back-to-back calls blocked once per
-    round: ``(medians, per_round)``, name -> median seconds per call and name -> the list of
-    each round's seconds per call. Each method is called ``warmup`` times first; then its call
+    round (:class:`Interleaved`: median and per-round seconds per call, and calls per round).
+    Each method is called ``warmup`` times first; then its call
     count per round is calibrated (:func:`_calls_per_round`) so that a round runs about
     ``round_s``. The rounds interleave: round r of every method runs before round r + 1 of any,
     so drift during the run (clocks, temperature, the host's load) falls on all methods alike
@@ -109,7 +117,8 @@ def interleaved_medians(fns: dict, *, rounds: int = 15, round_s: float = 0.02,
             for _ in range(calls[name]):
                 fn()
             per_round[name].append((device_clock() - start) / calls[name])
-    return {name: statistics.median(t) for name, t in per_round.items()}, per_round
+    return Interleaved({name: statistics.median(t) for name, t in per_round.items()}, per_round,
+                       calls)
 
 
 def host_seconds(fn, *, calls: int = 50, runs: int = 5) -> float:

@@ -63,16 +63,16 @@ def test_interleaved_medians_runs_every_method_each_round():
 
     log = []
     methods = {"slow": _sleeper(log, "slow", 0.004), "fast": _sleeper(log, "fast", 0.001)}
-    medians, rounds = interleaved_medians(methods, rounds=4, round_s=0.008, warmup=1)
+    medians, rounds, calls = interleaved_medians(methods, rounds=4, round_s=0.008, warmup=1)
     assert [len(r) for r in rounds.values()] == [4, 4]
     assert medians["slow"] > medians["fast"] > 0
     # Warm-up and calibration come first, a block per method; then each round is one block of
     # slow calls and one of fast calls, the same counts every round.
     timed = _blocks(log)[-8:]
     assert [name for name, _ in timed] == ["slow", "fast"] * 4
-    assert len({count for name, count in timed if name == "slow"}) == 1
-    assert len({count for name, count in timed if name == "fast"}) == 1
-    assert timed[1][1] > timed[0][1]
+    assert {count for name, count in timed if name == "slow"} == {calls["slow"]}
+    assert {count for name, count in timed if name == "fast"} == {calls["fast"]}
+    assert calls["fast"] > calls["slow"]
 
 
 def test_slow_first_calls_do_not_shrink_the_rounds():
@@ -84,10 +84,11 @@ def test_slow_first_calls_do_not_shrink_the_rounds():
     log = []
     methods = {"m": _sleeper(log, "m", 0.0005, stalls=(1, 2), stall_s=0.1),
                "other": _sleeper(log, "other", 0.0005)}
-    medians, _ = interleaved_medians(methods, rounds=3, round_s=0.01, warmup=1)
+    medians, _, calls = interleaved_medians(methods, rounds=3, round_s=0.01, warmup=1)
     rounds = _blocks(log)[-6:]
     assert [name for name, _ in rounds] == ["m", "other"] * 3
-    assert all(count >= 10 for name, count in rounds if name == "m")  # about 20 at 0.5 ms
+    assert calls["m"] >= 10  # about 20 at 0.5 ms
+    assert all(count == calls["m"] for name, count in rounds if name == "m")
     assert medians["m"] < 0.002
 
 def test_stack_versions():
