@@ -60,13 +60,16 @@ def median_seconds(fn, *, warmup: int = 2, reps: int = 10, calls_per_rep: int = 
     """Median over ``reps`` of the per-call time of ``calls_per_rep`` back-to-back calls."""
     for _ in range(warmup):
         fn()
-    times = []
-    for _ in range(reps):
-        start = device_clock()
-        for _ in range(calls_per_rep):
-            fn()
-        times.append((device_clock() - start) / calls_per_rep)
-    return statistics.median(times)
+    return statistics.median(_back_to_back(fn, calls_per_rep) / calls_per_rep
+                             for _ in range(reps))
+
+
+def _back_to_back(fn, calls: int) -> float:
+    """Seconds on the GPU's clock for ``calls`` back-to-back calls of ``fn``, blocked once."""
+    start = device_clock()
+    for _ in range(calls):
+        fn()
+    return device_clock() - start
 
 
 def _calls_per_round(fn, round_s: float) -> int:
@@ -78,13 +81,7 @@ def _calls_per_round(fn, round_s: float) -> int:
     ``jax.jit``'s triple product (the README, *`jax.jit` rounds of two calls*)."""
     batch = 1
     while True:
-        seconds = []
-        for _ in range(3):
-            start = device_clock()
-            for _ in range(batch):
-                fn()
-            seconds.append(device_clock() - start)
-        per_call = max(min(seconds), 1e-9) / batch
+        per_call = max(min(_back_to_back(fn, batch) for _ in range(3)), 1e-9) / batch
         if batch * per_call >= round_s / 8 or batch >= _MAX_CALIBRATION_BATCH:
             return max(1, int(round_s / per_call))
         batch *= 2
@@ -101,11 +98,11 @@ def interleaved_medians(fns: dict, *, rounds: int = 15, round_s: float = 0.02,
                         warmup: int = 3) -> Interleaved:
     """Time each of ``fns`` (name -> function) per call, back-to-back calls blocked once per
     round (:class:`Interleaved`: median and per-round seconds per call, and calls per round).
-    Each method is called ``warmup`` times first; then its call
-    count per round is calibrated (:func:`_calls_per_round`) so that a round runs about
-    ``round_s``. The rounds interleave: round r of every method runs before round r + 1 of any,
-    so drift during the run (clocks, temperature, the host's load) falls on all methods alike
-    instead of on whichever was timed last."""
+    Each method is called ``warmup`` times first; then its calls per round are calibrated
+    (:func:`_calls_per_round`) so that a round runs about ``round_s``. The rounds interleave:
+    round r of every method runs before round r + 1 of any, so drift during the run (clocks,
+    temperature, the host's load) falls on all methods alike instead of on whichever was timed
+    last."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
@@ -113,10 +110,7 @@ def interleaved_medians(fns: dict, *, rounds: int = 15, round_s: float = 0.02,
     per_round = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
-            start = device_clock()
-            for _ in range(calls[name]):
-                fn()
-            per_round[name].append((device_clock() - start) / calls[name])
+            per_round[name].append(_back_to_back(fn, calls[name]) / calls[name])
     return Interleaved({name: statistics.median(t) for name, t in per_round.items()}, per_round,
                        calls)
 
