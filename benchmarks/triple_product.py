@@ -17,14 +17,13 @@ warm-up first, median of 15 rounds of about 20 ms, each method's calls per round
 the fastest of three batches (``numba_gemm.timing.interleaved_medians``; until 2026-11-26 one
 call calibrated them, and where that call stalled the ``jax`` row got rounds of two or three
 calls and timed 152-263 us at N = 512 against 40-70 us: the README, *`jax.jit` rounds of two
-calls*), the methods'
-rounds interleaved (round r of each before round r + 1 of any). numba-gemm's rows
-write into a given ``out``; the ``fused, new out`` row lets ``triple`` allocate D on
-every call, as torch and JAX do (through their caching allocators). The ``unfused, again``
-row times the very same call as ``unfused`` under another name: its ratio to ``unfused`` is
-the run's noise floor, what a tie looks like, against which ``fused``'s ratio reads (1024 to
-4096 on an H200: 0.9986x to 1.0008x). Each result is
-checked against a float64 product (torch on the GPU) before it is timed. ``host_s`` is the
+calls*), the methods' rounds interleaved (round r of each before round r + 1 of any).
+numba-gemm's rows write into a given ``out``; the ``fused, new out`` row lets ``triple``
+allocate D on every call, as torch and JAX do (through their caching allocators). The
+``unfused, again`` row times the very same call as ``unfused`` under another name: its ratio
+to ``unfused`` is the run's noise floor, what a tie looks like, against which ``fused``'s ratio
+reads (1024 to 4096 on an H200: 0.9986x to 1.0008x). Each result is checked against a float64
+product (torch on the GPU) before it is timed. ``host_s`` is the
 host's time per call alone: the median over 5 runs of 50 calls queued without waiting for
 the GPU. Where it comes near the time per call, the method is bound by its host work (as
 PyTorch eager is at N = 512), and its time follows the host's speed from run to run.

@@ -91,6 +91,7 @@ def test_slow_first_calls_do_not_shrink_the_rounds():
     assert all(count == calls["m"] for name, count in rounds if name == "m")
     assert medians["m"] < 0.002
 
+
 def test_stack_versions():
     import platform
 
