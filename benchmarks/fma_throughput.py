@@ -184,20 +184,37 @@ def store_d(d, g, t, fragment):
     d[(g + 8) * 8 + 2 * t], d[(g + 8) * 8 + 2 * t + 1] = fragment[2], fragment[3]
 
 
+@cuda.jit(device=True)
+def load_a(a, g, t, fragment):
+    """A warp's m16n8k16 A fragment from row-major A (16 rows, flat): register i of lane
+    (g, t) holds row g + 8 * (i % 2), column t + 4 * (i // 2). A column is one float64 for
+    .f64, one word of two bf16 along k for bf16, so the same formula serves both."""
+    columns = a.shape[0] // 16
+    for i in range(fragment.shape[0]):
+        fragment[i] = a[(g + 8 * (i % 2)) * columns + t + 4 * (i // 2)]
+
+
+@cuda.jit(device=True)
+def load_b(b_t, g, t, fragment):
+    """A warp's m16n8k16 B fragment from row-major B^T (8 rows, flat): register i of lane
+    (g, t) holds row g, column t + 4 * i (columns as for :func:`load_a`)."""
+    columns = b_t.shape[0] // 8
+    for i in range(fragment.shape[0]):
+        fragment[i] = b_t[g * columns + t + 4 * i]
+
+
 @cuda.jit
-def m16n8k16_layout_kernel(a, b, d):
-    """One warp: D (16 x 8) = A (16 x 16) @ B (16 x 8), row-major, through the fragments of
-    PTX's m16n8k16 .f64 layout: with g = lane // 4 and t = lane % 4, register i of A holds
-    A(g + 8 * (i % 2), t + 4 * (i // 2)), register i of B holds B(t + 4 * i, g), and D's
-    registers are stored by :func:`store_d`."""
+def m16n8k16_layout_kernel(a, b_t, d):
+    """One warp: D (16 x 8) = A (16 x 16) @ B (16 x 8), A and B^T row-major, through the
+    fragments of PTX's m16n8k16 .f64 layout: with g = lane // 4 and t = lane % 4, register i
+    of A holds A(g + 8 * (i % 2), t + 4 * (i // 2)), register i of B holds B(t + 4 * i, g),
+    and D's registers are stored by :func:`store_d`."""
     lane = cuda.threadIdx.x
     g, t = lane // 4, lane % 4
     fa = cuda.local.array(8, types.float64)
     fb = cuda.local.array(4, types.float64)
-    for i in range(8):
-        fa[i] = a[(g + 8 * (i % 2)) * 16 + t + 4 * (i // 2)]
-    for i in range(4):
-        fb[i] = b[(t + 4 * i) * 8 + g]
+    load_a(a, g, t, fa)
+    load_b(b_t, g, t, fb)
     store_d(d, g, t, mma_m16n8k16(fa[0], fa[1], fa[2], fa[3], fa[4], fa[5], fa[6], fa[7],
                                   fb[0], fb[1], fb[2], fb[3], 0.0, 0.0, 0.0, 0.0))
 
@@ -208,7 +225,7 @@ def check_m16n8k16_layout() -> float:
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((16, 16)), rng.standard_normal((16, 8))
     d = cuda.to_device(np.full(16 * 8, np.nan))
-    m16n8k16_layout_kernel[1, 32](cuda.to_device(a.ravel()), cuda.to_device(b.ravel()), d)
+    m16n8k16_layout_kernel[1, 32](cuda.to_device(a.ravel()), cuda.to_device(b.T.ravel()), d)
     error = float(np.abs(d.copy_to_host().reshape(16, 8) - a @ b).max())
     if not error < 1e-12:
         raise AssertionError(f"m16n8k16 f64 fragment layout: error {error}")
@@ -225,10 +242,8 @@ def m16n8k16_bf16_layout_kernel(a_words, b_words, d):
     g, t = lane // 4, lane % 4
     fa = cuda.local.array(4, types.uint32)
     fb = cuda.local.array(2, types.uint32)
-    for i in range(4):
-        fa[i] = a_words[(g + 8 * (i % 2)) * 8 + t + 4 * (i // 2)]
-    for i in range(2):
-        fb[i] = b_words[g * 8 + t + 4 * i]
+    load_a(a_words, g, t, fa)
+    load_b(b_words, g, t, fb)
     store_d(d, g, t, hmma_bf16(fa[0], fa[1], fa[2], fa[3], fb[0], fb[1],
                                np.float32(0), np.float32(0), np.float32(0), np.float32(0)))
 
