@@ -212,11 +212,12 @@ def main() -> int:
     device = device_name()
     path = write_results(args.results, device, "triple_product", {
         "versions": stack_versions("torch"),
-        "timing": "median over 15 rounds (about 20 ms each, calls per round calibrated on the "
-                  "fastest of three batches) of back-to-back calls, per call, the methods' rounds "
-                  "interleaved; CUDA events after a context-wide synchronize "
-                  "(numba_gemm.timing); fp32, no TF32. host_s: the host's time per call alone, "
-                  "median of 5 runs of 50 calls queued without waiting for the GPU",
+        "timing": f"median over {ROUNDS} rounds (about {ROUND_S * 1e3:.0f} ms each, calls per "
+                  "round calibrated on the fastest of three batches) of back-to-back calls, per "
+                  "call, the methods' rounds interleaved; CUDA events after a context-wide "
+                  "synchronize (numba_gemm.timing); fp32, no TF32. host_s: the host's time per "
+                  f"call alone, median of {HOST_RUNS} runs of {HOST_CALLS} calls queued without "
+                  "waiting for the GPU",
         "rows": rows})
 
     print(f"\nD = A @ B @ C, float32 (no TF32), on {device}: time per call and speed-up")
