@@ -3,8 +3,9 @@
 Every benchmark records its median (CUDA-event clock, see numba_gemm.timing)
 through the ``record`` fixture. At the end of the session the rows, each with
 its ratio against the peer measured in the same run, go to
-``$NUMBA_GEMM_RESULTS_DIR`` (default ``benchmarks/results/``) as
-``<date>-<device>.json``, and a short table is printed last.
+``$NUMBA_GEMM_RESULTS_DIR`` (default ``benchmarks/results/``), one file per suite
+(``<suite>/<device>.json``, replacing that suite's last run on the device), and a
+short table is printed last.
 """
 
 from __future__ import annotations
@@ -106,16 +107,17 @@ def pytest_sessionfinish(session, exitstatus):
     rows = _with_ratios(_ROWS)
     device = _SESSION.get("device", {}).get("name", "unknown")
     out_dir = Path(os.environ.get("NUMBA_GEMM_RESULTS_DIR", Path(__file__).parent / "results"))
-    suites = "-".join(sorted({r["suite"] for r in rows}))  # no "+": some tools refuse it in names
-    path = write_results(out_dir, device, suites, {
-        "device": _SESSION.get("device"),  # the session's record, not only the name
-        "versions": stack_versions("pytest-benchmark"),
-        "copy_bandwidth_bytes_per_s": _SESSION.get("copy_bandwidth_bytes_per_s"),
-        "timing": "pytest-benchmark medians over calibrated rounds of back-to-back calls "
-                  "(median_s is per call); timer numba_gemm.timing.device_clock (CUDA events "
-                  "after a context-wide synchronize)",
-        "rows": rows})
-    _SESSION["path"] = str(path)
+    paths = []
+    for suite in sorted({r["suite"] for r in rows}):
+        paths.append(write_results(out_dir, device, suite, {
+            "device": _SESSION.get("device"),  # the session's record, not only the name
+            "versions": stack_versions("pytest-benchmark"),
+            "copy_bandwidth_bytes_per_s": _SESSION.get("copy_bandwidth_bytes_per_s"),
+            "timing": "pytest-benchmark medians over calibrated rounds of back-to-back calls "
+                      "(median_s is per call); timer numba_gemm.timing.device_clock (CUDA "
+                      "events after a context-wide synchronize)",
+            "rows": [r for r in rows if r["suite"] == suite]}))
+    _SESSION["paths"] = [str(p) for p in paths]
 
 
 def _against_baseline(row: dict) -> str:
@@ -146,5 +148,5 @@ def pytest_terminal_summary(terminalreporter):
         write(f"{r['algorithm']:12} {r['layout']:7} {r.get('variant', ''):10} "
               f"{'x'.join(map(str, _shape(r))):>17} {r['median_s'] * 1e3:9.3f} "
               f"{r['tflops']:8.3f} {ratio}{cells}{_against_baseline(r)}")
-    if "path" in _SESSION:
-        write(f"results: {_SESSION['path']}")
+    for path in _SESSION.get("paths", ()):
+        write(f"results: {path}")

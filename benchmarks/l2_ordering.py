@@ -36,8 +36,8 @@ def run() -> None:
     from numba import cuda
 
     import numba_gemm
-    from numba_gemm.autotune import config_for_shape
-    from numba_gemm.testing import make_operands, poisoned
+    from numba_gemm.tuned_configs import config_for_shape
+    from numba_gemm.reference import make_operands, poisoned
 
     for (M, N, K), group in CASES:
         config = replace(config_for_shape(M, N, K), group_m=group)
@@ -51,7 +51,7 @@ def run() -> None:
 
 
 def summarize(csv_path: str, results_dir: str) -> None:
-    from numba_gemm.autotune import config_for_shape
+    from numba_gemm.tuned_configs import config_for_shape
     from numba_gemm.model import problem_dram_bytes
     from numba_gemm.timing import device_name, stack_versions, write_results
 

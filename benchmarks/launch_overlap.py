@@ -42,7 +42,7 @@ def measure(n: int, rng) -> list[dict]:
 
     from numba_gemm import launch
     from numba_gemm.prepared import PREPARED_CAPACITY, forget_prepared_calls
-    from numba_gemm.testing import reference, relative_error, tolerance
+    from numba_gemm.reference import reference, relative_error, tolerance
     from numba_gemm.timing import host_seconds, interleaved_medians
 
     host = [rng.standard_normal((n, n)).astype(np.float32) for _ in range(3)]

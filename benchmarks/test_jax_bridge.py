@@ -24,7 +24,7 @@ import jax_bridge
 from numba_gemm.api import plan
 from numba_gemm.descriptor import describe
 from numba_gemm.launch import launch_kernel
-from numba_gemm.testing import make_operands, poisoned
+from numba_gemm.reference import make_operands, poisoned
 from numba_gemm.timing import device_clock
 
 MIN_ROUND_S, MIN_ROUNDS = 0.05, 9

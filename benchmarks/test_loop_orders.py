@@ -12,7 +12,7 @@ import pytest
 
 import numba_gemm
 from numba_gemm.model import CACHES, ORDERS, traffic
-from numba_gemm.testing import make_operands, poisoned
+from numba_gemm.reference import make_operands, poisoned
 from numba_gemm.timing import device_clock
 
 MIN_ROUND_S, MIN_ROUNDS = 0.05, 7

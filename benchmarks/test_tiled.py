@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 
 import numba_gemm
-from numba_gemm.autotune import config_for, config_for_shape
+from numba_gemm.tuned_configs import config_for, config_for_shape
 from numba_gemm.descriptor import describe
 from numba_gemm.kernels.tiled import kernel_resources
 from numba_gemm.model import problem_dram_bytes
-from numba_gemm.testing import make_operands, poisoned
+from numba_gemm.reference import make_operands, poisoned
 from numba_gemm.timing import device_clock
 
 MIN_ROUND_S, MIN_ROUNDS = 0.05, 7

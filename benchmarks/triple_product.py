@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-# 768: the small split-k tiles two CTAs per SM (chain.fused_ctas_per_sm). 1800 and 2047 are
+# 768: the small split-k tiles two CTAs per SM (triple_product.fused_ctas_per_sm). 1800 and 2047 are
 # ragged: the fused kernel and the tiled GEMM run edge tiles there.
 SIZES = (256, 512, 768, 1024, 1536, 1800, 2047, 2048, 3072, 4096)
 ROUND_S = 0.02  # each timed round runs at least this long
@@ -86,9 +86,9 @@ def measure(n: int, sweep: bool, rng) -> list[dict]:
 
     import numba_gemm
     import jax_bridge
-    from numba_gemm.chain import choose_triple_algorithm, fused_config, fused_workers
+    from numba_gemm.triple_product import choose_triple_algorithm, fused_config, fused_workers
     from numba_gemm.kernels.tiled import TileConfig
-    from numba_gemm.testing import tolerance
+    from numba_gemm.reference import tolerance
     from numba_gemm.timing import host_seconds, interleaved_medians
 
     host = [rng.standard_normal((n, n)).astype(np.float32) for _ in range(3)]

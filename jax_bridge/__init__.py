@@ -16,10 +16,12 @@ the Numba-compiled kernel itself (``"native"``) or Python does through
 CUDA simulator (set ``NUMBA_ENABLE_CUDASIM=1`` before Numba is imported).
 """
 
+from numba_gemm import __version__
+
 from . import lowering, mapping, primitive  # importing lowering registers the lowerings
 from .mapping import StridedGemm, strided_gemm
 from .primitive import LOWERINGS, dot_general, gemm_p, make_dot_general, matmul
-from .chain import triple, triple_p
+from .triple_product import triple, triple_p
 
-__all__ = ["matmul", "dot_general", "make_dot_general", "triple", "gemm_p", "triple_p", "strided_gemm", "StridedGemm",
+__all__ = ["__version__", "matmul", "dot_general", "make_dot_general", "triple", "gemm_p", "triple_p", "strided_gemm", "StridedGemm",
            "LOWERINGS", "lowering", "mapping", "primitive"]

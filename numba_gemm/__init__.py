@@ -10,7 +10,9 @@ simulator (``NUMBA_ENABLE_CUDASIM``) before Numba is imported, and
 
 from importlib import import_module
 
-__all__ = ["ALGORITHMS", "MatrixDesc", "TileConfig", "cdiv", "choose_algorithm", "describe", "matmul",
+__version__ = "0.1.0"  # the one place the version is set (pyproject.toml reads it)
+
+__all__ = ["__version__", "ALGORITHMS", "MatrixDesc", "TileConfig", "cdiv", "choose_algorithm", "describe", "matmul",
            "model", "ordering", "transpose_view", "triple", "tune"]
 
 _HOME = {
@@ -23,7 +25,7 @@ _HOME = {
     "cdiv": "launch",
     "TileConfig": "kernels.tiled",
     "tune": "autotune",
-    "triple": "chain",
+    "triple": "triple_product",
 }
 
 

@@ -43,7 +43,7 @@ def demo(args) -> int:
     import numpy as np
 
     from . import ALGORITHMS, choose_algorithm, describe, matmul
-    from .testing import make_operands, poisoned, reference, relative_error, tolerance
+    from .reference import make_operands, poisoned, reference, relative_error, tolerance
     from .timing import median_seconds
 
     if simulated:
@@ -88,8 +88,8 @@ def _demo_triple(size: int, rng, simulated: bool, reps: int) -> int:
     import numpy as np
 
     from . import triple
-    from .chain import TRIPLE_ALGORITHMS, choose_order, choose_triple_algorithm
-    from .testing import make_chain, poisoned, relative_error, tolerance, triple_reference
+    from .triple_product import TRIPLE_ALGORITHMS, choose_order, choose_triple_algorithm
+    from .reference import make_chain, poisoned, relative_error, tolerance, triple_reference
     from .timing import median_seconds
 
     M, K1, K2, N = size, size // 2 + 1, size + 7, size - 3 if size > 8 else size
@@ -133,7 +133,7 @@ def _demo_bridge(M: int, N: int, K: int, rng, simulated: bool, reps: int) -> int
 
     import jax_bridge
 
-    from .testing import relative_error, tolerance
+    from .reference import relative_error, tolerance
     from .timing import median_seconds
 
     lowerings = ("simulator",) if simulated else jax_bridge.LOWERINGS

@@ -11,6 +11,7 @@ from .kernels.loop_orders import LOOP_ORDERS, plan_loop_order
 from .kernels.tiled import TileConfig, plan_tiled
 from .launch import KernelLaunch, allocate_output, device_operand, launch_kernel, simulated
 from .prepared import PreparedCalls
+from .tuned_configs import config_for
 
 __all__ = ["ALGORITHMS", "matmul", "choose_algorithm", "check_algorithm", "check_choice", "check_config",
            "check_pair", "check_output", "describe_product",
@@ -112,8 +113,6 @@ def plan(a: MatrixDesc, b: MatrixDesc, out: MatrixDesc, algorithm: str = "auto",
     if algorithm != "tiled":
         return plan_loop_order(algorithm, a, b, out)
     if config is None:
-        from .autotune import config_for
-
         config = config_for(a, b, out)
     return plan_tiled(config, a, b, out)
 
@@ -136,7 +135,7 @@ def matmul(a: Any, b: Any, out: Any = None, *, algorithm: str = "auto",
 
     ``config``: the tiled kernel's :class:`~numba_gemm.TileConfig`; by default
     the tuned one for this device, dtype, layout and shape class
-    (:func:`numba_gemm.autotune.config_for`). Only with ``algorithm="tiled"``/``"auto"``.
+    (:func:`numba_gemm.tuned_configs.config_for`). Only with ``algorithm="tiled"``/``"auto"``.
 
     ``stream``: the Numba stream the kernel runs on (default: the default
     stream). Foreign device arrays offering DLPack are ordered before it;

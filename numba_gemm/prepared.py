@@ -134,7 +134,7 @@ _CACHES: weakref.WeakSet = weakref.WeakSet()  # every PreparedCalls, held weakly
 
 
 def forget_prepared_calls() -> None:
-    """Clear every :class:`PreparedCalls` (``autotune.store`` does, as new tuning results
+    """Clear every :class:`PreparedCalls` (``tuned_configs.store`` does, as new tuning results
     change the plans)."""
     for calls in _CACHES:
         calls.clear()

@@ -28,7 +28,7 @@ def _shape(row: dict) -> tuple[int, int, int]:
 def load_rows(source: str | Path | None = None, device: str | None = None) -> list[dict]:
     """Rows of every results file under ``source`` (a file or a folder), newest per key."""
     source = Path(source) if source else DEFAULT_RESULTS
-    files = sorted(source.glob("*.json")) if source.is_dir() else [source]
+    files = sorted(source.rglob("*.json")) if source.is_dir() else [source]
     if not files:
         raise FileNotFoundError(f"no results JSON in {source}; run the benchmarks first "
                                 f"(make bench on a GPU machine)")

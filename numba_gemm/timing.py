@@ -6,8 +6,8 @@ then records a CUDA event and returns its time in seconds. Two readings
 bracket whatever ran between them on the GPU's own clock. pytest-benchmark
 uses it as its timer (``pytest.mark.benchmark(timer=device_clock)``).
 :func:`interleaved_medians` times several methods against each other in one run, and
-:func:`host_seconds` a method's host time alone. :func:`results_file` names and dates each
-benchmark's results JSON, :func:`write_results` writes it, :func:`stack_versions` gives the
+:func:`host_seconds` a method's host time alone. :func:`results_file` says where each
+benchmark's results JSON goes (``benchmarks/results/<suite>/<device>.json``) and dates it, :func:`write_results` writes it, :func:`stack_versions` gives the
 versions it records.
 """
 
@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 from numba import cuda
 
-__all__ = ["device_clock", "device_name", "median_seconds", "Interleaved", "interleaved_medians",
+__all__ = ["device_clock", "device_name", "device_slug", "median_seconds", "Interleaved", "interleaved_medians",
            "host_seconds", "results_file", "write_results", "stack_versions"]
 
 _REBASE_AFTER_S = 1.0  # event times are float32 milliseconds: keep the origin recent
@@ -136,23 +136,30 @@ def device_name() -> str:
     return name.decode() if isinstance(name, bytes) else name
 
 
+def device_slug(device: str) -> str:
+    """A device name as a file name: lower-case, runs of other characters as ``-``
+    (``"NVIDIA H100 80GB HBM3"`` -> ``"nvidia-h100-80gb-hbm3"``)."""
+    return re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
+
+
 def results_file(directory, device: str, suite: str) -> tuple[Path, str]:
     """Where a benchmark writes its results, and when: ``(path, date)`` with path
-    ``<directory>/<UTC date>-<device, lower-case, runs of other characters as ->-<suite>.json``
-    (the folder is created) and date the UTC time in ISO 8601, to the second."""
+    ``<directory>/<suite>/<device slug>.json`` (the folder is created; the latest run of a
+    suite on a device replaces the one before, whose file git keeps) and date the UTC time in
+    ISO 8601, to the second."""
     now = datetime.datetime.now(datetime.timezone.utc)
-    slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    return directory / f"{now:%Y-%m-%d}-{slug}-{suite}.json", now.isoformat(timespec="seconds")
+    folder = Path(directory) / suite
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{device_slug(device)}.json", now.isoformat(timespec="seconds")
 
 
 def write_results(directory, device: str, suite: str, record: dict) -> Path:
     """Write a benchmark's results to :func:`results_file`'s path and return it: a JSON object
-    of the date, ``device`` and then ``record``'s fields (a ``"device"`` there replaces the
-    name, keeping its place)."""
+    of the date, ``device``, ``suite`` and then ``record``'s fields (a ``"device"`` there
+    replaces the name, keeping its place)."""
     path, date = results_file(directory, device, suite)
-    path.write_text(json.dumps({"date": date, "device": device, **record}, indent=1))
+    path.write_text(json.dumps({"date": date, "device": device, "suite": suite, **record},
+                               indent=1))
     return path
 
 

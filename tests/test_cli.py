@@ -33,7 +33,7 @@ def test_demo_reports_the_naive_kernels_refusal_past_its_limit(monkeypatch, caps
     # kernel's 1024 threads per block: the demo says so and goes on (here with a limit of 8).
     import numpy as np
 
-    import numba_gemm.kernels.triple as triple_kernels
+    import numba_gemm.kernels.triple_product as triple_kernels
     from numba_gemm.__main__ import _demo_triple
     from numba_gemm.launch import simulated
 

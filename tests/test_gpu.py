@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import numba_gemm
-from numba_gemm.testing import LAYOUTS, assert_product, check_layouts, make_operands, poisoned, relative_error, tolerance
+from checks import assert_product, check_layouts
+from numba_gemm.reference import LAYOUTS, make_operands, poisoned, relative_error, tolerance
 
 pytestmark = pytest.mark.gpu
 
@@ -185,7 +186,7 @@ def test_explicit_stream_with_foreign_arrays(rng):
 
 
 def _shipped_configs():
-    from numba_gemm.autotune import SEARCH_SPACE
+    from numba_gemm.tuned_configs import SEARCH_SPACE
     from numba_gemm.kernels.tiled import DEFAULT_CONFIGS
 
     configs = {(dtype, config) for dtype, space in SEARCH_SPACE.items() for config in space}
@@ -212,7 +213,8 @@ def test_every_shipped_config_is_correct_and_spill_free(dtype, config, rng):
 
 @pytest.mark.parametrize("layout", ["row", "a_col"])
 def test_tune_checks_times_and_stores_the_fastest(layout, tmp_path):
-    from numba_gemm.autotune import _load, tune
+    from numba_gemm.autotune import tune
+    from numba_gemm.tuned_configs import _load
     from numba_gemm.kernels.tiled import TileConfig
 
     # Ragged (edge code) and small, so the prepared launches it times are the kernel's alone.
@@ -360,7 +362,7 @@ def test_repeated_matmul_calls_launch_a_prepared_plan(algorithm, with_out, rng, 
 
 
 def test_new_tuning_results_replace_prepared_plans(rng, tmp_path, monkeypatch):
-    from numba_gemm import api, autotune
+    from numba_gemm import api, tuned_configs
 
     a, b = make_operands(64, 64, 64, np.float32, "row", rng, to_device=True)
     out = poisoned((64, 64), np.float32, to_device=True)
@@ -371,7 +373,7 @@ def test_new_tuning_results_replace_prepared_plans(rng, tmp_path, monkeypatch):
     numba_gemm.matmul(a, b, out, algorithm="tiled")
     assert len(plans) == 1
     best = {"config": numba_gemm.TileConfig(32, 32, 16, 4, 4, 2, 1), "seconds": 1.0, "tflops": 1.0}
-    autotune.store(tmp_path / "tuning.json", "dev", "sm_90", np.float32, "row-row", (64, 64, 64), best)
+    tuned_configs.store(tmp_path / "tuning.json", "dev", "sm_90", np.float32, "row-row", (64, 64, 64), best)
     numba_gemm.matmul(a, b, out, algorithm="tiled")
     assert len(plans) == 2
     assert_product(out, a, b, np.float32)

@@ -10,7 +10,7 @@ jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 
 import jax_bridge  # noqa: E402
-from numba_gemm.testing import relative_error, tolerance  # noqa: E402
+from numba_gemm.reference import relative_error, tolerance  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 

@@ -15,7 +15,7 @@ from jax import lax  # noqa: E402
 
 import jax_bridge  # noqa: E402
 from jax_bridge.mapping import StridedGemm, strided_gemm  # noqa: E402
-from numba_gemm.testing import relative_error, tolerance  # noqa: E402
+from numba_gemm.reference import relative_error, tolerance  # noqa: E402
 
 HIGHEST = lax.Precision.HIGHEST
 SHAPES = [(1, 1, 1), (5, 3, 7), (17, 13, 11), (2, 19, 1)]  # (M, N, K): 1, primes, tile edges

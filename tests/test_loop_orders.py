@@ -10,7 +10,8 @@ import pytest
 
 import numba_gemm
 from numba_gemm.kernels.loop_orders import BLOCK_FAST, BLOCK_SLOW
-from numba_gemm.testing import LAYOUTS, assert_product, check_layouts, make_operands, poisoned
+from checks import assert_product, check_layouts
+from numba_gemm.reference import LAYOUTS, make_operands, poisoned
 
 SHAPES = [(1, 1, 1), (1, 13, 7), (17, 1, 5), (13, 11, 17), (BLOCK_FAST + 1, BLOCK_SLOW + 1, 4)]
 ALGORITHMS = numba_gemm.ALGORITHMS

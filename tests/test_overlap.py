@@ -12,9 +12,9 @@ from numba import cuda
 import numba_gemm
 from numba_gemm import TileConfig, launch
 from numba_gemm.descriptor import describe
-from numba_gemm.kernels import tiled, triple
-from numba_gemm.testing import (assert_product, assert_triple, make_chain, make_operands, poisoned,
-                                relative_error)
+from numba_gemm.kernels import tiled, triple_product
+from checks import assert_product, assert_triple
+from numba_gemm.reference import make_chain, make_operands, poisoned, relative_error
 
 
 @pytest.mark.parametrize("capability, enabled, expected", [
@@ -44,7 +44,7 @@ def test_no_programmatic_launch_on_the_simulator():
 def test_kernels_built_for_programmatic_launch(layout, rng, monkeypatch):
     # The kernels compiled with their wait and release (the simulator's twins do nothing)
     # compute what the others do, and their plans say how to launch them.
-    for module in (tiled, triple):
+    for module in (tiled, triple_product):
         monkeypatch.setattr(module, "programmatic_launch", lambda: True)
     config = TileConfig(16, 16, 4, 4, 4, 2, 1)
     a, b = make_operands(19, 21, 9, np.float32, layout, rng)

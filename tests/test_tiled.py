@@ -11,13 +11,13 @@ import pytest
 
 import numba_gemm
 from numba_gemm import TileConfig
-from numba_gemm.autotune import SIMULATOR_CONFIG
+from numba_gemm.tuned_configs import SIMULATOR_CONFIG
 from numba_gemm.descriptor import describe
 from numba_gemm.kernels import tiled
 from numba_gemm.kernels.tiled import for_edge_tiles, operand_modes, plan_tiled, whole_tiles
 from numba_gemm.launch import programmatic_launch
-from numba_gemm.testing import (H100_EDGE_TILES, H100_TILES, LAYOUTS, assert_product, check_layouts,
-                                 make_operands, poisoned)
+from checks import H100_EDGE_TILES, H100_TILES, assert_product, check_layouts
+from numba_gemm.reference import LAYOUTS, make_operands, poisoned
 
 CONFIGS = {
     "16x16x4-t4x4-s2": SIMULATOR_CONFIG,
@@ -172,11 +172,11 @@ def test_edge_tiles_keep_a_config_whose_transpose_is_invalid(monkeypatch):
 def test_default_config_runs_edge_tiles_transposed(monkeypatch):
     # config_for_shape on a GPU whose tuned winner is tall: transposed only where the product
     # has edge tiles (the shape buckets do not tell).
-    from numba_gemm import autotune
+    from numba_gemm import tuned_configs
 
-    monkeypatch.setattr(autotune, "simulated", lambda: False)
-    monkeypatch.setattr(autotune, "_configs_for", lambda *key: (TALL, None))
-    assert autotune.config_for_shape(2048, 2048, 2048) == TALL
-    assert autotune.config_for_shape(2048, 4096, 1024) == TALL
+    monkeypatch.setattr(tuned_configs, "simulated", lambda: False)
+    monkeypatch.setattr(tuned_configs, "_configs_for", lambda *key: (TALL, None))
+    assert tuned_configs.config_for_shape(2048, 2048, 2048) == TALL
+    assert tuned_configs.config_for_shape(2048, 4096, 1024) == TALL
     for shape in ((2047, 2047, 2047), (1800, 4096, 4096), (4096, 1800, 4096), (2048, 2048, 2047)):
-        assert autotune.config_for_shape(*shape) == WIDE
+        assert tuned_configs.config_for_shape(*shape) == WIDE

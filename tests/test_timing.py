@@ -3,7 +3,6 @@ interleaved rounds they time methods in."""
 
 import datetime
 import json
-import re
 
 import pytest
 
@@ -13,26 +12,29 @@ from numba_gemm.timing import results_file, write_results
 @pytest.mark.parametrize("device, slug", [("NVIDIA H100 80GB HBM3", "nvidia-h100-80gb-hbm3"),
                                           ("NVIDIA H200", "nvidia-h200"),
                                           ("  Odd//Name (rev 2) ", "odd-name-rev-2")])
-def test_results_file_names_date_device_and_suite(tmp_path, device, slug):
+def test_results_file_is_one_per_suite_and_device(tmp_path, device, slug):
     folder = tmp_path / "new" / "results"
     path, date = results_file(folder, device, "triple_product")
-    assert folder.is_dir() and path.parent == folder and not path.exists()
+    assert path == folder / "triple_product" / f"{slug}.json"
+    assert path.parent.is_dir() and not path.exists()
     when = datetime.datetime.fromisoformat(date)
     assert when.tzinfo is not None and when.utcoffset() == datetime.timedelta(0)
-    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}-" + slug + r"-triple_product\.json", path.name)
-    assert path.name.startswith(f"{when:%Y-%m-%d}-")
 
 
-def test_write_results_puts_date_and_device_first(tmp_path):
+def test_write_results_puts_date_device_and_suite_first_and_replaces_the_last_run(tmp_path):
     path = write_results(tmp_path, "NVIDIA H100 80GB HBM3", "suite", {"rows": [1, 2]})
-    assert path.parent == tmp_path and path.name.endswith("-nvidia-h100-80gb-hbm3-suite.json")
+    assert path == tmp_path / "suite" / "nvidia-h100-80gb-hbm3.json"
     record = json.loads(path.read_text())
-    assert list(record) == ["date", "device", "rows"]
+    assert list(record) == ["date", "device", "suite", "rows"]
     assert record["device"] == "NVIDIA H100 80GB HBM3" and record["rows"] == [1, 2]
     datetime.datetime.fromisoformat(record["date"])
     # A record's own "device" (the benchmark session's details) replaces the name in place.
     path = write_results(tmp_path, "H100", "other", {"versions": {}, "device": {"name": "H100"}})
     assert list(json.loads(path.read_text()).items())[:2][1] == ("device", {"name": "H100"})
+    # The next run of a suite on a device replaces its file.
+    again = write_results(tmp_path, "NVIDIA H100 80GB HBM3", "suite", {"rows": [3]})
+    assert again == tmp_path / "suite" / "nvidia-h100-80gb-hbm3.json"
+    assert json.loads(again.read_text())["rows"] == [3]
 
 
 def _sleeper(log, name, seconds, stalls=(), stall_s=0.0):
@@ -123,11 +125,10 @@ def test_l2_ordering_summary_names_its_results_file(tmp_path, benchmark_module):
             for index, metric in enumerate(l2.METRICS):
                 writer.writerow([launch, "tiled", metric, f"{1000 * launch + index:,}"])
     l2.summarize(str(ncu), str(tmp_path / "results"))
-    [written] = (tmp_path / "results").iterdir()
-    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}-simulator-l2_ordering\.json", written.name)
+    [written] = (tmp_path / "results").rglob("*.json")
+    assert written == tmp_path / "results" / "l2_ordering" / "simulator.json"
     payload = json.loads(written.read_text())
     assert payload["device"] == "simulator" and payload["versions"]["numba-cuda"]
-    assert written.name.startswith(payload["date"][:10])
     rows = payload["rows"]
     assert [(r["M"], r["N"], r["K"], r["group_m"]) for r in rows] == \
         [(*shape, group) for shape, group in l2.CASES]

@@ -165,7 +165,7 @@ def compile_launch(launch) -> tuple[str, int, int, int]:
 
 def _launches(args) -> list:
     from numba_gemm.api import plan
-    from numba_gemm.chain import plan_triple
+    from numba_gemm.triple_product import plan_triple
     from numba_gemm.descriptor import MatrixDesc
 
     def desc(name, shape):  # a device operand at an aligned address: only its layout matters
@@ -202,8 +202,8 @@ def main(argv=None) -> None:
     if args.max_registers:
         from numba import cuda
 
-        import numba_gemm.kernels.triple as triple
-        triple.kernel_jit = lambda threads: cuda.jit(max_registers=args.max_registers)
+        import numba_gemm.kernels.triple_product as triple_kernels
+        triple_kernels.kernel_jit = lambda threads: cuda.jit(max_registers=args.max_registers)
     if args.dump:
         args.dump.mkdir(parents=True, exist_ok=True)
     for index, launch in enumerate(_launches(args)):

@@ -1,6 +1,7 @@
-"""Helpers to check GEMM results: operand layouts, float64 references, tolerances.
+"""What results are checked against: operands in every layout, float64 references, tolerances.
 
-Used by the test suite, the benchmarks and ``python -m numba_gemm demo``.
+Used by the tuner (each candidate's result is checked before it is timed), ``python -m
+numba_gemm demo``, the benchmarks and the tests.
 """
 
 from __future__ import annotations
@@ -10,18 +11,9 @@ import math
 import numpy as np
 
 from .descriptor import transpose_view
-from .kernels.tiled import TileConfig
 
-__all__ = ["LAYOUTS", "CHAIN_LAYOUTS", "assert_product", "assert_triple", "make_chain",
-           "triple_reference", "check_layouts", "make_operands", "poisoned", "reference",
-           "relative_error", "tolerance", "H100_TILES", "H100_EDGE_TILES", "H200_TILES"]
-
-# Tuned tiles the tests plan with where they stand in for a GPU (numba_gemm/tuned.json): the
-# H100's from 2048^3, the same transposed (as tiled.for_edge_tiles runs them on edge tiles),
-# and the H200's from 2048^3.
-H100_TILES = TileConfig(256, 128, 16, 16, 8, 4, 8)
-H100_EDGE_TILES = TileConfig(128, 256, 16, 8, 16, 4, 8)
-H200_TILES = TileConfig(128, 256, 16, 8, 16, 3, 8)
+__all__ = ["LAYOUTS", "CHAIN_LAYOUTS", "make_operands", "make_chain", "poisoned", "reference",
+           "triple_reference", "relative_error", "tolerance", "to_host"]
 
 # Layouts: name -> (layout of A, of B, of C). "col" matrices are transposed views of
 # row-major arrays (BLAS's "T"); "sliced" ones are strided views with an offset.
@@ -84,63 +76,26 @@ def poisoned(shape, dtype, to_device: bool = False, layout: str = "row"):
     return _view(*shape, LAYOUTS[layout][2], lambda s: np.full(s, np.nan), dtype, to_device)
 
 
-_DESCRIBED = {"row": "row", "col": "col", "sliced": "strided"}
-
-
-def check_layouts(layout: str, *matrices) -> None:
-    """Assert A, B (and C) really are in ``layout`` (no copy turned them row-major).
-
-    Meaningful for matrices with both dimensions > 1.
-    """
-    from .descriptor import describe
-
-    for expected, x in zip(LAYOUTS[layout], matrices):
-        found = describe(x).layout
-        assert found == _DESCRIBED[expected], f"expected a {expected} matrix, found {found}"
-
-
-def _host(x) -> np.ndarray:
+def to_host(x) -> np.ndarray:
+    """``x`` as a NumPy array (device arrays are copied to the host)."""
     return x.copy_to_host() if hasattr(x, "copy_to_host") else np.asarray(x)
 
 
 def reference(a, b, rows=None) -> np.ndarray:
     """A @ B in float64 on the host; only the given ``rows`` of it, if any."""
-    a = _host(a) if rows is None else _host(a)[rows]
-    return a.astype(np.float64) @ _host(b).astype(np.float64)
+    a = to_host(a) if rows is None else to_host(a)[rows]
+    return a.astype(np.float64) @ to_host(b).astype(np.float64)
 
 
 def relative_error(out, ref: np.ndarray) -> float:
     """||out - ref||_F / ||ref||_F; NaN if any element of ``out`` is NaN."""
-    diff = _host(out).astype(np.float64) - ref
+    diff = to_host(out).astype(np.float64) - ref
     return float(np.linalg.norm(diff) / np.linalg.norm(ref))
-
-
-def assert_product(out, a, b, dtype) -> None:
-    """Assert ``out`` is A @ B within :func:`tolerance` (float64 reference; NaN fails)."""
-    error = relative_error(out, reference(a, b))
-    assert error <= tolerance(dtype, a.shape[1]), f"relative error {error:.3e}"
 
 
 def triple_reference(a, b, c) -> np.ndarray:
     """A @ B @ C in float64 on the host."""
-    return reference(a, b) @ _host(c).astype(np.float64)
-
-
-def assert_triple(out, a, b, c, dtype) -> None:
-    """Assert ``out`` is A @ B @ C within the sum of both products' :func:`tolerance`.
-
-    The error is ||out - ref||_F (float64 reference; NaN fails) relative to the larger of
-    ||ref||_F and ||abs(A) abs(B) abs(C)||_F / sqrt(K1 K2), the size that random-sign sums of
-    this chain's terms have: with few output elements (a 1 x 1 product), ||ref|| alone can
-    be small by cancellation and would turn ordinary rounding into a failure.
-    """
-    a, b, c = (_host(x).astype(np.float64) for x in (a, b, c))  # one device-to-host copy each
-    ref = triple_reference(a, b, c)
-    K1, K2 = b.shape
-    scale = max(np.linalg.norm(ref), np.linalg.norm((abs(a) @ abs(b)) @ abs(c)) / math.sqrt(K1 * K2))
-    error = float(np.linalg.norm(_host(out).astype(np.float64) - ref) / scale)
-    bound = tolerance(dtype, K1) + tolerance(dtype, K2)
-    assert error <= bound, f"relative error {error:.3e} > {bound:.3e}"
+    return reference(a, b) @ to_host(c).astype(np.float64)
 
 
 def tolerance(dtype, K: int) -> float:

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import numba_gemm
-import numba_gemm.chain as chain
-import numba_gemm.kernels.triple as triple_kernels
+import numba_gemm.triple_product as triple_product
+import numba_gemm.kernels.triple_product as triple_kernels
 from numba_gemm import TileConfig
-from numba_gemm.chain import (_COUNTERS, _INTERMEDIATES, INTERMEDIATES_KEPT,
+from numba_gemm.triple_product import (_COUNTERS, _INTERMEDIATES, INTERMEDIATES_KEPT,
                               SIMULATOR_FUSED_CONFIG, SMALL_FUSED_CONFIGS, choose_order,
                               choose_triple_algorithm, fused_ctas_per_sm, fused_tiles,
                               fusion_changes_tiles)
@@ -20,10 +20,10 @@ from numba_gemm.descriptor import MatrixDesc, describe
 from numba_gemm.launch import (at_most_on_multiprocessor, shared_memory_per_multiprocessor,
                               simulated)
 from numba_gemm.kernels.tiled import for_edge_tiles, whole_tiles
-from numba_gemm.kernels.triple import (intermediate_row_major, intermediate_shape,
+from numba_gemm.kernels.triple_product import (intermediate_row_major, intermediate_shape,
                                        intermediate_view, large_register_tiles)
-from numba_gemm.testing import (CHAIN_LAYOUTS, H100_EDGE_TILES, H100_TILES, H200_TILES, assert_triple,
-                                 make_chain, poisoned)
+from checks import H100_EDGE_TILES, H100_TILES, H200_TILES, assert_triple
+from numba_gemm.reference import CHAIN_LAYOUTS, make_chain, poisoned
 
 ALGORITHMS = ["naive", "fused", "unfused"]
 # (M, K1, K2, N): ones, primes, a middle dimension smaller than every tile, and shapes with
@@ -101,7 +101,7 @@ def test_fused_without_edge_code_where_tiles_are_whole(shape, split_k, left, rig
     # (tiled.whole_tiles); the right order is the left order of the transposed chain.
     compiled = _record_fused_kernels(monkeypatch)
     # One CTA per tile on a GPU too, where grids this small would otherwise run stream-K.
-    monkeypatch.setattr(chain, "fused_workers", lambda *args: None)
+    monkeypatch.setattr(triple_product, "fused_workers", lambda *args: None)
     config = TileConfig(16, 16, 4, 4, 4, 2, 1, split_k=split_k)
     a, b, c = make_chain(*shape, np.float32, "row", rng)
     out = poisoned((shape[0], shape[3]), np.float32, layout="row")
@@ -114,11 +114,11 @@ def test_fused_without_edge_code_where_tiles_are_whole(shape, split_k, left, rig
 @pytest.mark.parametrize("split_k", [1, 2])
 @pytest.mark.parametrize("order", ["left", "right"])
 def test_fused_with_t_in_column_order(shape, split_k, order, rng, monkeypatch):
-    # T's tiles handed out column by column (chain.fused_t_column_order, forced here: the
+    # T's tiles handed out column by column (triple_product.fused_t_column_order, forced here: the
     # simulator runs one CTA per SM), D's in the config's grouped order (2 row blocks a
     # group): every tile still computed once, each D tile after its row block of T.
-    monkeypatch.setattr(chain, "fused_t_column_order", lambda *args: True)
-    monkeypatch.setattr(chain, "fused_workers", lambda *args: None)  # one CTA per tile
+    monkeypatch.setattr(triple_product, "fused_t_column_order", lambda *args: True)
+    monkeypatch.setattr(triple_product, "fused_workers", lambda *args: None)  # one CTA per tile
     compiled = _record_fused_kernels(monkeypatch)
     config = TileConfig(16, 16, 4, 4, 4, 2, 2, split_k=split_k)
     a, b, c = make_chain(*shape, np.float32, "row", rng)
@@ -134,7 +134,7 @@ def test_fused_with_row_major_intermediate(order, layout, rng, monkeypatch):
     # The simulator's 4 x 4 register tiles keep T column-major; large ones may keep it
     # row-major (intermediate_row_major): forced here, the kernel runs with a row-major T
     # whatever its operands' layout.
-    monkeypatch.setattr(chain, "intermediate_row_major", lambda *operands: True)
+    monkeypatch.setattr(triple_product, "intermediate_row_major", lambda *operands: True)
     a, b, c = make_chain(19, 9, 21, 17, np.float32, layout, rng)
     out = poisoned((19, 17), np.float32, layout=layout)
     numba_gemm.triple(a, b, c, out, algorithm="fused", order=order)
@@ -153,8 +153,8 @@ def test_fused_kernel_where_both_products_compile_to_one_tile_function(shape, sh
     # is stored as D is and read as A is: where the tiles are also alike (whole, or both with
     # edges), both products compile to one tile function. With whole tiles the kernel calls it
     # from both products' sites; with edge code from one site, its operands chosen at run time.
-    monkeypatch.setattr(chain, "intermediate_row_major", lambda *operands: True)
-    monkeypatch.setattr(chain, "fused_workers", lambda *args: None)  # one CTA per tile
+    monkeypatch.setattr(triple_product, "intermediate_row_major", lambda *operands: True)
+    monkeypatch.setattr(triple_product, "fused_workers", lambda *args: None)  # one CTA per tile
     compiled = _record_fused_kernels(monkeypatch)
     config = TileConfig(16, 16, 4, 4, 4, 2, 1)
     a, b, c = make_chain(*shape, dtype, "row", rng)
@@ -311,10 +311,10 @@ def test_fusion_changes_tiles_leaves_out_the_transposition_of_edge_tiles():
 ])
 def test_auto_on_an_h100(shape, expected, monkeypatch):
     # As on an H100 80GB HBM3: 132 SMs, and the tiled GEMM's tiles from 2048 256 x 128,
-    # transposed where the product has edge tiles (as autotune.config_for_shape gives them).
-    monkeypatch.setattr(chain, "simulated", lambda: False)
-    monkeypatch.setattr(chain, "multiprocessors", lambda: 132)
-    monkeypatch.setattr(chain, "config_for_shape", lambda M, N, K, dtype: (
+    # transposed where the product has edge tiles (as tuned_configs.config_for_shape gives them).
+    monkeypatch.setattr(triple_product, "simulated", lambda: False)
+    monkeypatch.setattr(triple_product, "multiprocessors", lambda: 132)
+    monkeypatch.setattr(triple_product, "config_for_shape", lambda M, N, K, dtype: (
         TALL if whole_tiles(TALL, M, N, K) else for_edge_tiles(TALL, dtype)))
     assert choose_triple_algorithm(*shape) == expected
 
@@ -353,7 +353,7 @@ def test_fused_tiles_stack_the_tiled_gemms_split_k_groups_into_rows(n, tuned, ex
     ((1536,) * 4, STACKED, TileConfig(64, 64, 16, 4, 4, 3, 8), 1),  # above FUSED_UP_TO_MACS
 ])
 def test_small_chains_run_split_k_tiles_two_ctas_per_sm(shape, tuned, expected, ctas):
-    # H100, fp32 (chain.fused_ctas_per_sm's table): the small split-k tiles two to an SM ran
+    # H100, fp32 (triple_product.fused_ctas_per_sm's table): the small split-k tiles two to an SM ran
     # 1.02-1.48x two tiled GEMMs from N = 640 to 960, the tuned 64 x 64 in 2 groups two to
     # an SM at 1024 1.02x faster than the small tiles (0.976x unfused, against 0.933x before).
     config = fused_tiles(tuned, *shape, 132, np.float32)
@@ -364,17 +364,17 @@ def test_small_chains_run_split_k_tiles_two_ctas_per_sm(shape, tuned, expected, 
 
 
 def test_t_in_column_order_where_it_fills_one_wave_of_two_per_sm():
-    # chain.COLUMN_ORDER_T_FILL's figures: H100 and H200, N = 1024, 256 T tiles in 264 slots:
+    # triple_product.COLUMN_ORDER_T_FILL's figures: H100 and H200, N = 1024, 256 T tiles in 264 slots:
     # 0.997-1.000x unfused in column order, 0.975-0.982x in row order; it lost at 704 and 640.
-    assert chain.fused_t_column_order(SPLIT_2, 1024, 1024, 1024, 1024, sms=132)
-    assert chain.fused_t_column_order(SPLIT_2, 1024, 512, 1024, 2048, sms=132)  # T's tiles alike
-    assert not chain.fused_t_column_order(SPLIT_2, 1024, 1024, 1024, 1024, sms=120)  # 2 waves
-    assert not chain.fused_t_column_order(SPLIT_2, 1024, 1024, 1024, 1024, np.float64, sms=132)
-    assert not chain.fused_t_column_order(SMALL, 704, 704, 704, 704, sms=132)  # 242: 92%
-    assert not chain.fused_t_column_order(SMALL, 640, 640, 640, 640, sms=132)  # 200: 76%
-    assert not chain.fused_t_column_order(SMALL, 768, 768, 768, 768, sms=132)  # 288: 2 waves
-    assert not chain.fused_t_column_order(SMALL, 512, 512, 512, 512, sms=132)  # one per SM
-    assert not chain.fused_t_column_order(STACKED, 2048, 2048, 2048, 2048, sms=132)
+    assert triple_product.fused_t_column_order(SPLIT_2, 1024, 1024, 1024, 1024, sms=132)
+    assert triple_product.fused_t_column_order(SPLIT_2, 1024, 512, 1024, 2048, sms=132)  # T's tiles alike
+    assert not triple_product.fused_t_column_order(SPLIT_2, 1024, 1024, 1024, 1024, sms=120)  # 2 waves
+    assert not triple_product.fused_t_column_order(SPLIT_2, 1024, 1024, 1024, 1024, np.float64, sms=132)
+    assert not triple_product.fused_t_column_order(SMALL, 704, 704, 704, 704, sms=132)  # 242: 92%
+    assert not triple_product.fused_t_column_order(SMALL, 640, 640, 640, 640, sms=132)  # 200: 76%
+    assert not triple_product.fused_t_column_order(SMALL, 768, 768, 768, 768, sms=132)  # 288: 2 waves
+    assert not triple_product.fused_t_column_order(SMALL, 512, 512, 512, 512, sms=132)  # one per SM
+    assert not triple_product.fused_t_column_order(STACKED, 2048, 2048, 2048, 2048, sms=132)
 
 
 def test_fused_launch_checks_t_column_order():
@@ -418,10 +418,10 @@ def test_auto_fuses_small_chains_unless_the_tiled_gemm_splits_k_itself(n, tuned,
     # 1.03x at 1024 (the tuned tiles two to an SM); at 256 both are bound by the host, and one
     # launch is 1.8x faster; from 640 to 960 the fused kernel's small tiles two to an SM won
     # (1.02-1.48x); at 900, with edge tiles, two launches (1.08x).
-    monkeypatch.setattr(chain, "simulated", lambda: False)
-    monkeypatch.setattr(chain, "multiprocessors", lambda: 132)
-    monkeypatch.setattr(chain, "programmatic_launch", lambda: overlapped)
-    monkeypatch.setattr(chain, "config_for_shape", lambda M, N, K, dtype: tuned)
+    monkeypatch.setattr(triple_product, "simulated", lambda: False)
+    monkeypatch.setattr(triple_product, "multiprocessors", lambda: 132)
+    monkeypatch.setattr(triple_product, "programmatic_launch", lambda: overlapped)
+    monkeypatch.setattr(triple_product, "config_for_shape", lambda M, N, K, dtype: tuned)
     assert choose_triple_algorithm(n, n, n, n) == expected
 
 
@@ -510,7 +510,7 @@ STREAM_K_SHAPE = (33, 21, 40, 17)
                                             ((1, 1), "left"), ((5, 4), "right"),
                                             ((5, 4), "whole tiles")], ids=str)
 def test_stream_k_matches_float64_reference(workers, order, rng, monkeypatch):
-    monkeypatch.setattr(chain, "fused_workers", lambda *args: workers)
+    monkeypatch.setattr(triple_product, "fused_workers", lambda *args: workers)
     shape = STREAM_K_SHAPE if order == "left" else STREAM_K_SHAPE[::-1]
     if order == "whole tiles":  # the kernel without edge code: 6 T and 6 D tiles of 4 and 12
         shape, order = (32, 16, 48, 48), "left"  # k-iterations, in 5 and 4 ranges
@@ -527,12 +527,12 @@ def test_stream_k_matches_float64_reference(workers, order, rng, monkeypatch):
                                             ("row-major T", np.float32)], ids=str)
 def test_stream_k_with_split_k_groups_and_row_major_intermediate(variant, dtype, rng,
                                                                   monkeypatch):
-    monkeypatch.setattr(chain, "fused_workers", lambda *args: (4, 5))
+    monkeypatch.setattr(triple_product, "fused_workers", lambda *args: (4, 5))
     config = SIMULATOR_FUSED_CONFIG  # (on a GPU too, where fused_config picks larger tiles)
     if variant == "split_k":
         config = TileConfig(16, 16, 4, 4, 4, 2, 1, split_k=2)
     else:
-        monkeypatch.setattr(chain, "intermediate_row_major", lambda *operands: True)
+        monkeypatch.setattr(triple_product, "intermediate_row_major", lambda *operands: True)
     a, b, c = make_chain(*STREAM_K_SHAPE, dtype, "row", rng)
     out = poisoned((STREAM_K_SHAPE[0], STREAM_K_SHAPE[3]), dtype)
     numba_gemm.triple(a, b, c, out, algorithm="fused", order="left", config=config)
@@ -551,7 +551,7 @@ NARROW = TileConfig(128, 128, 16, 8, 8, 3, 8)
     (NARROW, 128, (8, 8)),  # 1 tile each, 8 k-iterations: one worker per k-iteration
 ], ids=str)
 def test_stream_k_runs_where_one_tile_per_cta_leaves_waves_idle(config, n, expected):
-    assert chain.fused_workers(config, n, n, n, n, sms=132) == expected
+    assert triple_product.fused_workers(config, n, n, n, n, sms=132) == expected
 
 
 @pytest.mark.parametrize("workers, partials, message", [

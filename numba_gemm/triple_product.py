@@ -9,17 +9,17 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from .autotune import SEARCH_SPACE, config_for_shape
 from .api import check_choice, check_config, describe_product, plan, run_in_memory_space
 from .descriptor import MatrixDesc
 from .kernels.tiled import TileConfig, for_edge_tiles, valid_or
-from .kernels.triple import (MAX_CTAS_PER_SM, counters_desc, fused_tiles_per_product,
+from .kernels.triple_product import (MAX_CTAS_PER_SM, counters_desc, fused_tiles_per_product,
                              intermediate_row_major, intermediate_shape, intermediate_view,
                              large_register_tiles, partials_shape, plan_fused, plan_naive,
                              sync_slots, whole_products)
 from .launch import (KernelLaunch, allocate_output, cdiv, multiprocessors, programmatic_launch,
                      simulated, stream_handle)
 from .prepared import PreparedCalls
+from .tuned_configs import SEARCH_SPACE, config_for_shape
 
 __all__ = ["TRIPLE_ALGORITHMS", "ORDERS", "FUSED_UP_TO_MACS", "FUSED_ALWAYS_UP_TO_MACS",
            "STREAM_K_FROM_IDLE", "triple",
@@ -267,7 +267,7 @@ def _stream_key(stream) -> tuple:
     return id(cuda.current_context()) if not simulated() else 0, stream_handle(stream)
 
 
-class _Zeroed:
+class _SyncCounters:
     """Per-stream uint32 counters for the fused kernel, zero between launches (the kernel
     leaves them zero); grown when a larger launch needs more. A replaced buffer is kept, not
     freed, so a launch still in flight (or a cached prepared launch) never loses its counters."""
@@ -290,7 +290,7 @@ class _Zeroed:
         return held
 
 
-_COUNTERS = _Zeroed()
+_COUNTERS = _SyncCounters()
 
 
 class _Intermediates:
@@ -364,7 +364,7 @@ def resolve(M: int, K1: int, K2: int, N: int, algorithm: str, order: str,
 # that one: fused 0.963x at M, K1, K2, N = 2048, 2048, 2048, 1800 and 0.978x at 2048, 2047,
 # 2048, 2048, so there "auto" runs unfused unless the fused grid saves a ragged wave.
 FUSED_UP_TO_MACS = 2 * 1024 ** 3
-# ... but the small chains' gain was the fused kernel's split-k tiles (chain.SMALL_FUSED_CONFIGS)
+# ... but the small chains' gain was the fused kernel's split-k tiles (triple_product.SMALL_FUSED_CONFIGS)
 # where the tiled GEMM's tuned tiles left SMs idle. Where the tiled GEMM is tuned with split-k
 # tiles itself and its two launches overlap (launch.programmatic_launch: Hopper), two launches
 # measured faster: H100, fp32, square, interleaved back-to-back calls, each D checked against
@@ -461,7 +461,7 @@ def triple(a: Any, b: Any, c: Any, out: Any = None, *, algorithm: str = "auto",
 
     - ``"fused"``: one launch that runs the tiles of both products, each tile of D
       as soon as its rows of the intermediate are done (the intermediate passes
-      through L2; ``numba_gemm.kernels.triple``). No size limit.
+      through L2; ``numba_gemm.kernels.triple_product``). No size limit.
     - ``"auto"``: fused for small chains and where one launch saves a ragged wave of
       tiles, else unfused (:func:`choose_triple_algorithm`).
     - ``"naive"``: seed 003's kernel, one block per row of D and one thread per

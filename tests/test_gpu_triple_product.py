@@ -6,15 +6,16 @@ import numpy as np
 import pytest
 
 import numba_gemm
-import numba_gemm.chain as chain
-from numba_gemm.chain import _COUNTERS, SMALL_FUSED_CONFIGS
+import numba_gemm.triple_product as triple_product
+from numba_gemm.triple_product import _COUNTERS, SMALL_FUSED_CONFIGS
 from numba_gemm.kernels.tiled import TileConfig
 from numba_gemm.launch import multiprocessors
-from numba_gemm.testing import assert_triple, make_chain, poisoned, relative_error
+from checks import assert_triple
+from numba_gemm.reference import make_chain, poisoned, relative_error
 
 pytestmark = pytest.mark.gpu
 
-SQUARE = [64, 512, 1024, 1025, 1536, 2048]  # 1536: stream-K (chain.fused_workers)
+SQUARE = [64, 512, 1024, 1025, 1536, 2048]  # 1536: stream-K (triple_product.fused_workers)
 # (M, K1, K2, N): tall, wide, thin middle, thick middle, odd everywhere.
 RECTANGULAR = [(1000, 300, 517, 1023), (64, 2048, 128, 1500), (1500, 7, 1300, 33),
                (333, 1111, 2000, 77), (1, 1024, 997, 1)]
@@ -58,10 +59,10 @@ FUSED_CONFIGS = [*SMALL_FUSED_CONFIGS[np.dtype(np.float32)],
 @pytest.mark.parametrize("shape", RECTANGULAR, ids=lambda s: "x".join(map(str, s)))
 def test_stream_k_rectangular(shape, order, rng, monkeypatch):
     # Stream-K on every chain (one worker per SM, ranges across tiles), whatever the waves.
-    monkeypatch.setattr(chain, "STREAM_K_FROM_IDLE", -1.0)
+    monkeypatch.setattr(triple_product, "STREAM_K_FROM_IDLE", -1.0)
     config = TileConfig(64, 128, 16, 4, 8, 3, 8)
     M, K1, K2, N = shape if order == "left" else shape[::-1]
-    assert chain.fused_workers(config, M, K1, K2, N) is not None
+    assert triple_product.fused_workers(config, M, K1, K2, N) is not None
     a, b, c = make_chain(*shape, np.float32, "mixed", rng, to_device=True)
     out = poisoned((shape[0], shape[3]), np.float32, to_device=True, layout="col")
     for _ in range(2):  # the counters and flags are zero again for the second launch
@@ -70,20 +71,20 @@ def test_stream_k_rectangular(shape, order, rng, monkeypatch):
 
 
 def test_stream_k_runs_at_1536(rng):
-    config = chain.fused_config(1536, 1536, 1536, 1536, np.float32)
-    if chain.multiprocessors() != 132:
+    config = triple_product.fused_config(1536, 1536, 1536, 1536, np.float32)
+    if triple_product.multiprocessors() != 132:
         pytest.skip("the 1536 case is measured on 132-SM GPUs (H100/H200 SXM)")
-    assert chain.fused_workers(config, 1536, 1536, 1536, 1536) == (132, 132)
+    assert triple_product.fused_workers(config, 1536, 1536, 1536, 1536) == (132, 132)
 
 
 @pytest.mark.parametrize("layout", ["row", "mixed"])
 @pytest.mark.parametrize("n", [640, 768, 960, 1024])
 def test_small_chains_two_ctas_per_sm(n, layout, rng, monkeypatch):
     # The small split-k tiles (1024: the tuned ones) two CTAs per SM, T row-major
-    # (chain.fused_ctas_per_sm): the same bits on a second call, as the counters are zero again.
+    # (triple_product.fused_ctas_per_sm): the same bits on a second call, as the counters are zero again.
     launched = []
-    plan_fused = chain.plan_fused
-    monkeypatch.setattr(chain, "plan_fused", lambda *args: launched.append(args) or
+    plan_fused = triple_product.plan_fused
+    monkeypatch.setattr(triple_product, "plan_fused", lambda *args: launched.append(args) or
                         plan_fused(*args))
     a, b, c = make_chain(n, n, n, n, np.float32, layout, rng, to_device=True)
     results = []
@@ -94,8 +95,8 @@ def test_small_chains_two_ctas_per_sm(n, layout, rng, monkeypatch):
         results.append(out.copy_to_host())
     np.testing.assert_array_equal(results[0], results[1])
     config, *_, ctas_per_sm, column_order = launched[0]
-    assert ctas_per_sm == chain.fused_ctas_per_sm(config, n, n, n, n, np.float32)
-    assert column_order == chain.fused_t_column_order(config, n, n, n, n, np.float32)
+    assert ctas_per_sm == triple_product.fused_ctas_per_sm(config, n, n, n, n, np.float32)
+    assert column_order == triple_product.fused_t_column_order(config, n, n, n, n, np.float32)
     if n == 1024 and multiprocessors() == 132:  # H100 SXM, H200: 256 T tiles in 264 slots
         assert column_order
     if n == 768:  # 288 tiles of T under the small tiles: 1.5 per SM up to 192 SMs
@@ -202,20 +203,20 @@ def test_jax_bridge_grad_and_right_order(rng):
 def test_repeated_calls_reuse_a_prepared_launch(algorithm, rng, monkeypatch):
     import gc
 
-    from numba_gemm import chain
+    from numba_gemm import triple_product
 
     a, b, c = make_chain(300, 200, 500, 100, np.float32, "row", rng, to_device=True)
     out = poisoned((300, 100), np.float32, to_device=True)
     plans = []
-    plan_triple = chain.plan_triple
-    monkeypatch.setattr(chain, "plan_triple", lambda *args, **kw: plans.append(1) or plan_triple(*args, **kw))
+    plan_triple = triple_product.plan_triple
+    monkeypatch.setattr(triple_product, "plan_triple", lambda *args, **kw: plans.append(1) or plan_triple(*args, **kw))
     for _ in range(3):
         out.copy_to_device(np.full((300, 100), np.nan, np.float32))
         assert numba_gemm.triple(a, b, c, out, algorithm=algorithm) is out
         assert_triple(out, a, b, c, np.float32)
     assert len(plans) == 1  # planned once, then launched from the cache
     # The cache holds the operands weakly: once they are gone, the entry can never match.
-    refs = next(entry.refs for entry in chain._CALLS.entries() if entry.refs[3]() is out)
+    refs = next(entry.refs for entry in triple_product._CALLS.entries() if entry.refs[3]() is out)
     del a, b, c, out
     gc.collect()
     assert all(ref() is None for ref in refs)
@@ -226,12 +227,12 @@ def test_repeated_calls_reuse_a_prepared_launch(algorithm, rng, monkeypatch):
 def test_repeated_calls_without_out_launch_into_a_fresh_output(algorithm, order, rng,
                                                                  monkeypatch,
                                                                  poisoned_fresh_outputs):
-    from numba_gemm import chain
+    from numba_gemm import triple_product
 
     a, b, c = make_chain(300, 200, 500, 100, np.float32, "row", rng, to_device=True)
     plans = []
-    plan_triple = chain.plan_triple
-    monkeypatch.setattr(chain, "plan_triple",
+    plan_triple = triple_product.plan_triple
+    monkeypatch.setattr(triple_product, "plan_triple",
                         lambda *args, **kw: plans.append(1) or plan_triple(*args, **kw))
     results = [numba_gemm.triple(a, b, c, algorithm=algorithm, order=order) for _ in range(3)]
     assert len(plans) == 1  # planned once; later calls point the cached launches at a new D

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import jax_bridge
-from numba_gemm.testing import assert_triple, relative_error
+from checks import assert_triple
+from numba_gemm.reference import relative_error
 
 
 def _chain(rng, M=5, K1=7, K2=9, N=4, dtype=np.float32):

@@ -4,7 +4,7 @@ One primitive, ``numba_gemm_triple`` (``triple_p``), over 2-D operands:
 
 - *Abstract evaluation* checks ranks, dtypes and the chain's inner sizes, naming
   ``a``, ``b`` or ``c``.
-- *Lowering*: ``numba_gemm.chain.plan_triple`` decides order, algorithm and tiles,
+- *Lowering*: ``numba_gemm.triple_product.plan_triple`` decides order, algorithm and tiles,
   as for ``numba_gemm.triple``. On the GPU the fused (or naive) kernel's PTX goes
   into XLA's kernel call (as ``jax_bridge.lowering`` does for products); the
   fused kernel's intermediate and counters are scratch outputs, the counters
@@ -82,8 +82,8 @@ def _unfused(ctx, a, b, c, order: str):
 
 
 def _native(ctx, a, b, c, *, algorithm, order, config):
-    from numba_gemm.chain import plan_triple, resolve
-    from numba_gemm.kernels.triple import counters_desc
+    from numba_gemm.triple_product import plan_triple, resolve
+    from numba_gemm.kernels.triple_product import counters_desc
 
     (M, K1), (K2, N) = ctx.avals_in[0].shape, ctx.avals_in[2].shape
     dtype = ctx.avals_in[0].dtype
@@ -192,7 +192,7 @@ def triple(a, b, c, *, algorithm: str = "auto", order: str = "auto", config=None
     at trace time. Differentiable with ``grad``/``vjp`` (not forward mode); ``vmap`` runs
     two batched products.
     """
-    from numba_gemm.chain import check_triple_arguments
+    from numba_gemm.triple_product import check_triple_arguments
 
     check_triple_arguments(algorithm, order, config)
     a, b, c = jnp.asarray(a), jnp.asarray(b), jnp.asarray(c)

@@ -66,7 +66,7 @@ to two tile functions anyway, and under split-k tiles with no edge code, row-maj
    against that, H100, interleaved: 1.005x at N = 1024 (110.1 against 110.7 us), 1.001x at
    2048, level at 1800 (docs/triple_product_notes.md).
 
-**stream-K** (``plan_fused`` with ``workers``; ``numba_gemm.chain.fused_workers`` picks it
+**stream-K** (``plan_fused`` with ``workers``; ``numba_gemm.triple_product.fused_workers`` picks it
 where one tile per CTA leaves a tenth or more of the waves idle, e.g. N = 1536: 288 tiles of
 128 x 128 on 132 SMs): one worker (CTA) per SM per product, each a range of the product's
 k-iterations, tiles times k-tiles in grouped order, cut into equal parts. A range may start
@@ -90,7 +90,7 @@ The launch asks for enough shared memory that at most ``ctas_per_sm`` CTAs run o
 (``launch.at_most_on_multiprocessor``), whatever the compile's registers allow: XLA's compile
 of this kernel (``jax_bridge``) once used fewer registers than Numba's, fitted two 64 x 128
 tiles on an SM, and at N = 1024 ran 1.6x slower for it. One, except for split-k tiles with no
-edge code where T has at least one and a half SMs' worth (``numba_gemm.chain.fused_ctas_per_sm``,
+edge code where T has at least one and a half SMs' worth (``numba_gemm.triple_product.fused_ctas_per_sm``,
 with the figures): then two. Where more CTAs fit than T has tiles for, the block scheduler
 puts T tiles two to an SM beside SMs that hold only D tiles waiting for them (at N = 512,
 32 x 64 tiles in 4 groups: 30.3 us two to an SM, 21.0 one). Where T's tiles fill the SMs
@@ -162,6 +162,30 @@ SYNC_HEAD = 2
 # the split-k tiles it runs two to an SM fit no more by their registers.
 MAX_CTAS_PER_SM = 2
 WARP = 32
+
+# Slots of the one-tile fused kernel's ``tile`` (shared memory: thread 0 decodes the ticket,
+# the CTA reads it).
+TILE_IS_T = 0  # 1 for a tile of T = A @ B, 0 for a tile of D = T @ C
+TILE_PID_M = 1  # the tile's row block
+TILE_PID_X = 2  # the tile's column block (of T or of D)
+TILE_WRAP = 3  # a D tile: where its row block's counter wraps to zero (step 3)
+TILE_SLOTS = 4
+
+# Slots of the stream-K kernel's ``plan`` (shared memory: thread 0's bookkeeping, read by the
+# CTA where needed rather than held in registers across the k loop).
+PLAN_TICKET = 0  # the CTA's ticket: its worker, T's workers first
+PLAN_RANGE_BEGIN = 1  # the first k-iteration of the worker's range (over tiles x k-iterations)
+PLAN_END = 2  # the end of what is left of the range: the next segment ends here
+PLAN_K_ITERS = 3  # k-iterations per tile of the worker's product
+PLAN_TOTAL = 4  # the product's tiles x k-iterations
+PLAN_TILE_BEGIN = 5  # the first k-iteration of the segment's tile
+PLAN_PID_M = 6  # the segment's tile: row block ...
+PLAN_PID_X = 7  # ... and column block
+PLAN_EARLIER = 8  # how many earlier workers hold part of the segment's tile
+PLAN_SEGMENT_BEGIN = 9  # the segment's first k-iteration (-1 before the first segment)
+PLAN_K0 = 10  # the segment's k range: k0 ...
+PLAN_K_LEN = 11  # ... to k0 + k_len
+PLAN_SLOTS = 12
 
 
 # --- naive: seed 003 -----------------------------------------------------------------------
@@ -394,7 +418,7 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, program
         smem = cuda.shared.array(0, dtype)
         # The CTA's ticket as (T tile?, pid_m, pid_x), and for a D tile where its row block's
         # counter wraps (step 3).
-        tile = cuda.shared.array(4, np.int64)
+        tile = cuda.shared.array(TILE_SLOTS, np.int64)
         acc = cuda.local.array(ACC_SIZE, SCALAR)
         a_frag = cuda.local.array(THREAD_M, SCALAR)
         b_frag = cuda.local.array(THREAD_N, SCALAR)
@@ -422,19 +446,19 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, program
             t_tiles = rows * chunks
             ticket = cuda.atomic.inc(sync, 0, np.uint32(t_tiles + rows * n_tiles - 1))
             if ticket < t_tiles:
-                tile[0] = 1
-                tile[1], tile[2] = tile_of_device(ticket, rows, chunks,
+                tile[TILE_IS_T] = 1
+                tile[TILE_PID_M], tile[TILE_PID_X] = tile_of_device(ticket, rows, chunks,
                                                   rows if T_COLUMNS else GROUP_M)
             else:
-                tile[0] = 0
-                tile[1], tile[2] = tile_of_device(ticket - t_tiles, rows, n_tiles, GROUP_M)
-                tile[3] = chunks + n_tiles - 1
+                tile[TILE_IS_T] = 0
+                tile[TILE_PID_M], tile[TILE_PID_X] = tile_of_device(ticket - t_tiles, rows, n_tiles, GROUP_M)
+                tile[TILE_WRAP] = chunks + n_tiles - 1
         # Before any other memory is touched (the row blocks' counters too): the launch ahead
         # may still be running.
         overlap()
         cuda.syncthreads()
-        is_t = tile[0] != 0
-        pid_m, pid_x = tile[1], tile[2]
+        is_t = tile[TILE_IS_T] != 0
+        pid_m, pid_x = tile[TILE_PID_M], tile[TILE_PID_X]
         m0 = pid_m * BLOCK_M
         x0 = pid_x * BLOCK_N
 
@@ -453,10 +477,10 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, program
             t_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
                    lhs, 0, stride_lm, stride_lk, rhs, 0, stride_rk, stride_rn,
                    out, 0, stride_om, stride_on, M, cols, inner, m0, x0, thread_row, thread_col)
-            if tile[0] != 0:  # the ticket comes back from shared memory, as in step 3
-                count_up(sync, HEAD + tile[1], cta_tid)
+            if tile[TILE_IS_T] != 0:  # the ticket comes back from shared memory, as in step 3
+                count_up(sync, HEAD + tile[TILE_PID_M], cta_tid)
             else:
-                count_out(sync, HEAD + tile[1], np.uint32(tile[3]), cta_tid)
+                count_out(sync, HEAD + tile[TILE_PID_M], np.uint32(tile[TILE_WRAP]), cta_tid)
         # Otherwise each product keeps its own call, its operands fixed when compiling: one
         # call site with the operands chosen at run time cost registers and ran slower where
         # the tiles are whole (module docstring; at N = 512 115 registers instead of 107, 1%
@@ -480,7 +504,7 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, program
             # issued some of the loop's shared loads 3-5 instructions before their FMAs (the
             # D tiles ran 0.985-0.995x the tiled launch of T @ C at N = 2048 and 4096, H100);
             # counted out before the tile, the one-call-site kernel at N = 1800 spilled.
-            count_out(sync, HEAD + tile[1], np.uint32(tile[3]), cta_tid)
+            count_out(sync, HEAD + tile[TILE_PID_M], np.uint32(tile[TILE_WRAP]), cta_tid)
 
     return fused_kernel
 
@@ -518,7 +542,7 @@ def _stream_k_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, prog
                         sync, M, K1, K2, N, t_workers, d_workers):
         overlap()  # first of all, the ticket too (unlike the one-tile kernel)
         smem = cuda.shared.array(0, dtype)
-        plan = cuda.shared.array(12, np.int64)  # thread 0's bookkeeping, for the CTA
+        plan = cuda.shared.array(PLAN_SLOTS, np.int64)  # thread 0's bookkeeping, for the CTA
         acc = cuda.local.array(ACC_SIZE, SCALAR)
         a_frag = cuda.local.array(THREAD_M, SCALAR)
         b_frag = cuda.local.array(THREAD_N, SCALAR)
@@ -537,8 +561,8 @@ def _stream_k_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, prog
         # Thread 0 does the bookkeeping (divisions by run-time values cost ~100 instructions
         # each) and hands it to the CTA through shared memory.
         if cta_tid == 0:
-            plan[0] = cuda.atomic.add(sync, 0, 1)
-            worker, workers, cols, inner = product_of(plan[0], t_workers, d_workers, chunks,
+            plan[PLAN_TICKET] = cuda.atomic.add(sync, 0, 1)
+            worker, workers, cols, inner = product_of(plan[PLAN_TICKET], t_workers, d_workers, chunks,
                                                       n_tiles, K1, K2)
             # -- 2. the worker's share of its product's k-iterations ----------------------
             # The product's tiles (grouped order, seed 004) times their k-iterations, cut
@@ -546,11 +570,11 @@ def _stream_k_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, prog
             # tile; with fewer (stream-K) a range may start or end inside a tile.
             k_iters = (inner + BLOCK_K - 1) // BLOCK_K
             total = rows * cols * k_iters
-            plan[1] = worker * total // workers  # the range's first k-iteration
-            plan[2] = (worker + 1) * total // workers  # and its end
-            plan[3] = k_iters
-            plan[4] = total
-            plan[9] = -1  # no segment yet
+            plan[PLAN_RANGE_BEGIN] = worker * total // workers  # the range's first k-iteration
+            plan[PLAN_END] = (worker + 1) * total // workers  # and its end
+            plan[PLAN_K_ITERS] = k_iters
+            plan[PLAN_TOTAL] = total
+            plan[PLAN_SEGMENT_BEGIN] = -1  # no segment yet
         cuda.syncthreads()
         # Segments run from the range's end to its start: a tile's first k-iterations, which
         # a range ends with, are done first, so that the worker that finishes the tile (the
@@ -560,46 +584,46 @@ def _stream_k_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, prog
         while True:
             cuda.syncthreads()  # every thread has read the last segment's plan
             if cta_tid == 0:
-                if plan[9] >= 0:
-                    plan[2] = plan[9]  # the next segment ends where the last one began
-                ticket, begin, it, k_iters = plan[0], plan[1], plan[2], plan[3]
+                if plan[PLAN_SEGMENT_BEGIN] >= 0:
+                    plan[PLAN_END] = plan[PLAN_SEGMENT_BEGIN]  # the next segment ends where the last one began
+                ticket, begin, it, k_iters = plan[PLAN_TICKET], plan[PLAN_RANGE_BEGIN], plan[PLAN_END], plan[PLAN_K_ITERS]
                 if it > begin:
                     worker, workers, cols, inner = product_of(ticket, t_workers, d_workers,
                                                               chunks, n_tiles, K1, K2)
-                    total = plan[4]
+                    total = plan[PLAN_TOTAL]
                     tile_index = (it - 1) // k_iters
                     tile_begin = tile_index * k_iters
                     first = max(begin, tile_begin)
-                    plan[5] = tile_begin
+                    plan[PLAN_TILE_BEGIN] = tile_begin
                     # one_group_shortcut=False, the seed's formula alone: the shortcut costs
                     # registers here (tile_of); positional, as the simulator takes no keywords
-                    plan[6], plan[7] = tile_of_device(tile_index, rows, cols, GROUP_M, False)
+                    plan[PLAN_PID_M], plan[PLAN_PID_X] = tile_of_device(tile_index, rows, cols, GROUP_M, False)
                     # earlier workers that hold part of the tile (their partials come first)
                     other = worker - 1
                     while other >= 0 and (other + 1) * total // workers > tile_begin:
                         other -= 1
-                    plan[8] = worker - 1 - other
-                    plan[9] = first
-                    plan[10] = (first - tile_begin) * BLOCK_K  # the segment's k range: k0 ...
-                    plan[11] = min(inner - plan[10], (it - first) * BLOCK_K)  # ... to k0 + k_len
+                    plan[PLAN_EARLIER] = worker - 1 - other
+                    plan[PLAN_SEGMENT_BEGIN] = first
+                    plan[PLAN_K0] = (first - tile_begin) * BLOCK_K  # the segment's k range: k0 ...
+                    plan[PLAN_K_LEN] = min(inner - plan[PLAN_K0], (it - first) * BLOCK_K)  # ... to k0 + k_len
             cuda.syncthreads()
-            if plan[2] <= plan[1]:
+            if plan[PLAN_END] <= plan[PLAN_RANGE_BEGIN]:
                 break
-            m0, x0, k0, k_len = plan[6] * BLOCK_M, plan[7] * BLOCK_N, plan[10], plan[11]
-            if plan[0] < t_workers:
+            m0, x0, k0, k_len = plan[PLAN_PID_M] * BLOCK_M, plan[PLAN_PID_X] * BLOCK_N, plan[PLAN_K0], plan[PLAN_K_LEN]
+            if plan[PLAN_TICKET] < t_workers:
                 # -- 3. T[m0:, x0:] += A[m0:, k0:] @ B[k0:, x0:] over this segment ---------
                 sum_t(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
                       a, k0 * stride_ak, stride_am, stride_ak, b, k0 * stride_bk, stride_bk,
                       stride_bn, M, K2, k_len, m0, x0, thread_row, thread_col)
             else:
                 # -- 4. a D segment waits until its row block's T tiles are all in ----------
-                wait_for_count(sync, HEAD + plan[6], chunks, cta_tid)
+                wait_for_count(sync, HEAD + plan[PLAN_PID_M], chunks, cta_tid)
                 sum_d(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
                       t, k0 * stride_tk, stride_tm, stride_tk, c, k0 * stride_ck, stride_ck,
                       stride_cn, M, N, k_len, m0, x0, thread_row, thread_col)
-            slot = plan[0]
+            slot = plan[PLAN_TICKET]
             is_t = slot < t_workers
-            if plan[2] < plan[5] + plan[3]:
+            if plan[PLAN_END] < plan[PLAN_TILE_BEGIN] + plan[PLAN_K_ITERS]:
                 # -- 5a. not the tile's end: leave the partial tile for the worker that is --
                 if group == 0:
                     for e in range(ACC_SIZE):
@@ -608,18 +632,18 @@ def _stream_k_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, prog
             else:
                 # -- 5b. the tile's end: add the earlier workers' partials, store the tile --
                 # (workers worker - 1, ..., worker - earlier hold its earlier k-iterations)
-                for back in range(1, plan[8] + 1):
+                for back in range(1, plan[PLAN_EARLIER] + 1):
                     other_slot = slot - back
                     wait_for_count(sync, flags + other_slot, 1, cta_tid)
                     if group == 0:
                         for e in range(ACC_SIZE):
                             acc[e] += load_from_l2(partials, other_slot * SLOT + e * THREADS + tid)
-                m0, x0 = plan[6] * BLOCK_M, plan[7] * BLOCK_N  # re-read, not kept in registers
+                m0, x0 = plan[PLAN_PID_M] * BLOCK_M, plan[PLAN_PID_X] * BLOCK_N  # re-read, not kept in registers
                 if is_t:
                     if group == 0:
                         store_t(t, 0, stride_tm, stride_tk, M, K2, acc, m0, x0, thread_row,
                                 thread_col)
-                    count_up(sync, HEAD + plan[6], cta_tid)
+                    count_up(sync, HEAD + plan[PLAN_PID_M], cta_tid)
                 elif group == 0:
                     store_d(d, 0, stride_dm, stride_dn, M, N, acc, m0, x0, thread_row,
                             thread_col)
@@ -667,7 +691,7 @@ def plan_fused(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, 
 
     ``t_column_order``: T's tiles are handed out column by column (each row block's tiles
     spread over the SMs) instead of in ``config``'s grouped order; D's keep that order
-    (``numba_gemm.chain.fused_t_column_order`` says where it runs faster). One CTA per tile
+    (``numba_gemm.triple_product.fused_t_column_order`` says where it runs faster). One CTA per tile
     only: stream-K's workers take ranges of k-iterations in grouped order."""
     config.check(a.dtype)
     if not isinstance(ctas_per_sm, int) or not 1 <= ctas_per_sm <= MAX_CTAS_PER_SM:

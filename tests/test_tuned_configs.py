@@ -1,4 +1,4 @@
-"""The autotuner's cache: shape buckets, layout keys, storing winners and finding the nearest."""
+"""Tuned configs: shape buckets, layout keys, storing winners and finding the nearest; tune() off a GPU."""
 
 import json
 
@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 
 from numba_gemm import TileConfig
-from numba_gemm.autotune import (SEARCH_SPACE, SHIPPED, _load, _nearest, cache_path, layout_key,
-                                 shape_bucket, store, tune)
+from numba_gemm.autotune import tune
+from numba_gemm.tuned_configs import (SEARCH_SPACE, SHIPPED, _load, _nearest, cache_path,
+                                      layout_key, shape_bucket, store)
 from numba_gemm.descriptor import describe, transpose_view
 from numba_gemm.launch import simulated
-from numba_gemm.testing import H100_EDGE_TILES, H100_TILES
+from checks import H100_EDGE_TILES, H100_TILES
 
 
 def test_shape_buckets_round_up_to_powers_of_two_within_limits():
@@ -87,17 +88,17 @@ SMALL = TileConfig(64, 64, 16, 4, 4, 3, 8)
 def gpu_x(tmp_path, monkeypatch):
     """config_for_shape as on a GPU ("GPU X", sm_90) whose user cache is the returned path
     and which ships no winners of its own."""
-    from numba_gemm import autotune
+    from numba_gemm import tuned_configs
 
     path = tmp_path / "cache.json"
-    monkeypatch.setattr(autotune, "simulated", lambda: False)
-    monkeypatch.setattr(autotune, "_device", lambda: ("GPU X", "sm_90"))
-    monkeypatch.setattr(autotune, "shared_memory_limit", lambda: 232448)
-    monkeypatch.setattr(autotune, "SHIPPED", tmp_path / "shipped.json")
+    monkeypatch.setattr(tuned_configs, "simulated", lambda: False)
+    monkeypatch.setattr(tuned_configs, "device_key", lambda: ("GPU X", "sm_90"))
+    monkeypatch.setattr(tuned_configs, "shared_memory_limit", lambda: 232448)
+    monkeypatch.setattr(tuned_configs, "SHIPPED", tmp_path / "shipped.json")
     monkeypatch.setenv("NUMBA_GEMM_TUNE_CACHE", str(path))
-    autotune._configs_for.cache_clear()
+    tuned_configs._configs_for.cache_clear()
     yield path
-    autotune._configs_for.cache_clear()
+    tuned_configs._configs_for.cache_clear()
 
 
 def _store(path, shape, config):
@@ -106,7 +107,7 @@ def _store(path, shape, config):
 
 
 def test_a_winner_tuned_on_edge_tiles_serves_edge_tiles_only(gpu_x):
-    from numba_gemm.autotune import config_for_shape
+    from numba_gemm.tuned_configs import config_for_shape
 
     _store(gpu_x, (2048,) * 3, TALL)
     _store(gpu_x, (2047,) * 3, SMALL)  # same bucket; edge tiles under SMALL at 2047
@@ -118,7 +119,7 @@ def test_a_winner_tuned_on_edge_tiles_serves_edge_tiles_only(gpu_x):
 
 
 def test_without_an_edge_winner_edge_tiles_run_the_whole_winner_transposed(gpu_x):
-    from numba_gemm.autotune import config_for_shape
+    from numba_gemm.tuned_configs import config_for_shape
 
     _store(gpu_x, (2048,) * 3, TALL)
     assert config_for_shape(2048, 2048, 2048) == TALL
@@ -130,7 +131,7 @@ def test_without_an_edge_winner_edge_tiles_run_the_whole_winner_transposed(gpu_x
 
 
 def test_stored_entries_say_whether_their_shape_had_edge_tiles(gpu_x):
-    from numba_gemm.autotune import _tuned_on_edge_tiles
+    from numba_gemm.tuned_configs import _tuned_on_edge_tiles
 
     _store(gpu_x, (2048,) * 3, TALL)
     _store(gpu_x, (2048, 2048, 2047), TALL)  # K not a multiple of block_k: edge tiles
