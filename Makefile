@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # With an NVIDIA driver present, the demo needs the GPU extras too.
 DEMO_STAMP := $(if $(shell command -v nvidia-smi 2>/dev/null),$(STAMP)-gpu,$(STAMP))
 
-.PHONY: venv demo test test-gpu bench model clean
+.PHONY: venv demo lint format test test-gpu bench model clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,15 @@ venv: $(STAMP)
 # The main job: every algorithm checked and timed (simulator at small sizes without a GPU).
 demo: $(DEMO_STAMP)
 	$(PY) -m numba_gemm demo
+
+# Lint and formatting, checked (CI runs this before the tests); `make format` rewrites in place.
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format: $(STAMP)
+	$(PY) -m ruff check --fix .
+	$(PY) -m ruff format .
 
 # The CPU suite: kernels on the Numba CUDA simulator, JAX on the CPU; `gpu` tests skip.
 test: $(STAMP)

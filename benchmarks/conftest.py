@@ -47,8 +47,9 @@ def copy_bandwidth(device_info):
     n = 512 * 2**20  # 2 GiB of float32
     src, dst = cuda.device_array(n, np.float32), cuda.device_array(n, np.float32)
     stream = cuda.default_stream()
-    seconds = median_seconds(lambda: dst.copy_to_device(src, stream=stream), warmup=2, reps=10,
-                             calls_per_rep=5)
+    seconds = median_seconds(
+        lambda: dst.copy_to_device(src, stream=stream), warmup=2, reps=10, calls_per_rep=5
+    )
     bandwidth = 2 * n * 4 / seconds
     _SESSION["copy_bandwidth_bytes_per_s"] = bandwidth
     return bandwidth
@@ -68,9 +69,17 @@ def record(device_info, request):
 
     def _record(benchmark, calls: int = 1, **fields):
         stats = benchmark.stats
-        _ROWS.append({**fields, "suite": suite, "median_s": stats.stats.median / calls,
-                      "min_s": stats.stats.min / calls, "calls": calls,
-                      "rounds": stats.stats.rounds, "iterations": stats.iterations})
+        _ROWS.append(
+            {
+                **fields,
+                "suite": suite,
+                "median_s": stats.stats.median / calls,
+                "min_s": stats.stats.min / calls,
+                "calls": calls,
+                "rounds": stats.stats.rounds,
+                "iterations": stats.iterations,
+            }
+        )
 
     return _record
 
@@ -83,17 +92,28 @@ def _shape(row: dict) -> tuple[int, int, int]:
 def _with_ratios(rows: list[dict]) -> list[dict]:
     """Add TFLOP/s, speed relative to the same suite's same-shape peer (cuBLAS via
     jnp.matmul) and, where a row names one, to its baseline row."""
-    peers = {(r["suite"], _shape(r), r["dtype"]): r["median_s"] for r in rows if r["kind"] == "peer"}
-    medians = {(r["suite"], _shape(r), r["dtype"], r["algorithm"], r.get("variant", "")): r["median_s"]
-               for r in rows}
+    peers = {
+        (r["suite"], _shape(r), r["dtype"]): r["median_s"] for r in rows if r["kind"] == "peer"
+    }
+    medians = {
+        (r["suite"], _shape(r), r["dtype"], r["algorithm"], r.get("variant", "")): r["median_s"]
+        for r in rows
+    }
     for r in rows:
         M, N, K = _shape(r)
         r["tflops"] = 2 * M * N * K / r["median_s"] / 1e12
         peer = peers.get((r["suite"], _shape(r), r["dtype"]))
         r["vs_peer"] = peer / r["median_s"] if peer else None
         if r.get("baseline"):
-            base = medians[(r["suite"], _shape(r), r["dtype"], r["baseline"],
-                            r.get("baseline_variant", r.get("variant", "")))]
+            base = medians[
+                (
+                    r["suite"],
+                    _shape(r),
+                    r["dtype"],
+                    r["baseline"],
+                    r.get("baseline_variant", r.get("variant", "")),
+                )
+            ]
             r["vs_baseline"] = base / r["median_s"]
             r["over_baseline_s"] = r["median_s"] - base
     return rows
@@ -109,22 +129,32 @@ def pytest_sessionfinish(session, exitstatus):
     out_dir = Path(os.environ.get("NUMBA_GEMM_RESULTS_DIR", Path(__file__).parent / "results"))
     paths = []
     for suite in sorted({r["suite"] for r in rows}):
-        paths.append(write_results(out_dir, device, suite, {
-            "device": _SESSION.get("device"),  # the session's record, not only the name
-            "versions": stack_versions("pytest-benchmark"),
-            "copy_bandwidth_bytes_per_s": _SESSION.get("copy_bandwidth_bytes_per_s"),
-            "timing": "pytest-benchmark medians over calibrated rounds of back-to-back calls "
-                      "(median_s is per call); timer numba_gemm.timing.device_clock (CUDA "
-                      "events after a context-wide synchronize)",
-            "rows": [r for r in rows if r["suite"] == suite]}))
+        paths.append(
+            write_results(
+                out_dir,
+                device,
+                suite,
+                {
+                    "device": _SESSION.get("device"),  # the session's record, not only the name
+                    "versions": stack_versions("pytest-benchmark"),
+                    "copy_bandwidth_bytes_per_s": _SESSION.get("copy_bandwidth_bytes_per_s"),
+                    "timing": "pytest-benchmark medians over calibrated rounds of back-to-back "
+                    "calls (median_s is per call); timer numba_gemm.timing.device_clock (CUDA "
+                    "events after a context-wide synchronize)",
+                    "rows": [r for r in rows if r["suite"] == suite],
+                },
+            )
+        )
     _SESSION["paths"] = [str(p) for p in paths]
 
 
 def _against_baseline(row: dict) -> str:
     if not row.get("baseline"):
         return ""
-    return (f"  {row['vs_baseline']:.3f}x {row['baseline']} "
-            f"({row['over_baseline_s'] * 1e6:+.2f} us per product)")
+    return (
+        f"  {row['vs_baseline']:.3f}x {row['baseline']} "
+        f"({row['over_baseline_s'] * 1e6:+.2f} us per product)"
+    )
 
 
 @pytest.hookimpl(trylast=True)
@@ -134,19 +164,30 @@ def pytest_terminal_summary(terminalreporter):
     write = terminalreporter.write_line
     write("")
     bandwidth = _SESSION.get("copy_bandwidth_bytes_per_s")
-    write(f"numba-gemm benchmarks on {_SESSION.get('device', {}).get('name')}"
-          + (f" (copy bandwidth {bandwidth / 1e12:.2f} TB/s)" if bandwidth else ""))
-    header = (f"{'algorithm':12} {'layout':7} {'variant':10} {'M x N x K':>17} {'ms':>9} {'TFLOP/s':>8} "
-              f"{'x cuBLAS':>8} {'model ms: none':>14} {'vector':>8} {'full':>8}")
+    write(
+        f"numba-gemm benchmarks on {_SESSION.get('device', {}).get('name')}"
+        + (f" (copy bandwidth {bandwidth / 1e12:.2f} TB/s)" if bandwidth else "")
+    )
+    header = (
+        f"{'algorithm':12} {'layout':7} {'variant':10} {'M x N x K':>17} {'ms':>9} {'TFLOP/s':>8} "
+        f"{'x cuBLAS':>8} {'model ms: none':>14} {'vector':>8} {'full':>8}"
+    )
     write(header)
-    for r in sorted(_ROWS, key=lambda r: (_shape(r), r["kind"], r["algorithm"], r["layout"],
-                                          r.get("variant", ""))):
+    for r in sorted(
+        _ROWS,
+        key=lambda r: (_shape(r), r["kind"], r["algorithm"], r["layout"], r.get("variant", "")),
+    ):
         model = r.get("model_s") or {}
         ratio = f"{r['vs_peer']:8.3f}" if r.get("vs_peer") else f"{'':8}"
-        cells = "".join(f"{model[c] * 1e3:{w}.2f}" for c, w in (("none", 15), ("vector", 9), ("full", 9))
-                        if c in model)
-        write(f"{r['algorithm']:12} {r['layout']:7} {r.get('variant', ''):10} "
-              f"{'x'.join(map(str, _shape(r))):>17} {r['median_s'] * 1e3:9.3f} "
-              f"{r['tflops']:8.3f} {ratio}{cells}{_against_baseline(r)}")
+        cells = "".join(
+            f"{model[c] * 1e3:{w}.2f}"
+            for c, w in (("none", 15), ("vector", 9), ("full", 9))
+            if c in model
+        )
+        write(
+            f"{r['algorithm']:12} {r['layout']:7} {r.get('variant', ''):10} "
+            f"{'x'.join(map(str, _shape(r))):>17} {r['median_s'] * 1e3:9.3f} "
+            f"{r['tflops']:8.3f} {ratio}{cells}{_against_baseline(r)}"
+        )
     for path in _SESSION.get("paths", ()):
         write(f"results: {path}")

@@ -3,7 +3,7 @@
     python3 benchmarks/fma_throughput.py [--results DIR]
 
 A lead for small products, not a kernel of the library. The fused triple product at N = 512
-is bound by latency with 8 warps per SM (docs/triple_product_notes.md); the question is
+is bound by latency with 8 warps per SM (docs/design/triple-product.md); the question is
 how much of each pipe's peak so few warps reach. Each kernel runs independent chains of
 one instruction per thread for ITERATIONS steps, 2 CTAs per SM, at 4, 8 and 16 warps per
 SM, and reports multiply-adds as TFLOP/s (2 flops each):
@@ -24,7 +24,7 @@ Every kernel's sums are checked against their exact value first (all inputs are 
 so every partial sum is exact), and the m16n8k16 fragment layouts assumed below against NumPy
 (:func:`check_m16n8k16_layout`, :func:`check_m16n8k16_bf16_layout`). Times: CUDA events
 around REPEATS launches after a warm-up, the median of ROUNDS. Writes
-``<date>-<device>-fma_throughput.json`` beside the other results.
+``<DIR>/fma_throughput/<device>.json``.
 """
 
 from __future__ import annotations
@@ -49,34 +49,51 @@ def _mma(shape: str, kinds: str, a_regs: int, b_regs: int, c_regs: int, packed: 
     types (``kinds``: PTX's ``.dtype.atype.btype.ctype``): each thread passes its fragment
     registers, float64 ones, or with ``packed`` 32-bit words of two bf16 values for A and B
     and float32 accumulators."""
-    names = [f"a{i}" for i in range(a_regs)] + [f"b{i}" for i in range(b_regs)] + \
-        [f"c{i}" for i in range(c_regs)]
+    names = (
+        [f"a{i}" for i in range(a_regs)]
+        + [f"b{i}" for i in range(b_regs)]
+        + [f"c{i}" for i in range(c_regs)]
+    )
 
     def operands(first, count):
         return "{" + ", ".join(f"${first + i}" for i in range(count)) + "}"
 
-    text = (f"mma.sync.aligned.{shape}.row.col.{kinds} {operands(0, c_regs)}, "
-            f"{operands(c_regs, a_regs)}, {operands(c_regs + a_regs, b_regs)}, "
-            f"{operands(c_regs + a_regs + b_regs, c_regs)};")
+    text = (
+        f"mma.sync.aligned.{shape}.row.col.{kinds} {operands(0, c_regs)}, "
+        f"{operands(c_regs, a_regs)}, {operands(c_regs + a_regs, b_regs)}, "
+        f"{operands(c_regs + a_regs + b_regs, c_regs)};"
+    )
     # LLVM type and asm constraint of an A/B register and of an accumulator, Numba's type of D
     word, word_code, acc, acc_code, numba_acc = (
-        (ir.IntType(32), "r", ir.FloatType(), "f", "float32") if packed else
-        (ir.DoubleType(), "d", ir.DoubleType(), "d", "float64"))
-    constraints = ",".join([f"={acc_code}"] * c_regs + [word_code] * (a_regs + b_regs) +
-                           [acc_code] * c_regs)
+        (ir.IntType(32), "r", ir.FloatType(), "f", "float32")
+        if packed
+        else (ir.DoubleType(), "d", ir.DoubleType(), "d", "float64")
+    )
+    constraints = ",".join(
+        [f"={acc_code}"] * c_regs + [word_code] * (a_regs + b_regs) + [acc_code] * c_regs
+    )
 
     def codegen(context, builder, signature, args):
-        asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([acc] * c_regs),
-                                           [word] * (a_regs + b_regs) + [acc] * c_regs),
-                           text, constraints)
+        asm = ir.InlineAsm(
+            ir.FunctionType(
+                ir.LiteralStructType([acc] * c_regs), [word] * (a_regs + b_regs) + [acc] * c_regs
+            ),
+            text,
+            constraints,
+        )
         result = builder.call(asm, list(args))
-        return context.make_tuple(builder, signature.return_type,
-                                  [builder.extract_value(result, i) for i in range(c_regs)])
+        return context.make_tuple(
+            builder,
+            signature.return_type,
+            [builder.extract_value(result, i) for i in range(c_regs)],
+        )
 
     # An intrinsic's typer takes its operands by name: written out for this shape.
-    source = (f"def mma(typingctx, {', '.join(names)}):\n"
-              f"    return types.UniTuple(types.{numba_acc}, {c_regs})({', '.join(names)}), "
-              f"codegen\n")
+    source = (
+        f"def mma(typingctx, {', '.join(names)}):\n"
+        f"    return types.UniTuple(types.{numba_acc}, {c_regs})({', '.join(names)}), "
+        f"codegen\n"
+    )
     namespace = {"types": types, "codegen": codegen}
     exec(compile(source, f"<mma {shape} {kinds}>", "exec"), namespace)
     return intrinsic(namespace["mma"])
@@ -140,8 +157,23 @@ def dmma_m16n8k16_kernel(out, x):
     for _ in range(ITERATIONS // 4):  # 4x the multiply-adds of m8n8k4 per register
         for t in range(4):
             acc[4 * t], acc[4 * t + 1], acc[4 * t + 2], acc[4 * t + 3] = mma_m16n8k16(
-                h, h, h, h, h, h, h, h, h, h, h, h,
-                acc[4 * t], acc[4 * t + 1], acc[4 * t + 2], acc[4 * t + 3])
+                h,
+                h,
+                h,
+                h,
+                h,
+                h,
+                h,
+                h,
+                h,
+                h,
+                h,
+                h,
+                acc[4 * t],
+                acc[4 * t + 1],
+                acc[4 * t + 2],
+                acc[4 * t + 3],
+            )
     write_total(out, acc, 16)
 
 
@@ -157,8 +189,8 @@ def hmma_bf16_kernel(out, x):
     for _ in range(ITERATIONS):
         for t in range(8):
             acc[4 * t], acc[4 * t + 1], acc[4 * t + 2], acc[4 * t + 3] = hmma_bf16(
-                h, h, h, h, h, h,
-                acc[4 * t], acc[4 * t + 1], acc[4 * t + 2], acc[4 * t + 3])
+                h, h, h, h, h, h, acc[4 * t], acc[4 * t + 1], acc[4 * t + 2], acc[4 * t + 3]
+            )
     write_total(out, acc, 32)
 
 
@@ -215,8 +247,29 @@ def m16n8k16_layout_kernel(a, b_t, d):
     fb = cuda.local.array(4, types.float64)
     load_a(a, g, t, fa)
     load_b(b_t, g, t, fb)
-    store_d(d, g, t, mma_m16n8k16(fa[0], fa[1], fa[2], fa[3], fa[4], fa[5], fa[6], fa[7],
-                                  fb[0], fb[1], fb[2], fb[3], 0.0, 0.0, 0.0, 0.0))
+    store_d(
+        d,
+        g,
+        t,
+        mma_m16n8k16(
+            fa[0],
+            fa[1],
+            fa[2],
+            fa[3],
+            fa[4],
+            fa[5],
+            fa[6],
+            fa[7],
+            fb[0],
+            fb[1],
+            fb[2],
+            fb[3],
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+        ),
+    )
 
 
 def check_m16n8k16_layout() -> float:
@@ -244,8 +297,23 @@ def m16n8k16_bf16_layout_kernel(a_words, b_words, d):
     fb = cuda.local.array(2, types.uint32)
     load_a(a_words, g, t, fa)
     load_b(b_words, g, t, fb)
-    store_d(d, g, t, hmma_bf16(fa[0], fa[1], fa[2], fa[3], fb[0], fb[1],
-                               np.float32(0), np.float32(0), np.float32(0), np.float32(0)))
+    store_d(
+        d,
+        g,
+        t,
+        hmma_bf16(
+            fa[0],
+            fa[1],
+            fa[2],
+            fa[3],
+            fb[0],
+            fb[1],
+            np.float32(0),
+            np.float32(0),
+            np.float32(0),
+            np.float32(0),
+        ),
+    )
 
 
 def bf16_pairs(matrix: np.ndarray) -> np.ndarray:
@@ -261,8 +329,9 @@ def check_m16n8k16_bf16_layout() -> float:
     a = rng.integers(-4, 5, (16, 16)).astype(np.float32)
     b = rng.integers(-4, 5, (16, 8)).astype(np.float32)
     d = cuda.to_device(np.full(16 * 8, np.nan, np.float32))
-    m16n8k16_bf16_layout_kernel[1, 32](cuda.to_device(bf16_pairs(a).ravel()),
-                                       cuda.to_device(bf16_pairs(b.T).ravel()), d)
+    m16n8k16_bf16_layout_kernel[1, 32](
+        cuda.to_device(bf16_pairs(a).ravel()), cuda.to_device(bf16_pairs(b.T).ravel()), d
+    )
     error = float(np.abs(d.copy_to_host().reshape(16, 8) - a.astype(np.float64) @ b).max())
     if error != 0:
         raise AssertionError(f"m16n8k16 bf16 fragment layout: error {error}")
@@ -272,18 +341,48 @@ def check_m16n8k16_bf16_layout() -> float:
 # name -> (kernel, dtype of the sums, inputs, operations per warp (multiply-adds, or
 # conversions for f2f), exact sum per thread)
 CASES = {
-    "ffma": (ffma_kernel, np.float32, np.array((1.0, 1.0), np.float32), ITERATIONS * 32 * 32,
-             sum(range(32)) + 32 * ITERATIONS),
-    "dfma": (dfma_kernel, np.float64, np.array((1.0, 1.0)), ITERATIONS * 16 * 32,
-             sum(range(16)) + 16 * ITERATIONS),
-    "dmma m8n8k4": (dmma_m8n8k4_kernel, np.float64, np.array((0.5,)), ITERATIONS * 8 * 256,
-                    16 * ITERATIONS),
-    "dmma m16n8k16": (dmma_m16n8k16_kernel, np.float64, np.array((0.5,)),
-                      ITERATIONS // 4 * 4 * 2048, 16 * ITERATIONS),
-    "hmma bf16 m16n8k16": (hmma_bf16_kernel, np.float32, np.array((BF16_HALVES,), np.uint32),
-                           ITERATIONS * 8 * 2048, 32 * 4 * ITERATIONS),
-    "f2f": (f2f_kernel, np.float64, np.array((1.0,)), ITERATIONS * 16 * 32,
-            ITERATIONS * sum(range(16)) + 16 * ITERATIONS * (ITERATIONS + 1) // 2),
+    "ffma": (
+        ffma_kernel,
+        np.float32,
+        np.array((1.0, 1.0), np.float32),
+        ITERATIONS * 32 * 32,
+        sum(range(32)) + 32 * ITERATIONS,
+    ),
+    "dfma": (
+        dfma_kernel,
+        np.float64,
+        np.array((1.0, 1.0)),
+        ITERATIONS * 16 * 32,
+        sum(range(16)) + 16 * ITERATIONS,
+    ),
+    "dmma m8n8k4": (
+        dmma_m8n8k4_kernel,
+        np.float64,
+        np.array((0.5,)),
+        ITERATIONS * 8 * 256,
+        16 * ITERATIONS,
+    ),
+    "dmma m16n8k16": (
+        dmma_m16n8k16_kernel,
+        np.float64,
+        np.array((0.5,)),
+        ITERATIONS // 4 * 4 * 2048,
+        16 * ITERATIONS,
+    ),
+    "hmma bf16 m16n8k16": (
+        hmma_bf16_kernel,
+        np.float32,
+        np.array((BF16_HALVES,), np.uint32),
+        ITERATIONS * 8 * 2048,
+        32 * 4 * ITERATIONS,
+    ),
+    "f2f": (
+        f2f_kernel,
+        np.float64,
+        np.array((1.0,)),
+        ITERATIONS * 16 * 32,
+        ITERATIONS * sum(range(16)) + 16 * ITERATIONS * (ITERATIONS + 1) // 2,
+    ),
 }
 
 
@@ -340,11 +439,19 @@ def main() -> None:
     print(f"m16n8k16 bf16 fragment layout: largest error {bf16_layout_error:.1e} against NumPy")
     rows = measure()
     device = device_name()
-    path = write_results(args.results, device, "fma_throughput", {
-        "versions": {"numba-cuda": numba_cuda.__version__, "numpy": np.__version__},
-        "iterations": ITERATIONS, "ctas_per_sm": CTAS_PER_SM,
-        "m16n8k16_layout_error": layout_error, "m16n8k16_bf16_layout_error": bf16_layout_error,
-        "results": rows})
+    path = write_results(
+        args.results,
+        device,
+        "fma_throughput",
+        {
+            "versions": {"numba-cuda": numba_cuda.__version__, "numpy": np.__version__},
+            "iterations": ITERATIONS,
+            "ctas_per_sm": CTAS_PER_SM,
+            "m16n8k16_layout_error": layout_error,
+            "m16n8k16_bf16_layout_error": bf16_layout_error,
+            "results": rows,
+        },
+    )
     print(f"results: {path}")
 
 

@@ -10,11 +10,10 @@
 # SKIP_TESTS=1 skips the test suite (to re-run only the measurements), ONLY_TESTS=1 stops
 # after it and the demo; BENCHMARKS picks benchmark files (default: all of benchmarks/).
 # The tests run in TEST_SHARDS pytest processes at once (default: the CPU count less 2, at
-# most 14), since compiling the kernels takes most of their time: 7-8.5 minutes on a 16-core
-# H100 machine instead of ~40 in one process. TEST_PART=k/n runs the k-th of n parts of the
-# suite (every n-th test from the k-th), so that each part fits a time limit per command (two
-# parts for 10 minutes: 7.0 and 6.1 minutes on an H100 machine; each compiles what its tests
-# need, so a part takes more than 1/n).
+# most 14), since compiling the kernels takes most of their time: several times faster than
+# one process on a 16-core machine. TEST_PART=k/n runs the k-th of n parts of the suite (every
+# n-th test from the k-th), so that each part fits a time limit per command (each part
+# compiles what its tests need, so it takes more than 1/n of the whole).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}

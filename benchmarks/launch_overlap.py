@@ -5,13 +5,13 @@
 On a GPU of compute capability 9.0 or later the tiled and fused kernels wait for the launch
 ahead of them (``griddepcontrol.wait``) and are launched with programmatic stream
 serialization, so that a launch starts as the last CTAs of the one ahead exit
-(``numba_gemm.launch.OVERLAP_LAUNCHES``, README *Back-to-back launches*). For each size and
+(``numba_gemm.launch.OVERLAP_LAUNCHES``, ``docs/design/launch-and-timing.md``). For each size and
 each of ``numba_gemm.triple`` fused and unfused and ``numba_gemm.matmul``'s tiled kernel, on
 N x N float32 operands, this prepares one call with ``OVERLAP_LAUNCHES`` off and one with it
 on (each on its own arrays, so each keeps its own prepared launches), checks both against
 float64 with a poisoned output, and times them through the public calls in interleaved rounds
 (``numba_gemm.timing.interleaved_medians``: round r of every variant before round r + 1 of any).
-Writes ``<DIR>/<date>-<device>-launch_overlap.json`` and prints a table last.
+Writes ``<DIR>/launch_overlap/<device>.json`` and prints a table last.
 """
 
 from __future__ import annotations
@@ -56,34 +56,44 @@ def measure(n: int, rng) -> list[dict]:
     for overlap in (False, True):
         launch.OVERLAP_LAUNCHES = overlap
         for method in METHODS:
-            arrays = (*(cuda.to_device(x) for x in host),
-                      cuda.to_device(np.full((n, n), np.nan, np.float32)))  # poison
+            arrays = (
+                *(cuda.to_device(x) for x in host),
+                cuda.to_device(np.full((n, n), np.nan, np.float32)),
+            )  # poison
             fn = _call(method, arrays)
             fn()  # prepares under this setting
             error = relative_error(arrays[3], references[method])
             if not error <= 2 * tolerance(np.float32, n):
-                raise AssertionError(f"{method} at N = {n}, overlap {overlap}: relative error "
-                                     f"{error:.3e}")
+                raise AssertionError(
+                    f"{method} at N = {n}, overlap {overlap}: relative error {error:.3e}"
+                )
             fns[method, overlap], errors[method, overlap] = fn, error
     launch.OVERLAP_LAUNCHES = True
     programmatic = launch.programmatic_launch()
-    medians, rounds, calls = interleaved_medians(fns, rounds=ROUNDS, round_s=ROUND_S,
-                                                 warmup=WARMUP)
+    medians, rounds, calls = interleaved_medians(fns, rounds=ROUNDS, round_s=ROUND_S, warmup=WARMUP)
     rows = []
     for method in METHODS:
         plain, overlapped = (method, False), (method, True)
         ratios = [p / o for p, o in zip(rounds[plain], rounds[overlapped])]
-        row = {"size": n, "method": method, "programmatic": programmatic,
-               "plain_s": medians[plain], "overlapped_s": medians[overlapped],
-               "speedup": medians[plain] / medians[overlapped],
-               "round_speedups": [min(ratios), max(ratios)],
-               "calls_per_round": [calls[plain], calls[overlapped]],
-               "plain_host_s": host_seconds(fns[plain]),
-               "overlapped_host_s": host_seconds(fns[overlapped]),
-               "relative_errors": [errors[plain], errors[overlapped]]}
+        row = {
+            "size": n,
+            "method": method,
+            "programmatic": programmatic,
+            "plain_s": medians[plain],
+            "overlapped_s": medians[overlapped],
+            "speedup": medians[plain] / medians[overlapped],
+            "round_speedups": [min(ratios), max(ratios)],
+            "calls_per_round": [calls[plain], calls[overlapped]],
+            "plain_host_s": host_seconds(fns[plain]),
+            "overlapped_host_s": host_seconds(fns[overlapped]),
+            "relative_errors": [errors[plain], errors[overlapped]],
+        }
         rows.append(row)
-        print(f"N = {n:5d}  {method:8s} plain {row['plain_s'] * 1e6:9.2f} us  overlapped "
-              f"{row['overlapped_s'] * 1e6:9.2f} us  {row['speedup']:.3f}x", flush=True)
+        print(
+            f"N = {n:5d}  {method:8s} plain {row['plain_s'] * 1e6:9.2f} us  overlapped "
+            f"{row['overlapped_s'] * 1e6:9.2f} us  {row['speedup']:.3f}x",
+            flush=True,
+        )
     return rows
 
 
@@ -99,24 +109,36 @@ def main() -> int:
     rng = np.random.default_rng(args.seed)
     rows = [row for n in args.sizes for row in measure(n, rng)]
     device = device_name()
-    path = write_results(args.results, device, "launch_overlap", {
-        "versions": stack_versions(),
-        "timing": f"median over {ROUNDS} rounds (about {ROUND_S * 1e3:.0f} ms each, calls per "
-                  "round calibrated on the fastest of three batches) of back-to-back public "
-                  "calls, per call, plain and overlapped rounds interleaved; CUDA events after a "
-                  "context-wide synchronize (numba_gemm.timing); float32. host_s: the host's "
-                  "time per call alone (numba_gemm.timing.host_seconds)",
-        "rows": rows})
+    path = write_results(
+        args.results,
+        device,
+        "launch_overlap",
+        {
+            "versions": stack_versions(),
+            "timing": f"median over {ROUNDS} rounds (about {ROUND_S * 1e3:.0f} ms each, calls per "
+            "round calibrated on the fastest of three batches) of back-to-back public "
+            "calls, per call, plain and overlapped rounds interleaved; CUDA events after a "
+            "context-wide synchronize (numba_gemm.timing); float32. host_s: the host's "
+            "time per call alone (numba_gemm.timing.host_seconds)",
+            "rows": rows,
+        },
+    )
 
-    print(f"\nBack-to-back calls on {device}: plain launches against programmatic dependent "
-          f"launch ({'on' if rows and rows[0]['programmatic'] else 'not available'} here)")
-    print(f"{'N':>5} {'method':8} {'plain us':>9} {'overl. us':>9} {'speed-up':>9} "
-          f"{'rounds':>13} {'host us':>13}")
+    print(
+        f"\nBack-to-back calls on {device}: plain launches against programmatic dependent "
+        f"launch ({'on' if rows and rows[0]['programmatic'] else 'not available'} here)"
+    )
+    print(
+        f"{'N':>5} {'method':8} {'plain us':>9} {'overl. us':>9} {'speed-up':>9} "
+        f"{'rounds':>13} {'host us':>13}"
+    )
     for r in rows:
-        print(f"{r['size']:5d} {r['method']:8} {r['plain_s'] * 1e6:9.2f} "
-              f"{r['overlapped_s'] * 1e6:9.2f} {r['speedup']:8.3f}x "
-              f"{r['round_speedups'][0]:6.3f}-{r['round_speedups'][1]:.3f} "
-              f"{r['plain_host_s'] * 1e6:6.1f}/{r['overlapped_host_s'] * 1e6:.1f}")
+        print(
+            f"{r['size']:5d} {r['method']:8} {r['plain_s'] * 1e6:9.2f} "
+            f"{r['overlapped_s'] * 1e6:9.2f} {r['speedup']:8.3f}x "
+            f"{r['round_speedups'][0]:6.3f}-{r['round_speedups'][1]:.3f} "
+            f"{r['plain_host_s'] * 1e6:6.1f}/{r['overlapped_host_s'] * 1e6:.1f}"
+        )
     print(f"results: {path}")
     return 0
 

@@ -36,8 +36,9 @@ def init(key):
     params = []
     for fan_in, fan_out in zip(LAYERS[:-1], LAYERS[1:]):
         key, sub = jax.random.split(key)
-        params.append((jax.random.normal(sub, (fan_in, fan_out)) / np.sqrt(fan_in),
-                       jnp.zeros(fan_out)))
+        params.append(
+            (jax.random.normal(sub, (fan_in, fan_out)) / np.sqrt(fan_in), jnp.zeros(fan_out))
+        )
     return params
 
 
@@ -97,13 +98,26 @@ def main() -> None:
     print(f"{'step':>6} {'jax_bridge':>12} {'lax (highest)':>14} {'relative diff':>14}")
     for i in sorted({0, *range(49, args.steps, 50), args.steps - 1}):
         print(f"{i + 1:6d} {ours[i]:12.6f} {theirs[i]:14.6f} {relative[i]:14.2e}")
-    print(f"largest relative difference over all steps: {max(relative):.2e} "
-          f"(tolerance {LOSS_TOLERANCE:.0e})")
-    path = write_results(args.results, device, "mlp_training", {
-        "versions": {"jax": jax.__version__}, "layers": LAYERS, "batch": BATCH,
-        "learning_rate": LEARNING_RATE, "steps": args.steps,
-        "loss_jax_bridge": ours, "loss_lax_highest": theirs,
-        "max_relative_difference": max(relative), "tolerance": LOSS_TOLERANCE})
+    print(
+        f"largest relative difference over all steps: {max(relative):.2e} "
+        f"(tolerance {LOSS_TOLERANCE:.0e})"
+    )
+    path = write_results(
+        args.results,
+        device,
+        "mlp_training",
+        {
+            "versions": {"jax": jax.__version__},
+            "layers": LAYERS,
+            "batch": BATCH,
+            "learning_rate": LEARNING_RATE,
+            "steps": args.steps,
+            "loss_jax_bridge": ours,
+            "loss_lax_highest": theirs,
+            "max_relative_difference": max(relative),
+            "tolerance": LOSS_TOLERANCE,
+        },
+    )
     print(f"results: {path}")
 
 

@@ -28,9 +28,18 @@ from numba_gemm.reference import make_operands, poisoned
 from numba_gemm.timing import device_clock
 
 MIN_ROUND_S, MIN_ROUNDS = 0.05, 9
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.benchmark(timer=device_clock, disable_gc=True, warmup=True, warmup_iterations=20,
-                                    min_time=MIN_ROUND_S, min_rounds=MIN_ROUNDS, max_time=1.0)]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.benchmark(
+        timer=device_clock,
+        disable_gc=True,
+        warmup=True,
+        warmup_iterations=20,
+        min_time=MIN_ROUND_S,
+        min_rounds=MIN_ROUNDS,
+        max_time=1.0,
+    ),
+]
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
@@ -53,6 +62,7 @@ def chained(product, calls: int):
         for _ in range(calls):
             x = product(x, w)
         return x
+
     return jax.jit(chain)
 
 
@@ -66,19 +76,29 @@ PRODUCTS = {
 def baseline_for(size: int, algorithm: str):
     if algorithm == "jnp.matmul":
         return {}
-    return {"baseline": "jnp.matmul" if size == TINY else "numba direct",
-            "baseline_variant": "per call"}
+    return {
+        "baseline": "jnp.matmul" if size == TINY else "numba direct",
+        "baseline_variant": "per call",
+    }
 
 
 @pytest.mark.parametrize("size", SIZES)
 def test_numba_direct(benchmark, record, size):
-    a, b = make_operands(size, size, size, np.float32, "row", np.random.default_rng(size),
-                         to_device=True)
+    a, b = make_operands(
+        size, size, size, np.float32, "row", np.random.default_rng(size), to_device=True
+    )
     out = poisoned((size, size), np.float32, to_device=True)
     launch = plan(describe(a, "a"), describe(b, "b"), describe(out, "out"))
     benchmark(launch_kernel, launch)
-    record(benchmark, kind="numba", algorithm="numba direct", layout="row", size=size,
-           dtype="float32", variant="per call")
+    record(
+        benchmark,
+        kind="numba",
+        algorithm="numba direct",
+        layout="row",
+        size=size,
+        dtype="float32",
+        variant="per call",
+    )
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -87,8 +107,16 @@ def test_per_call(benchmark, record, algorithm, size):
     a, b = inputs(size)
     fn = jax.jit(PRODUCTS[algorithm])
     benchmark(fn, a, b)
-    record(benchmark, kind="peer" if algorithm == "jnp.matmul" else "numba", algorithm=algorithm,
-           layout="row", size=size, dtype="float32", variant="per call", **baseline_for(size, algorithm))
+    record(
+        benchmark,
+        kind="peer" if algorithm == "jnp.matmul" else "numba",
+        algorithm=algorithm,
+        layout="row",
+        size=size,
+        dtype="float32",
+        variant="per call",
+        **baseline_for(size, algorithm),
+    )
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -100,5 +128,14 @@ def test_chain(benchmark, record, algorithm, size):
     fields = baseline_for(size, algorithm)
     if size == TINY and fields:
         fields["baseline_variant"] = "chain"
-    record(benchmark, calls=CHAIN[size], kind="numba", algorithm=algorithm, layout="row", size=size,
-           dtype="float32", variant="chain", **fields)
+    record(
+        benchmark,
+        calls=CHAIN[size],
+        kind="numba",
+        algorithm=algorithm,
+        layout="row",
+        size=size,
+        dtype="float32",
+        variant="chain",
+        **fields,
+    )

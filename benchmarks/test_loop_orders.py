@@ -3,8 +3,9 @@
 Each case: fresh random device operands in one layout and an output in C's
 layout, allocated once; pytest-benchmark warms up, calibrates how many
 back-to-back calls fill a round of at least MIN_ROUND_S (so launch latency is
-amortised), and times at least MIN_ROUNDS rounds on the CUDA event clock. The model columns are seed 001's traffic for
-that order (numba_gemm.model.traffic) over the measured copy bandwidth.
+amortised), and times at least MIN_ROUNDS rounds on the CUDA event clock. The model
+columns are seed 001's traffic for that order (numba_gemm.model.traffic) over the
+measured copy bandwidth.
 """
 
 import numpy as np
@@ -16,9 +17,18 @@ from numba_gemm.reference import make_operands, poisoned
 from numba_gemm.timing import device_clock
 
 MIN_ROUND_S, MIN_ROUNDS = 0.05, 7
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.benchmark(timer=device_clock, disable_gc=True, warmup=True, warmup_iterations=10,
-                                    min_time=MIN_ROUND_S, min_rounds=MIN_ROUNDS, max_time=1.0)]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.benchmark(
+        timer=device_clock,
+        disable_gc=True,
+        warmup=True,
+        warmup_iterations=10,
+        min_time=MIN_ROUND_S,
+        min_rounds=MIN_ROUNDS,
+        max_time=1.0,
+    ),
+]
 
 SIZES = [1024, 2047, 2048]  # 2047: leading dimensions that are not powers of two
 LAYOUTS = ["row", "col", "a_col", "b_col"]
@@ -41,10 +51,21 @@ def test_peer_jnp_matmul(benchmark, record, size):
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("algorithm", ORDERS)
 def test_loop_order(benchmark, record, copy_bandwidth, algorithm, layout, size):
-    a, b = make_operands(size, size, size, np.float32, layout, np.random.default_rng(size), to_device=True)
+    a, b = make_operands(
+        size, size, size, np.float32, layout, np.random.default_rng(size), to_device=True
+    )
     out = poisoned((size, size), np.float32, to_device=True, layout=layout)
     benchmark(numba_gemm.matmul, a, b, out, algorithm=algorithm)
-    model_s = {cache: traffic(algorithm, size, size, size, cache).total * 4 / copy_bandwidth
-               for cache in CACHES}
-    record(benchmark, kind="numba", algorithm=algorithm, layout=layout, size=size, dtype="float32",
-           model_s=model_s)
+    model_s = {
+        cache: traffic(algorithm, size, size, size, cache).total * 4 / copy_bandwidth
+        for cache in CACHES
+    }
+    record(
+        benchmark,
+        kind="numba",
+        algorithm=algorithm,
+        layout=layout,
+        size=size,
+        dtype="float32",
+        model_s=model_s,
+    )

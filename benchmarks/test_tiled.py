@@ -18,17 +18,26 @@ import numpy as np
 import pytest
 
 import numba_gemm
-from numba_gemm.tuned_configs import config_for, config_for_shape
 from numba_gemm.descriptor import describe
 from numba_gemm.kernels.tiled import kernel_resources
 from numba_gemm.model import problem_dram_bytes
 from numba_gemm.reference import make_operands, poisoned
 from numba_gemm.timing import device_clock
+from numba_gemm.tuned_configs import config_for, config_for_shape
 
 MIN_ROUND_S, MIN_ROUNDS = 0.05, 7
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.benchmark(timer=device_clock, disable_gc=True, warmup=True, warmup_iterations=10,
-                                    min_time=MIN_ROUND_S, min_rounds=MIN_ROUNDS, max_time=1.0)]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.benchmark(
+        timer=device_clock,
+        disable_gc=True,
+        warmup=True,
+        warmup_iterations=10,
+        min_time=MIN_ROUND_S,
+        min_rounds=MIN_ROUNDS,
+        max_time=1.0,
+    ),
+]
 
 SQUARE = [1024, 2048, 4096, 8192]
 TRANSPOSED = [4096, 8192]
@@ -52,8 +61,17 @@ def test_peer_jnp_matmul(benchmark, record, shape):
     b = jax.device_put(rng.standard_normal((K, N), dtype=np.float32))
     matmul = jax.jit(lambda a, b: jnp.matmul(a, b, precision="highest"))
     benchmark(matmul, a, b)
-    record(benchmark, kind="peer", algorithm="jnp.matmul", layout="row", M=M, N=N, K=K,
-           size=M if M == N == K else None, dtype="float32")
+    record(
+        benchmark,
+        kind="peer",
+        algorithm="jnp.matmul",
+        layout="row",
+        M=M,
+        N=N,
+        K=K,
+        size=M if M == N == K else None,
+        dtype="float32",
+    )
 
 
 def run_tiled(benchmark, record, shape, layout, config=None, **fields):
@@ -63,9 +81,20 @@ def run_tiled(benchmark, record, shape, layout, config=None, **fields):
     descs = describe(a, "a"), describe(b, "b"), describe(out, "out")
     config = config or config_for(*descs)
     benchmark(numba_gemm.matmul, a, b, out, algorithm="tiled", config=config)
-    record(benchmark, kind="numba", algorithm="tiled", layout=layout, M=M, N=N, K=K,
-           size=M if M == N == K else None, dtype="float32", config=config.label(),
-           **kernel_resources(config, *descs), **fields)
+    record(
+        benchmark,
+        kind="numba",
+        algorithm="tiled",
+        layout=layout,
+        M=M,
+        N=N,
+        K=K,
+        size=M if M == N == K else None,
+        dtype="float32",
+        config=config.label(),
+        **kernel_resources(config, *descs),
+        **fields,
+    )
     return config
 
 
@@ -86,10 +115,19 @@ def test_cta_order(benchmark, record, shape, group_m, device_info):
     M, N, K = shape
     config = replace(config_for_shape(M, N, K), group_m=group_m)
     concurrent = device_info["multiprocessors"] * ctas_per_sm(config)
-    model = problem_dram_bytes(M, N, K, config.block_m, config.block_n, config.block_k, 4,
-                               concurrent, group_m)
-    run_tiled(benchmark, record, shape, "row", config, variant=f"group_m={group_m}",
-              model_dram_bytes=model, concurrent_ctas=concurrent)
+    model = problem_dram_bytes(
+        M, N, K, config.block_m, config.block_n, config.block_k, 4, concurrent, group_m
+    )
+    run_tiled(
+        benchmark,
+        record,
+        shape,
+        "row",
+        config,
+        variant=f"group_m={group_m}",
+        model_dram_bytes=model,
+        concurrent_ctas=concurrent,
+    )
 
 
 def ctas_per_sm(config) -> int:
@@ -98,12 +136,19 @@ def ctas_per_sm(config) -> int:
 
     device = cuda.get_current_device()
     registers = max(64, kernel_registers(config)) * config.threads
-    return max(1, min(device.MAX_REGISTERS_PER_MULTIPROCESSOR // registers,
-                      device.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR // config.shared_bytes(np.float32),
-                      device.MAX_THREADS_PER_MULTIPROCESSOR // config.threads))
+    return max(
+        1,
+        min(
+            device.MAX_REGISTERS_PER_MULTIPROCESSOR // registers,
+            device.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR // config.shared_bytes(np.float32),
+            device.MAX_THREADS_PER_MULTIPROCESSOR // config.threads,
+        ),
+    )
 
 
 def kernel_registers(config) -> int:
     a, b = make_operands(8, 8, 8, np.float32, "row", np.random.default_rng(0), to_device=True)
     out = poisoned((8, 8), np.float32, to_device=True)
-    return kernel_resources(config, describe(a, "a"), describe(b, "b"), describe(out, "out"))["registers"]
+    return kernel_resources(config, describe(a, "a"), describe(b, "b"), describe(out, "out"))[
+        "registers"
+    ]

@@ -23,5 +23,18 @@ from .mapping import StridedGemm, strided_gemm
 from .primitive import LOWERINGS, dot_general, gemm_p, make_dot_general, matmul
 from .triple_product import triple, triple_p
 
-__all__ = ["__version__", "matmul", "dot_general", "make_dot_general", "triple", "gemm_p", "triple_p", "strided_gemm", "StridedGemm",
-           "LOWERINGS", "lowering", "mapping", "primitive"]
+__all__ = [
+    "__version__",
+    "matmul",
+    "dot_general",
+    "make_dot_general",
+    "triple",
+    "gemm_p",
+    "triple_p",
+    "strided_gemm",
+    "StridedGemm",
+    "LOWERINGS",
+    "lowering",
+    "mapping",
+    "primitive",
+]

@@ -45,8 +45,9 @@ KERNEL_CALL_TARGET = "triton_kernel_call_ffi"
 BUFFER_ALIGNMENT = 16
 
 
-def _descs(gemm: StridedGemm, dtype, on_device: bool, arrays=(None, None, None),
-           addresses=(0, 0, 0)):
+def _descs(
+    gemm: StridedGemm, dtype, on_device: bool, arrays=(None, None, None), addresses=(0, 0, 0)
+):
     """MatrixDesc values for A, B and C of ``gemm``: 1-D ``arrays`` (or none, for a launch
     that XLA fills in) at ``addresses`` (0 = XLA's aligned buffers)."""
     from numba_gemm.descriptor import MatrixDesc
@@ -55,19 +56,33 @@ def _descs(gemm: StridedGemm, dtype, on_device: bool, arrays=(None, None, None),
     shapes = ((gemm.m, gemm.k), (gemm.k, gemm.n), (gemm.m, gemm.n))
     strides = (gemm.lhs, gemm.rhs, gemm.out)
     return tuple(
-        MatrixDesc(name, shape, (stride[1], stride[2]), dtype, array, on_device, address, array,
-                   batch=gemm.batch, batch_stride=stride[0])
-        for name, shape, stride, array, address in zip(("lhs", "rhs", "out"), shapes, strides,
-                                                       arrays, addresses))
+        MatrixDesc(
+            name,
+            shape,
+            (stride[1], stride[2]),
+            dtype,
+            array,
+            on_device,
+            address,
+            array,
+            batch=gemm.batch,
+            batch_stride=stride[0],
+        )
+        for name, shape, stride, array, address in zip(
+            ("lhs", "rhs", "out"), shapes, strides, arrays, addresses
+        )
+    )
 
 
 def _zeros(out_aval):
     """An empty output, or an empty contraction (k = 0): zeros, no launch."""
-    return mlir.lower_fun(lambda *_: jnp.zeros(out_aval.shape, out_aval.dtype),
-                          multiple_results=False)
+    return mlir.lower_fun(
+        lambda *_: jnp.zeros(out_aval.shape, out_aval.dtype), multiple_results=False
+    )
 
 
 # -- native: XLA's kernel call -----------------------------------------------------------
+
 
 def _max_ptx_version() -> tuple[int, int] | None:
     """The newest PTX ISA the driver JIT-compiles (CUDA 13.x: 9.x), or None if unknown."""
@@ -83,23 +98,27 @@ def ptx_for(kernel, arg_kinds: tuple) -> tuple[str, str]:
 
     The PTX is the code Numba's own launches run: where Numba links with LTO (its
     default wherever nvJitLink is installed, as on the GPU image), the PTX nvJitLink
-    links, so that XLA's ptxas compiles what Numba's launches run (on an H100 the GPU
-    image's ptxas gives it Numba's registers and k loops, XLA's within a register); else
-    NVVM's PTX. NVVM's PTX before the link had compiled the fused triple-product kernel to
-    another schedule, 1.5-5% slower at N = 2048 and 4096 (README, *The JAX bridge*).
+    links, so that XLA's ptxas compiles what Numba's launches run (the same registers and k
+    loops); else NVVM's PTX, which can compile to another, slower schedule
+    (``docs/design/jax-bridge.md``).
     """
     from numba import cuda
+
     from numba_gemm.launch import kernel_signature
 
     compiled = kernel.compile(kernel_signature(kernel, arg_kinds))
     cc = cuda.get_current_device().compute_capability
-    ptx = compiled.inspect_lto_ptx(cc) if kernel.targetoptions.get("lto") else (
-        compiled.inspect_asm(cc))
+    ptx = (
+        compiled.inspect_lto_ptx(cc)
+        if kernel.targetoptions.get("lto")
+        else (compiled.inspect_asm(cc))
+    )
     return xla_ptx(ptx, _max_ptx_version(), kernel.targetoptions.get("max_registers"))
 
 
-def xla_ptx(ptx: str, newest_version: tuple[int, int] | None,
-            max_registers: int | None) -> tuple[str, str]:
+def xla_ptx(
+    ptx: str, newest_version: tuple[int, int] | None, max_registers: int | None
+) -> tuple[str, str]:
     """(PTX, entry name): Numba's PTX of one kernel, made fit for XLA's ptxas.
 
     - nvJitLink ends its PTX with NUL bytes, which ptxas reads as text: stripped.
@@ -118,7 +137,7 @@ def xla_ptx(ptx: str, newest_version: tuple[int, int] | None,
     if entry is None:
         raise RuntimeError("no .entry in the PTX Numba produced")
     body = ptx.index("{", entry.end())
-    if max_registers and ".maxnreg" not in ptx[entry.end():body]:  # none in the header yet
+    if max_registers and ".maxnreg" not in ptx[entry.end() : body]:  # none in the header yet
         ptx = f"{ptx[:body]}.maxnreg {int(max_registers)}\n{ptx[body:]}"
     return ptx, entry.group(1)
 
@@ -130,12 +149,16 @@ def _triton_kernel(kernel, arg_kinds: tuple, threads: int, shared: int):
     from numba import cuda
 
     if threads % 32:
-        raise ValueError(f"XLA's kernel call launches whole warps; this launch has {threads} "
-                         "threads per block (use lowering='callback' or another config)")
+        raise ValueError(
+            f"XLA's kernel call launches whole warps; this launch has {threads} "
+            "threads per block (use lowering='callback' or another config)"
+        )
     ptx, name = ptx_for(kernel, arg_kinds)
     major, minor = cuda.get_current_device().compute_capability
     # (name, num_warps, num_ctas, dynamic shared bytes, ptx, ttir, compute capability)
-    return gpu_triton.TritonKernel(name, threads // 32, 1, shared, ptx, "", major * 10 + minor), name
+    return gpu_triton.TritonKernel(
+        name, threads // 32, 1, shared, ptx, "", major * 10 + minor
+    ), name
 
 
 def kernel_call(launch, zeroed: tuple[str, ...] = ()) -> tuple[object, str]:
@@ -143,15 +166,20 @@ def kernel_call(launch, zeroed: tuple[str, ...] = ()) -> tuple[object, str]:
     matrices are XLA's buffers, in order. Buffers of the matrices named in ``zeroed``
     (scratch outputs the kernel needs zero) are zeroed by the kernel call before the launch."""
     from jax._src.lib import gpu_triton
+
     from numba_gemm.descriptor import MatrixDesc
     from numba_gemm.launch import numba_parameters
 
     kernel, name = _triton_kernel(launch.kernel, launch.arg_kinds(), launch.block, launch.shared)
     # Each data pointer is the next XLA buffer; every other parameter is a constant.
-    params = [gpu_triton.create_array_parameter(
-                  v.span * v.dtype.itemsize if v.name in zeroed else 0, BUFFER_ALIGNMENT)
-              if isinstance(v, MatrixDesc) else gpu_triton.create_scalar_parameter(int(v), "i64")
-              for v in numba_parameters(launch.args)]
+    params = [
+        gpu_triton.create_array_parameter(
+            v.span * v.dtype.itemsize if v.name in zeroed else 0, BUFFER_ALIGNMENT
+        )
+        if isinstance(v, MatrixDesc)
+        else gpu_triton.create_scalar_parameter(int(v), "i64")
+        for v in numba_parameters(launch.args)
+    ]
     return gpu_triton.TritonKernelCall(kernel, *launch.grid, params), name
 
 
@@ -162,7 +190,8 @@ def kernel_call_lowering(launch, zeroed: tuple[str, ...] = ()):
     opaque = zlib.compress(call.to_proto(name, b""))
     return jax.ffi.ffi_lowering(
         KERNEL_CALL_TARGET,
-        backend_config={"name": ir.StringAttr.get(name), "opaque": ir.StringAttr.get(opaque)})
+        backend_config={"name": ir.StringAttr.get(name), "opaque": ir.StringAttr.get(opaque)},
+    )
 
 
 def _native(ctx, lhs, rhs, gemm: StridedGemm, algorithm: str, config):
@@ -190,8 +219,13 @@ def _run_on_host(gemm: StridedGemm, algorithm: str, config, ctx, out, lhs, rhs) 
     from numba_gemm.api import execute
 
     arrays = [np.asarray(x).reshape(-1) for x in (lhs, rhs, out)]
-    descs = _descs(gemm, arrays[2].dtype, on_device=False, arrays=arrays,
-                   addresses=[x.ctypes.data for x in arrays])
+    descs = _descs(
+        gemm,
+        arrays[2].dtype,
+        on_device=False,
+        arrays=arrays,
+        addresses=[x.ctypes.data for x in arrays],
+    )
     with _SIMULATOR:
         execute(*descs, algorithm, config)
 
@@ -201,18 +235,22 @@ def _check_host_backend() -> None:
     from numba import cuda
 
     if not cuda.config.ENABLE_CUDASIM and not cuda.is_available():
-        raise RuntimeError("jax_bridge on the CPU runs numba-gemm's kernels on the Numba CUDA "
-                           "simulator: set NUMBA_ENABLE_CUDASIM=1 before Numba is imported "
-                           "(no CUDA GPU was found either)")
+        raise RuntimeError(
+            "jax_bridge on the CPU runs numba-gemm's kernels on the Numba CUDA "
+            "simulator: set NUMBA_ENABLE_CUDASIM=1 before Numba is imported "
+            "(no CUDA GPU was found either)"
+        )
 
 
 def _check_device_backend() -> None:
     from numba import cuda
 
     if cuda.config.ENABLE_CUDASIM:
-        raise RuntimeError("JAX runs this product on the GPU but Numba is in simulator mode "
-                           "(NUMBA_ENABLE_CUDASIM=1), which takes host buffers: unset it, or run "
-                           "JAX on the CPU (JAX_PLATFORMS=cpu)")
+        raise RuntimeError(
+            "JAX runs this product on the GPU but Numba is in simulator mode "
+            "(NUMBA_ENABLE_CUDASIM=1), which takes host buffers: unset it, or run "
+            "JAX on the CPU (JAX_PLATFORMS=cpu)"
+        )
 
 
 def callback_lowering(ctx, callback, *operands):
@@ -225,6 +263,7 @@ def callback_lowering(ctx, callback, *operands):
 
 # -- registration -------------------------------------------------------------------------
 
+
 def _lowering(platform: str):
     def lower(ctx, lhs, rhs, *, dimension_numbers, algorithm, lowering, config):
         out_aval, lhs_shape = ctx.avals_out[0], ctx.avals_in[0].shape
@@ -233,12 +272,14 @@ def _lowering(platform: str):
         gemm = strided_gemm(lhs_shape, ctx.avals_in[1].shape, dimension_numbers)
         if platform == "cpu":
             _check_host_backend()
-            return callback_lowering(ctx, functools.partial(_run_on_host, gemm, algorithm, config),
-                                     lhs, rhs)
+            return callback_lowering(
+                ctx, functools.partial(_run_on_host, gemm, algorithm, config), lhs, rhs
+            )
         _check_device_backend()
         if lowering == "callback":
-            return callback_lowering(ctx, functools.partial(_run_on_device, gemm, algorithm, config),
-                                     lhs, rhs)
+            return callback_lowering(
+                ctx, functools.partial(_run_on_device, gemm, algorithm, config), lhs, rhs
+            )
         return _native(ctx, lhs, rhs, gemm, algorithm, config)
 
     return lower

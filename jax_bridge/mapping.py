@@ -47,7 +47,7 @@ class StridedGemm:
 
 
 def _row_major_strides(shape) -> tuple[int, ...]:
-    return tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
+    return tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))
 
 
 def free_axes(ndim: int, contract, batch) -> list[int]:
@@ -58,9 +58,11 @@ def free_axes(ndim: int, contract, batch) -> list[int]:
 def output_shape(lhs_shape, rhs_shape, dimension_numbers) -> tuple[int, ...]:
     """``dot_general``'s output shape: batch axes, then lhs's free axes, then rhs's."""
     (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
-    return (tuple(lhs_shape[a] for a in lhs_batch)
-            + tuple(lhs_shape[a] for a in free_axes(len(lhs_shape), lhs_contract, lhs_batch))
-            + tuple(rhs_shape[a] for a in free_axes(len(rhs_shape), rhs_contract, rhs_batch)))
+    return (
+        tuple(lhs_shape[a] for a in lhs_batch)
+        + tuple(lhs_shape[a] for a in free_axes(len(lhs_shape), lhs_contract, lhs_batch))
+        + tuple(rhs_shape[a] for a in free_axes(len(rhs_shape), rhs_contract, rhs_batch))
+    )
 
 
 # A loop of the contraction: its extent and its stride in (lhs, rhs, out); 0 where absent.
@@ -102,21 +104,30 @@ def strided_gemm(lhs_shape, rhs_shape, dimension_numbers) -> StridedGemm:
     def loops(entries) -> list[_Loop]:
         return [(extent, strides) for extent, strides in entries if extent > 1]
 
-    batch = loops((lhs_shape[l], (lhs_strides[l], rhs_strides[r], out_strides[i]))
-                  for i, (l, r) in enumerate(zip(lhs_batch, rhs_batch)))
-    m = loops((lhs_shape[l], (lhs_strides[l], 0, out_strides[n_batch + i]))
-              for i, l in enumerate(lhs_free))
-    n = loops((rhs_shape[r], (0, rhs_strides[r], out_strides[n_batch + len(lhs_free) + i]))
-              for i, r in enumerate(rhs_free))
-    k = loops((lhs_shape[l], (lhs_strides[l], rhs_strides[r], 0))
-              for l, r in zip(lhs_contract, rhs_contract))
+    batch = loops(
+        (lhs_shape[la], (lhs_strides[la], rhs_strides[ra], out_strides[i]))
+        for i, (la, ra) in enumerate(zip(lhs_batch, rhs_batch))
+    )
+    m = loops(
+        (lhs_shape[la], (lhs_strides[la], 0, out_strides[n_batch + i]))
+        for i, la in enumerate(lhs_free)
+    )
+    n = loops(
+        (rhs_shape[ra], (0, rhs_strides[ra], out_strides[n_batch + len(lhs_free) + i]))
+        for i, ra in enumerate(rhs_free)
+    )
+    k = loops(
+        (lhs_shape[la], (lhs_strides[la], rhs_strides[ra], 0))
+        for la, ra in zip(lhs_contract, rhs_contract)
+    )
 
     k = _fold(k, _by_buffer(0))
     if len(k) > 1:
         raise NotImplementedError(
             f"the contracting axes {tuple(lhs_contract)} of lhs {tuple(lhs_shape)} and "
             f"{tuple(rhs_contract)} of rhs {tuple(rhs_shape)} do not form one strided axis in both "
-            "operands (list them in the same memory order, adjacent in each)")
+            "operands (list them in the same memory order, adjacent in each)"
+        )
     # The innermost foldable run of free axes is m (n); the outer rest joins the batch.
     m, n = _fold(m, _by_buffer(2)), _fold(n, _by_buffer(2))
     batch = _fold(batch + m[:-1] + n[:-1], _by_buffer(2))
@@ -124,11 +135,19 @@ def strided_gemm(lhs_shape, rhs_shape, dimension_numbers) -> StridedGemm:
         raise NotImplementedError(
             f"dot_general of lhs {tuple(lhs_shape)} and rhs {tuple(rhs_shape)} with dimension "
             f"numbers {dimension_numbers} needs {len(batch)} batch loops that no single stride "
-            "describes; numba-gemm's kernels take one batch axis")
+            "describes; numba-gemm's kernels take one batch axis"
+        )
 
     def single(group: list[_Loop]) -> _Loop:
         return group[-1] if group else (1, (0, 0, 0))
 
     (nb, sb), (nm, sm), (nn, sn), (nk, sk) = map(single, (batch, m[-1:], n[-1:], k))
-    return StridedGemm(batch=nb, m=nm, n=nn, k=nk, lhs=(sb[0], sm[0], sk[0]),
-                       rhs=(sb[1], sk[1], sn[1]), out=(sb[2], sm[2], sn[2]))
+    return StridedGemm(
+        batch=nb,
+        m=nm,
+        n=nn,
+        k=nk,
+        lhs=(sb[0], sm[0], sk[0]),
+        rhs=(sb[1], sk[1], sn[1]),
+        out=(sb[2], sm[2], sn[2]),
+    )

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import functools
 
-import numpy as np
 import jax
+import numpy as np
 from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching
@@ -40,21 +40,30 @@ gemm_p = Primitive("numba_gemm_dot")
 
 
 def _normalise(dimension_numbers, lhs_ndim: int, rhs_ndim: int):
-    """Dimension numbers as tuples of non-negative ints, or a ``ValueError`` saying what is wrong."""
+    """Dimension numbers as tuples of non-negative ints, or a ``ValueError`` saying what is
+    wrong."""
     try:
         (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
-        groups = [tuple(int(a) for a in axes)
-                  for axes in (lhs_contract, rhs_contract, lhs_batch, rhs_batch)]
+        groups = [
+            tuple(int(a) for a in axes)
+            for axes in (lhs_contract, rhs_contract, lhs_batch, rhs_batch)
+        ]
     except (TypeError, ValueError):
-        raise ValueError("dimension_numbers must be ((lhs_contracting, rhs_contracting), "
-                         f"(lhs_batch, rhs_batch)); got {dimension_numbers!r}") from None
-    for name, axes, ndim in zip(("lhs contracting", "rhs contracting", "lhs batch", "rhs batch"),
-                                groups, (lhs_ndim, rhs_ndim, lhs_ndim, rhs_ndim)):
+        raise ValueError(
+            "dimension_numbers must be ((lhs_contracting, rhs_contracting), "
+            f"(lhs_batch, rhs_batch)); got {dimension_numbers!r}"
+        ) from None
+    for name, axes, ndim in zip(
+        ("lhs contracting", "rhs contracting", "lhs batch", "rhs batch"),
+        groups,
+        (lhs_ndim, rhs_ndim, lhs_ndim, rhs_ndim),
+    ):
         if any(not -ndim <= a < ndim for a in axes):
             raise ValueError(f"{name} axes {axes} are out of range for a {ndim}-D operand")
     lhs_contract, rhs_contract, lhs_batch, rhs_batch = (
         tuple(a % ndim for a in axes)
-        for axes, ndim in zip(groups, (lhs_ndim, rhs_ndim, lhs_ndim, rhs_ndim)))
+        for axes, ndim in zip(groups, (lhs_ndim, rhs_ndim, lhs_ndim, rhs_ndim))
+    )
     return (lhs_contract, rhs_contract), (lhs_batch, rhs_batch)
 
 
@@ -66,17 +75,23 @@ def _check(lhs, rhs, dimension_numbers) -> None:
     if lhs.dtype != rhs.dtype:
         raise TypeError(f"lhs is {lhs.dtype} but rhs is {rhs.dtype}; cast one so both match")
     (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
-    for kind, lhs_axes, rhs_axes in (("contracting", lhs_contract, rhs_contract),
-                                     ("batch", lhs_batch, rhs_batch)):
+    for kind, lhs_axes, rhs_axes in (
+        ("contracting", lhs_contract, rhs_contract),
+        ("batch", lhs_batch, rhs_batch),
+    ):
         if len(lhs_axes) != len(rhs_axes):
-            raise ValueError(f"lhs has {len(lhs_axes)} {kind} axes {lhs_axes} but rhs has "
-                             f"{len(rhs_axes)} {rhs_axes}")
-        for l, r in zip(lhs_axes, rhs_axes):
-            if lhs.shape[l] != rhs.shape[r]:
-                raise ValueError(f"{kind} axis {l} of lhs {tuple(lhs.shape)} has extent "
-                                 f"{lhs.shape[l]} but its partner, axis {r} of rhs "
-                                 f"{tuple(rhs.shape)}, has {rhs.shape[r]}")
-    for name, x, axes in (("lhs", lhs, lhs_contract + lhs_batch), ("rhs", rhs, rhs_contract + rhs_batch)):
+            raise ValueError(
+                f"lhs has {len(lhs_axes)} {kind} axes {lhs_axes} but rhs has "
+                f"{len(rhs_axes)} {rhs_axes}"
+            )
+        for la, ra in zip(lhs_axes, rhs_axes):
+            if lhs.shape[la] != rhs.shape[ra]:
+                raise ValueError(
+                    f"{kind} axis {la} of lhs {tuple(lhs.shape)} has extent "
+                    f"{lhs.shape[la]} but its partner, axis {ra} of rhs "
+                    f"{tuple(rhs.shape)}, has {rhs.shape[ra]}"
+                )
+    for name, axes in (("lhs", lhs_contract + lhs_batch), ("rhs", rhs_contract + rhs_batch)):
         if len(set(axes)) != len(axes):
             raise ValueError(f"{name}'s contracting and batch axes {axes} repeat an axis")
     strided_gemm(lhs.shape, rhs.shape, dimension_numbers)  # NotImplementedError if not one GEMM
@@ -87,7 +102,9 @@ def _abstract_eval(lhs, rhs, *, dimension_numbers, algorithm, lowering, config):
     return jax.core.ShapedArray(output_shape(lhs.shape, rhs.shape, dimension_numbers), lhs.dtype)
 
 
-@functools.partial(jax.jit, static_argnames=("dimension_numbers", "algorithm", "lowering", "config"))
+@functools.partial(
+    jax.jit, static_argnames=("dimension_numbers", "algorithm", "lowering", "config")
+)
 def _compiled(lhs, rhs, **params):
     return gemm_p.bind(lhs, rhs, **params)
 
@@ -97,6 +114,7 @@ gemm_p.def_impl(_compiled)  # outside jit: one cached executable per signature, 
 
 
 # -- differentiation ---------------------------------------------------------------------
+
 
 def _transpose_lhs(ct, x, y, *, dimension_numbers, swap_ans=False, **params):
     """The cotangent of lhs ``x`` given the output cotangent ``ct`` (lax's rule, with the
@@ -115,10 +133,16 @@ def _transpose_lhs(ct, x, y, *, dimension_numbers, swap_ans=False, **params):
     x_contract_by_y = [x_contract[i] for i in np.argsort(y_contract)]
     identity = list(range(x_aval.ndim))
     candidates = (  # (operands, dimension numbers, x's axis at each result position)
-        ((ct, y), ((ans_y, tuple(y_kept)), (ans_batch, tuple(y_batch))),
-         list(x_batch) + x_kept + x_contract_by_y),
-        ((y, ct), ((tuple(y_kept), ans_y), (tuple(y_batch), ans_batch)),
-         list(x_batch) + x_contract_by_y + x_kept),
+        (
+            (ct, y),
+            ((ans_y, tuple(y_kept)), (ans_batch, tuple(y_batch))),
+            list(x_batch) + x_kept + x_contract_by_y,
+        ),
+        (
+            (y, ct),
+            ((tuple(y_kept), ans_y), (tuple(y_batch), ans_batch)),
+            list(x_batch) + x_contract_by_y + x_kept,
+        ),
     )
     fallback = None
     for operands, dims, axes in candidates:
@@ -131,11 +155,14 @@ def _transpose_lhs(ct, x, y, *, dimension_numbers, swap_ans=False, **params):
         fallback = fallback or (operands, dims, axes)
     if fallback is None:  # no strided product at all: let lax compute this cotangent
         operands, dims, axes = candidates[0]
-        return lax.transpose(lax.dot_general(*operands, dims, precision=lax.Precision.HIGHEST),
-                             tuple(np.argsort(axes)))
+        return lax.transpose(
+            lax.dot_general(*operands, dims, precision=lax.Precision.HIGHEST),
+            tuple(np.argsort(axes)),
+        )
     operands, dims, axes = fallback
-    return lax.transpose(gemm_p.bind(*operands, dimension_numbers=dims, **params),
-                         tuple(np.argsort(axes)))
+    return lax.transpose(
+        gemm_p.bind(*operands, dimension_numbers=dims, **params), tuple(np.argsort(axes))
+    )
 
 
 def _transpose_rhs(ct, x, y, *, dimension_numbers, **params):
@@ -148,6 +175,7 @@ ad.defbilinear(gemm_p, _transpose_lhs, _transpose_rhs)
 
 
 # -- batching ----------------------------------------------------------------------------
+
 
 def _batch(args, dims, *, dimension_numbers, **params):
     """vmap: the mapped axes join the contraction as a batch axis (both operands mapped) or
@@ -168,8 +196,11 @@ def _batch(args, dims, *, dimension_numbers, **params):
         out_dim = len(lhs_batch) + free_axes(np.ndim(lhs), lhs_contract, lhs_batch).index(lhs_dim)
     else:
         lhs_free = np.ndim(lhs) - len(lhs_contract) - len(lhs_batch)
-        out_dim = (len(rhs_batch) + lhs_free
-                   + free_axes(np.ndim(rhs), rhs_contract, rhs_batch).index(rhs_dim))
+        out_dim = (
+            len(rhs_batch)
+            + lhs_free
+            + free_axes(np.ndim(rhs), rhs_contract, rhs_batch).index(rhs_dim)
+        )
     dims = ((lhs_contract, rhs_contract), (lhs_batch, rhs_batch))
     return gemm_p.bind(lhs, rhs, dimension_numbers=dims, **params), out_dim
 
@@ -179,12 +210,15 @@ batching.primitive_batchers[gemm_p] = _batch
 
 # -- user-facing functions ---------------------------------------------------------------
 
+
 def _options(algorithm: str, lowering: str, config) -> dict:
     from numba_gemm.api import check_algorithm  # numba_gemm.matmul's own checks
 
     check_algorithm(algorithm, config)
     if lowering not in LOWERINGS:
-        raise ValueError(f"lowering must be one of {', '.join(map(repr, LOWERINGS))}; got {lowering!r}")
+        raise ValueError(
+            f"lowering must be one of {', '.join(map(repr, LOWERINGS))}; got {lowering!r}"
+        )
     return {"algorithm": algorithm, "lowering": lowering, "config": config}
 
 
@@ -194,8 +228,16 @@ def _bind(lhs, rhs, dimension_numbers, options: dict):
     return gemm_p.bind(lhs, rhs, dimension_numbers=dims, **options)
 
 
-def matmul(a, b, *, transpose_a: bool = False, transpose_b: bool = False, algorithm: str = "auto",
-           lowering: str = "native", config=None):
+def matmul(
+    a,
+    b,
+    *,
+    transpose_a: bool = False,
+    transpose_b: bool = False,
+    algorithm: str = "auto",
+    lowering: str = "native",
+    config=None,
+):
     """``op(a) @ op(b)`` with numba-gemm's kernels, inside or outside ``jax.jit``.
 
     ``a`` is (M, K), or (K, M) with ``transpose_a``; ``b`` is (K, N), or (N, K)
@@ -216,8 +258,9 @@ def matmul(a, b, *, transpose_a: bool = False, transpose_b: bool = False, algori
     return _bind(a, b, dims, options)
 
 
-def make_dot_general(*, algorithm: str = "auto", lowering: str = "native", config=None,
-                     fallback: bool = False):
+def make_dot_general(
+    *, algorithm: str = "auto", lowering: str = "native", config=None, fallback: bool = False
+):
     """A function with ``jax.lax.dot_general``'s signature that runs numba-gemm's kernels,
     e.g. for ``flax.linen.Dense(..., dot_general=make_dot_general())``.
 
@@ -229,19 +272,22 @@ def make_dot_general(*, algorithm: str = "auto", lowering: str = "native", confi
     """
     options = _options(algorithm, lowering, config)
 
-    def numba_gemm_dot_general(lhs, rhs, dimension_numbers, precision=None,
-                               preferred_element_type=None, **kwargs):
+    def numba_gemm_dot_general(
+        lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, **kwargs
+    ):
         lhs, rhs = jax.numpy.asarray(lhs), jax.numpy.asarray(rhs)
         try:
             if fallback and (lhs.dtype != rhs.dtype or np.dtype(lhs.dtype) not in SUPPORTED_DTYPES):
                 raise NotImplementedError(f"dtypes {lhs.dtype} and {rhs.dtype}")
             if kwargs.get("out_sharding") is not None:
                 raise NotImplementedError("out_sharding is not supported")
-            if (preferred_element_type is not None
-                    and np.dtype(preferred_element_type) != np.dtype(lhs.dtype)):
+            if preferred_element_type is not None and np.dtype(preferred_element_type) != np.dtype(
+                lhs.dtype
+            ):
                 raise NotImplementedError(
                     f"preferred_element_type={np.dtype(preferred_element_type)} differs from the "
-                    f"inputs' {lhs.dtype}; the kernels return the inputs' dtype")
+                    f"inputs' {lhs.dtype}; the kernels return the inputs' dtype"
+                )
             dims = _normalise(dimension_numbers, lhs.ndim, rhs.ndim)
             if fallback:
                 strided_gemm(lhs.shape, rhs.shape, dims)
@@ -249,12 +295,20 @@ def make_dot_general(*, algorithm: str = "auto", lowering: str = "native", confi
         except NotImplementedError:
             if not fallback:
                 raise
-            return lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
-                                   preferred_element_type=preferred_element_type, **kwargs)
+            return lax.dot_general(
+                lhs,
+                rhs,
+                dimension_numbers,
+                precision=precision,
+                preferred_element_type=preferred_element_type,
+                **kwargs,
+            )
 
     return numba_gemm_dot_general
 
 
 dot_general = make_dot_general()
-dot_general.__doc__ = ("``jax.lax.dot_general`` on numba-gemm's kernels (default options; "
-                       "see :func:`make_dot_general`).")
+dot_general.__doc__ = (
+    "``jax.lax.dot_general`` on numba-gemm's kernels (default options; "
+    "see :func:`make_dot_general`)."
+)

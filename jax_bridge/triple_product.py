@@ -29,8 +29,13 @@ from jax.interpreters import batching, mlir
 
 from numba_gemm.descriptor import SUPPORTED_DTYPES
 
-from .lowering import (_SIMULATOR, _check_device_backend, _check_host_backend, callback_lowering,
-                       kernel_call_lowering)
+from .lowering import (
+    _SIMULATOR,
+    _check_device_backend,
+    _check_host_backend,
+    callback_lowering,
+    kernel_call_lowering,
+)
 from .primitive import matmul
 
 __all__ = ["triple", "triple_p"]
@@ -43,12 +48,15 @@ def _check(a, b, c) -> None:
         if x.ndim != 2:
             raise ValueError(f"{name} must be 2-D (a matrix), got shape {tuple(x.shape)}")
         if np.dtype(x.dtype) not in SUPPORTED_DTYPES:
-            raise TypeError(f"{name} has dtype {x.dtype}; supported: "
-                            + ", ".join(map(str, SUPPORTED_DTYPES)))
+            raise TypeError(
+                f"{name} has dtype {x.dtype}; supported: " + ", ".join(map(str, SUPPORTED_DTYPES))
+            )
     for (x, y), (p, q) in (((a, b), ("a", "b")), ((b, c), ("b", "c"))):
         if x.shape[1] != y.shape[0]:
-            raise ValueError(f"inner dimensions differ: {p} is {x.shape[0]}x{x.shape[1]} and {q} is "
-                             f"{y.shape[0]}x{y.shape[1]}; {p}'s columns must equal {q}'s rows")
+            raise ValueError(
+                f"inner dimensions differ: {p} is {x.shape[0]}x{x.shape[1]} and {q} is "
+                f"{y.shape[0]}x{y.shape[1]}; {p}'s columns must equal {q}'s rows"
+            )
         if x.dtype != y.dtype:
             raise TypeError(f"{p} is {x.dtype} but {q} is {y.dtype}; cast one so both dtypes match")
 
@@ -69,6 +77,7 @@ triple_p.def_impl(_compiled)
 
 # -- lowerings ----------------------------------------------------------------------------
 
+
 def _row_major(name: str, shape, dtype):
     from numba_gemm.descriptor import MatrixDesc
 
@@ -78,20 +87,23 @@ def _row_major(name: str, shape, dtype):
 def _unfused(ctx, a, b, c, order: str):
     def chain(a, b, c):
         return matmul(matmul(a, b), c) if order == "left" else matmul(a, matmul(b, c))
+
     return mlir.lower_fun(chain, multiple_results=False)(ctx, a, b, c)
 
 
 def _native(ctx, a, b, c, *, algorithm, order, config):
-    from numba_gemm.triple_product import plan_triple, resolve
     from numba_gemm.kernels.triple_product import counters_desc
+    from numba_gemm.triple_product import plan_triple, resolve
 
     (M, K1), (K2, N) = ctx.avals_in[0].shape, ctx.avals_in[2].shape
     dtype = ctx.avals_in[0].dtype
     algorithm, order = resolve(M, K1, K2, N, algorithm, order, config, dtype)
     if algorithm == "unfused":
         return _unfused(ctx, a, b, c, order)
-    descs = [_row_major(name, aval.shape, dtype)
-             for name, aval in zip(("a", "b", "c", "out"), (*ctx.avals_in, ctx.avals_out[0]))]
+    descs = [
+        _row_major(name, aval.shape, dtype)
+        for name, aval in zip(("a", "b", "c", "out"), (*ctx.avals_in, ctx.avals_out[0]))
+    ]
     # The fused kernel's scratch buffers (T, stream-K's partial tiles, the counters) are extra
     # outputs of the kernel call, which zeroes the counters before the launch; XLA buffers
     # have no address yet.
@@ -105,8 +117,9 @@ def _native(ctx, a, b, c, *, algorithm, order, config):
         scratch[name] = shape, dtype
         return _row_major(name, shape, dtype)
 
-    [launch] = plan_triple(*descs, algorithm, order, config, counters=counters,
-                           scratch=intermediate)
+    [launch] = plan_triple(
+        *descs, algorithm, order, config, counters=counters, scratch=intermediate
+    )
     # The kernel takes the chain's operands in the order it multiplies them: the right order
     # is the left order of the transposed chain (C^T, B^T, A^T).
     operands = (a, b, c) if order == "left" else (c, b, a)
@@ -120,13 +133,22 @@ def _run_on_host(algorithm, order, config, ctx, out, a, b, c) -> None:
     import numba_gemm
 
     with _SIMULATOR:
-        numba_gemm.triple(np.asarray(a), np.asarray(b), np.asarray(c), np.asarray(out),
-                          algorithm=algorithm, order=order, config=config)
+        numba_gemm.triple(
+            np.asarray(a),
+            np.asarray(b),
+            np.asarray(c),
+            np.asarray(out),
+            algorithm=algorithm,
+            order=order,
+            config=config,
+        )
 
 
 def _lower_cpu(ctx, a, b, c, *, algorithm, order, config):
     _check_host_backend()
-    return callback_lowering(ctx, functools.partial(_run_on_host, algorithm, order, config), a, b, c)
+    return callback_lowering(
+        ctx, functools.partial(_run_on_host, algorithm, order, config), a, b, c
+    )
 
 
 def _lower_gpu(ctx, a, b, c, **params):
@@ -139,6 +161,7 @@ mlir.register_lowering(triple_p, _lower_gpu, platform="cuda")
 
 
 # -- batching: two batched products -----------------------------------------------------
+
 
 def _batch(args, dims, *, algorithm, order, config):
     """vmap: the chain as two products, each vmapped by ``jax_bridge.matmul``'s own batching
@@ -163,6 +186,7 @@ batching.primitive_batchers[triple_p] = _batch
 
 # -- the user-facing function -----------------------------------------------------------
 
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
 def _triple(a, b, c, algorithm, order, config):
     return triple_p.bind(a, b, c, algorithm=algorithm, order=order, config=config)
@@ -174,9 +198,11 @@ def _triple_fwd(a, b, c, algorithm, order, config):
 
 def _triple_bwd(algorithm, order, config, residuals, g):
     a, b, c = residuals
-    return (_triple(g, c.T, b.T, algorithm, "auto", config),
-            _triple(a.T, g, c.T, algorithm, "auto", config),
-            _triple(b.T, a.T, g, algorithm, "auto", config))
+    return (
+        _triple(g, c.T, b.T, algorithm, "auto", config),
+        _triple(a.T, g, c.T, algorithm, "auto", config),
+        _triple(b.T, a.T, g, algorithm, "auto", config),
+    )
 
 
 _triple.defvjp(_triple_fwd, _triple_bwd)

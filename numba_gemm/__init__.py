@@ -12,8 +12,21 @@ from importlib import import_module
 
 __version__ = "0.1.0"  # the one place the version is set (pyproject.toml reads it)
 
-__all__ = ["__version__", "ALGORITHMS", "MatrixDesc", "TileConfig", "cdiv", "choose_algorithm", "describe", "matmul",
-           "model", "ordering", "transpose_view", "triple", "tune"]
+__all__ = [
+    "__version__",
+    "ALGORITHMS",
+    "MatrixDesc",
+    "TileConfig",
+    "cdiv",
+    "choose_algorithm",
+    "describe",
+    "matmul",
+    "model",
+    "ordering",
+    "transpose_view",
+    "triple",
+    "tune",
+]
 
 _HOME = {
     "ALGORITHMS": "api",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import os
 import sys
 
@@ -24,7 +25,11 @@ def gpu_present() -> bool:
     except OSError:
         return False
     count = ctypes.c_int(0)
-    return libcuda.cuInit(0) == 0 and libcuda.cuDeviceGetCount(ctypes.byref(count)) == 0 and count.value > 0
+    return (
+        libcuda.cuInit(0) == 0
+        and libcuda.cuDeviceGetCount(ctypes.byref(count)) == 0
+        and count.value > 0
+    )
 
 
 def _use_simulator_without_gpu() -> bool:
@@ -47,8 +52,10 @@ def demo(args) -> int:
     from .timing import median_seconds
 
     if simulated:
-        print("No CUDA GPU found: running on the Numba CUDA simulator (slow, small sizes, "
-              "times are the simulator's).")
+        print(
+            "No CUDA GPU found: running on the Numba CUDA simulator (slow, small sizes, "
+            "times are the simulator's)."
+        )
         size, reps = args.size or 24, 1
     else:
         from .timing import device_name
@@ -58,7 +65,10 @@ def demo(args) -> int:
     M, N, K = size, size + 3, size - 5 if size > 8 else size  # non-square, odd: edges are exercised
     rng = np.random.default_rng(args.seed)
     layouts = ("row", "col", "a_col", "b_col")
-    header = f"{'algorithm':9} {'M x N x K':>16} {'layout':7} {'rel. error':>10} {'time':>10} {'TFLOP/s':>8}"
+    header = (
+        f"{'algorithm':9} {'M x N x K':>16} {'layout':7} {'rel. error':>10} {'time':>10} "
+        f"{'TFLOP/s':>8}"
+    )
     print(header)
     print("-" * len(header))
     failures = 0
@@ -66,17 +76,25 @@ def demo(args) -> int:
         for layout in layouts:
             a, b = make_operands(M, N, K, np.float32, layout, rng, to_device=not simulated)
             out = poisoned((M, N), np.float32, to_device=not simulated, layout=layout)
-            seconds = median_seconds(lambda: matmul(a, b, out, algorithm=algorithm),
-                                     warmup=1, reps=reps)
+            run = functools.partial(matmul, a, b, out, algorithm=algorithm)
+            seconds = median_seconds(run, warmup=1, reps=reps)
             error = relative_error(out, reference(a, b))
-            name = (f"auto:{choose_algorithm(describe(a), describe(b))}" if algorithm == "auto"
-                    else algorithm)
+            name = (
+                f"auto:{choose_algorithm(describe(a), describe(b))}"
+                if algorithm == "auto"
+                else algorithm
+            )
             ok = error <= tolerance(np.float32, K)
             failures += not ok
-            print(f"{name:9} {f'{M} x {N} x {K}':>16} {layout:7} {error:10.2e} "
-                  f"{seconds * 1e3:8.3f}ms {2 * M * N * K / seconds / 1e12:8.3g}{'' if ok else '  FAILED'}")
-    print("layouts: row = A, B, C row-major; col = all column-major (transposed views); "
-          "a_col / b_col = only A / only B column-major")
+            print(
+                f"{name:9} {f'{M} x {N} x {K}':>16} {layout:7} {error:10.2e} "
+                f"{seconds * 1e3:8.3f}ms {2 * M * N * K / seconds / 1e12:8.3g}"
+                f"{'' if ok else '  FAILED'}"
+            )
+    print(
+        "layouts: row = A, B, C row-major; col = all column-major (transposed views); "
+        "a_col / b_col = only A / only B column-major"
+    )
     failures += _demo_triple(size, rng, simulated, reps)
     failures += _demo_bridge(M, N, K, rng, simulated, reps)
     return 1 if failures else 0
@@ -88,13 +106,15 @@ def _demo_triple(size: int, rng, simulated: bool, reps: int) -> int:
     import numpy as np
 
     from . import triple
-    from .triple_product import TRIPLE_ALGORITHMS, choose_order, choose_triple_algorithm
     from .reference import make_chain, poisoned, relative_error, tolerance, triple_reference
     from .timing import median_seconds
+    from .triple_product import TRIPLE_ALGORITHMS, choose_order, choose_triple_algorithm
 
     M, K1, K2, N = size, size // 2 + 1, size + 7, size - 3 if size > 8 else size
-    print(f"\ntriple product D = A @ B @ C (seed 003), A {M} x {K1}, B {K1} x {K2}, C {K2} x {N}; "
-          f"order='auto' picks {choose_order(M, K1, K2, N)}")
+    print(
+        f"\ntriple product D = A @ B @ C (seed 003), A {M} x {K1}, B {K1} x {K2}, C {K2} x {N}; "
+        f"order='auto' picks {choose_order(M, K1, K2, N)}"
+    )
     header = f"{'algorithm':12} {'order':6} {'layout':7} {'rel. error':>10} {'time':>10}"
     print(header)
     print("-" * len(header))
@@ -105,8 +125,8 @@ def _demo_triple(size: int, rng, simulated: bool, reps: int) -> int:
                 a, b, c = make_chain(M, K1, K2, N, np.float32, layout, rng, to_device=not simulated)
                 out = poisoned((M, N), np.float32, to_device=not simulated)
                 try:
-                    seconds = median_seconds(lambda: triple(a, b, c, out, algorithm=algorithm,
-                                                            order=order), warmup=1, reps=reps)
+                    run = functools.partial(triple, a, b, c, out, algorithm=algorithm, order=order)
+                    seconds = median_seconds(run, warmup=1, reps=reps)
                 except ValueError as refusal:
                     if algorithm != "naive":
                         raise
@@ -118,10 +138,13 @@ def _demo_triple(size: int, rng, simulated: bool, reps: int) -> int:
                 ok = error <= tolerance(np.float32, K1) + tolerance(np.float32, K2)
                 failures += not ok
                 sizes = (M, K1, K2, N) if order == "left" else (N, K2, K1, M)
-                name = (f"auto:{choose_triple_algorithm(*sizes)}" if algorithm == "auto"
-                        else algorithm)
-                print(f"{name:12} {order:6} {layout:7} {error:10.2e} "
-                      f"{seconds * 1e3:8.3f}ms{'' if ok else '  FAILED'}")
+                name = (
+                    f"auto:{choose_triple_algorithm(*sizes)}" if algorithm == "auto" else algorithm
+                )
+                print(
+                    f"{name:12} {order:6} {layout:7} {error:10.2e} "
+                    f"{seconds * 1e3:8.3f}ms{'' if ok else '  FAILED'}"
+                )
     print("layouts: row = all row-major; mixed = A column-major, B strided, C row-major")
     return failures
 
@@ -137,28 +160,47 @@ def _demo_bridge(M: int, N: int, K: int, rng, simulated: bool, reps: int) -> int
     from .timing import median_seconds
 
     lowerings = ("simulator",) if simulated else jax_bridge.LOWERINGS
-    print(f"\njax_bridge.matmul inside jax.jit (JAX on {jax.default_backend()}; transposes are "
-          "flags, read through strides)")
-    header = f"{'lowering':9} {'M x N x K':>16} {'flags':7} {'rel. error':>10} {'time':>10} {'TFLOP/s':>8}"
+    print(
+        f"\njax_bridge.matmul inside jax.jit (JAX on {jax.default_backend()}; transposes are "
+        "flags, read through strides)"
+    )
+    header = (
+        f"{'lowering':9} {'M x N x K':>16} {'flags':7} {'rel. error':>10} {'time':>10} "
+        f"{'TFLOP/s':>8}"
+    )
     print(header)
     print("-" * len(header))
     failures = 0
     for lowering in lowerings:
-        for transpose_a, transpose_b in ((False, False), (True, True), (True, False), (False, True)):
+        for transpose_a, transpose_b in (
+            (False, False),
+            (True, True),
+            (True, False),
+            (False, True),
+        ):
             a = rng.standard_normal((K, M) if transpose_a else (M, K)).astype(np.float32)
             b = rng.standard_normal((N, K) if transpose_b else (K, N)).astype(np.float32)
-            fn = jax.jit(lambda x, y: jax_bridge.matmul(
-                x, y, transpose_a=transpose_a, transpose_b=transpose_b,
-                lowering="native" if lowering == "simulator" else lowering))
+            fn = jax.jit(
+                functools.partial(
+                    jax_bridge.matmul,
+                    transpose_a=transpose_a,
+                    transpose_b=transpose_b,
+                    lowering="native" if lowering == "simulator" else lowering,
+                )
+            )
             x, y = jax.device_put(a), jax.device_put(b)
-            seconds = median_seconds(lambda: fn(x, y).block_until_ready(), warmup=1, reps=reps)
+            run = functools.partial(lambda fn, x, y: fn(x, y).block_until_ready(), fn, x, y)
+            seconds = median_seconds(run, warmup=1, reps=reps)
             ref = (a.T if transpose_a else a).astype(np.float64) @ (b.T if transpose_b else b)
             error = relative_error(fn(x, y), ref)
             ok = error <= tolerance(np.float32, K)
             failures += not ok
             flags = f"{'T' if transpose_a else 'N'}{'T' if transpose_b else 'N'}"
-            print(f"{lowering:9} {f'{M} x {N} x {K}':>16} {flags:7} {error:10.2e} "
-                  f"{seconds * 1e3:8.3f}ms {2 * M * N * K / seconds / 1e12:8.3g}{'' if ok else '  FAILED'}")
+            print(
+                f"{lowering:9} {f'{M} x {N} x {K}':>16} {flags:7} {error:10.2e} "
+                f"{seconds * 1e3:8.3f}ms {2 * M * N * K / seconds / 1e12:8.3g}"
+                f"{'' if ok else '  FAILED'}"
+            )
     print("flags: N / T = a, b as stored / transposed (transpose_a, transpose_b)")
     return failures
 
@@ -171,7 +213,9 @@ def model(args) -> int:
     if args.simulate:
         for order in ORDERS:
             for cache in CACHES:
-                if traffic(order, args.M, args.N, args.K, cache) != simulate(order, args.M, args.N, args.K, cache):
+                if traffic(order, args.M, args.N, args.K, cache) != simulate(
+                    order, args.M, args.N, args.K, cache
+                ):
                     print(f"MISMATCH: {order} {cache}")
                     return 1
         print("simulate() executed every nest and agrees with every row")
@@ -199,19 +243,27 @@ def bench(args) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m numba_gemm", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m numba_gemm",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p_demo = sub.add_parser("demo", help="run and check every algorithm, print a table")
-    p_demo.add_argument("--size", type=int, default=None, help="M (default 1024 on a GPU, 24 simulated)")
+    p_demo.add_argument(
+        "--size", type=int, default=None, help="M (default 1024 on a GPU, 24 simulated)"
+    )
     p_demo.add_argument("--seed", type=int, default=0)
     p_demo.set_defaults(func=demo)
     p_model = sub.add_parser("model", help="print seed 001's traffic table")
     p_model.add_argument("--M", type=int, default=2048)
     p_model.add_argument("--N", type=int, default=2048)
     p_model.add_argument("--K", type=int, default=2048)
-    p_model.add_argument("--simulate", action="store_true",
-                         help="also execute each loop nest and check the closed forms (small sizes only)")
+    p_model.add_argument(
+        "--simulate",
+        action="store_true",
+        help="also execute each loop nest and check the closed forms (small sizes only)",
+    )
     p_model.set_defaults(func=model)
     p_tune = sub.add_parser("tune", help="autotune the tiled kernel for one shape on this GPU")
     p_tune.add_argument("--size", type=int, default=4096, help="M = N = K unless given apart")
@@ -220,16 +272,34 @@ def main(argv=None) -> int:
     p_tune.add_argument("--K", type=int, default=None)
     p_tune.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     p_tune.add_argument("--layout", default="row", help="row, col, a_col, b_col or sliced")
-    p_tune.add_argument("--cache", default=None, help="JSON cache to update (default: the user cache)")
+    p_tune.add_argument(
+        "--cache", default=None, help="JSON cache to update (default: the user cache)"
+    )
     p_tune.set_defaults(func=tune)
     p_bench = sub.add_parser("bench", help="results table and plot from benchmarks/results/*.json")
-    p_bench.add_argument("--results", default=None,
-                         help="a results JSON file or folder (default: benchmarks/results)")
+    p_bench.add_argument(
+        "--results",
+        default=None,
+        help="a results JSON file or folder (default: benchmarks/results)",
+    )
     p_bench.add_argument("--device", default=None, help="only rows measured on this device")
-    p_bench.add_argument("--algorithm", action="append", default=None,
-                         help="only this algorithm (repeatable; jnp.matmul is cuBLAS)")
-    p_bench.add_argument("--plot", default=None,
-                         help="write a PNG of TFLOP/s against size (needs matplotlib: the 'plot' extra)")
+    p_bench.add_argument(
+        "--algorithm",
+        action="append",
+        default=None,
+        help="only this algorithm (repeatable; jnp.matmul is cuBLAS)",
+    )
+    p_bench.add_argument(
+        "--plot",
+        default=None,
+        help="write a PNG of TFLOP/s against size (needs matplotlib: the 'plot' extra)",
+    )
+    p_bench.add_argument(
+        "--readme",
+        action="store_true",
+        help="print the README's Performance table (newest run of each suite); with --plot, "
+        "draw its plot",
+    )
     p_bench.set_defaults(func=bench)
     args = parser.parse_args(argv)
     return args.func(args)

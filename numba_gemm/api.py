@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -13,15 +14,26 @@ from .launch import KernelLaunch, allocate_output, device_operand, launch_kernel
 from .prepared import PreparedCalls
 from .tuned_configs import config_for
 
-__all__ = ["ALGORITHMS", "matmul", "choose_algorithm", "check_algorithm", "check_choice", "check_config",
-           "check_pair", "check_output", "describe_product",
-           "plan", "execute", "run_in_memory_space"]
+__all__ = [
+    "ALGORITHMS",
+    "matmul",
+    "choose_algorithm",
+    "check_algorithm",
+    "check_choice",
+    "check_config",
+    "check_pair",
+    "check_output",
+    "describe_product",
+    "plan",
+    "execute",
+    "run_in_memory_space",
+]
 
 ALGORITHMS = ("auto", "tiled") + tuple(LOOP_ORDERS)
 
 # "auto" runs the tiled kernel from this many multiply-adds on (64^3); below it a
 # 128 x 128 tile is mostly empty and one thread per element does as well.
-TILED_FROM_MACS = 64 ** 3
+TILED_FROM_MACS = 64**3
 
 
 def choose_algorithm(a: MatrixDesc, b: MatrixDesc) -> str:
@@ -41,7 +53,8 @@ def choose_algorithm(a: MatrixDesc, b: MatrixDesc) -> str:
 
 
 def check_pair(a: MatrixDesc, b: MatrixDesc) -> None:
-    """Errors naming both operands unless ``a @ b`` is defined: inner sizes, dtypes, memory space."""
+    """Errors naming both operands unless ``a @ b`` is defined: inner sizes, dtypes, memory
+    space."""
     x, y = a.name, b.name
     if a.shape[1] != b.shape[0]:
         raise ValueError(
@@ -53,12 +66,18 @@ def check_pair(a: MatrixDesc, b: MatrixDesc) -> None:
     if a.on_device != b.on_device:
         where = {True: "on the GPU", False: "a host (NumPy) array"}
         raise TypeError(
-            f"{x} is {where[a.on_device]} but {y} is {where[b.on_device]}; pass both on the same side"
+            f"{x} is {where[a.on_device]} but {y} is {where[b.on_device]}; pass both on the "
+            f"same side"
         )
 
 
-def check_output(out: MatrixDesc, shape: tuple[int, int], dtype: np.dtype, on_device: bool,
-                  inputs: tuple[MatrixDesc, ...]) -> None:
+def check_output(
+    out: MatrixDesc,
+    shape: tuple[int, int],
+    dtype: np.dtype,
+    on_device: bool,
+    inputs: tuple[MatrixDesc, ...],
+) -> None:
     if out.shape != shape:
         raise ValueError(f"out has shape {out.shape}; the product needs {shape}")
     if out.dtype != dtype:
@@ -69,11 +88,15 @@ def check_output(out: MatrixDesc, shape: tuple[int, int], dtype: np.dtype, on_de
     if not out.on_device and isinstance(out.source, np.ndarray) and not out.source.flags.writeable:
         raise ValueError("out is a read-only array")
     if out.has_internal_overlap():
-        raise ValueError(f"out has strides {out.strides} under which distinct elements share memory")
+        raise ValueError(
+            f"out has strides {out.strides} under which distinct elements share memory"
+        )
     for x in inputs:
         if out.overlaps(x):
-            raise ValueError(f"out overlaps {x.name} in memory (their address ranges intersect); the "
-                             f"kernels read {x.name} while writing out, so pass a separate output")
+            raise ValueError(
+                f"out overlaps {x.name} in memory (their address ranges intersect); the "
+                f"kernels read {x.name} while writing out, so pass a separate output"
+            )
 
 
 def check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -99,8 +122,13 @@ def check_algorithm(algorithm: str, config: TileConfig | None) -> None:
     check_config(config, algorithm, ("tiled", "auto"), "the tiled kernel")
 
 
-def plan(a: MatrixDesc, b: MatrixDesc, out: MatrixDesc, algorithm: str = "auto",
-         config: TileConfig | None = None) -> KernelLaunch:
+def plan(
+    a: MatrixDesc,
+    b: MatrixDesc,
+    out: MatrixDesc,
+    algorithm: str = "auto",
+    config: TileConfig | None = None,
+) -> KernelLaunch:
     """The launch that computes ``out = a @ b`` (for each of ``out.batch`` products) on
     validated operands: the algorithm (``"auto"``: :func:`choose_algorithm`), the tile
     config (by default the tuned one) and the launch geometry.
@@ -117,8 +145,15 @@ def plan(a: MatrixDesc, b: MatrixDesc, out: MatrixDesc, algorithm: str = "auto",
     return plan_tiled(config, a, b, out)
 
 
-def matmul(a: Any, b: Any, out: Any = None, *, algorithm: str = "auto",
-           config: TileConfig | None = None, stream: Any = 0) -> Any:
+def matmul(
+    a: Any,
+    b: Any,
+    out: Any = None,
+    *,
+    algorithm: str = "auto",
+    config: TileConfig | None = None,
+    stream: Any = 0,
+) -> Any:
     """C = A @ B for A (M x K) and B (K x N), float32 or float64, any positive strides.
 
     ``a``, ``b`` (and ``out``) are NumPy arrays or CUDA arrays (Numba, CuPy,
@@ -157,18 +192,27 @@ def matmul(a: Any, b: Any, out: Any = None, *, algorithm: str = "auto",
     if key is None:
         execute(a_desc, b_desc, out_desc, algorithm, config, stream)
     else:
-        _CALLS.prepare(key, operands, out, [plan(a_desc, b_desc, out_desc, algorithm, config)], (),
-                       out_desc.shape, out_desc.dtype, stream)
+        _CALLS.prepare(
+            key,
+            operands,
+            out,
+            [plan(a_desc, b_desc, out_desc, algorithm, config)],
+            (),
+            out_desc.shape,
+            out_desc.dtype,
+            stream,
+        )
     return out_desc.source
 
 
 # Repeated calls with the same Numba device arrays skip describing, checking and planning
-# (numba_gemm.prepared): H100, 512^3, 151 us of host time per call with out when each call
-# did them, for a call of ~20 us once the GPU sets the pace.
+# (numba_gemm.prepared).
 _CALLS = PreparedCalls()
 
 
-def describe_product(operands: tuple, out: Any, stream: Any = 0) -> tuple[list[MatrixDesc], MatrixDesc]:
+def describe_product(
+    operands: tuple, out: Any, stream: Any = 0
+) -> tuple[list[MatrixDesc], MatrixDesc]:
     """Describe and check the matrices of a product ``operands[0] @ operands[1] @ ...``
     (``(name, object)`` pairs) and its output: each neighbouring pair must multiply
     (:func:`check_pair`); ``out`` is checked (:func:`check_output`), or allocated in the
@@ -176,7 +220,11 @@ def describe_product(operands: tuple, out: Any, stream: Any = 0) -> tuple[list[M
     descs = [describe(x, name, stream) for name, x in operands]
     for left, right in zip(descs, descs[1:]):
         check_pair(left, right)
-    shape, dtype, on_device = (descs[0].shape[0], descs[-1].shape[1]), descs[0].dtype, descs[0].on_device
+    shape, dtype, on_device = (
+        (descs[0].shape[0], descs[-1].shape[1]),
+        descs[0].dtype,
+        descs[0].on_device,
+    )
     if out is None:
         return descs, allocate_output(shape, dtype, on_device, stream=stream)
     out_desc = describe(out, "out", stream)
@@ -184,16 +232,25 @@ def describe_product(operands: tuple, out: Any, stream: Any = 0) -> tuple[list[M
     return descs, out_desc
 
 
-def execute(a: MatrixDesc, b: MatrixDesc, out: MatrixDesc, algorithm: str = "auto",
-            config: TileConfig | None = None, stream: Any = 0) -> None:
+def execute(
+    a: MatrixDesc,
+    b: MatrixDesc,
+    out: MatrixDesc,
+    algorithm: str = "auto",
+    config: TileConfig | None = None,
+    stream: Any = 0,
+) -> None:
     """Compute ``out = a @ b`` on validated operands in one memory space (see
     :func:`run_in_memory_space`)."""
-    run_in_memory_space((a, b), out, lambda a, b, out: [plan(a, b, out, algorithm, config)],
-                        stream)
+    run_in_memory_space((a, b), out, lambda a, b, out: [plan(a, b, out, algorithm, config)], stream)
 
 
-def run_in_memory_space(inputs: tuple[MatrixDesc, ...], out: MatrixDesc,
-                        launches: Callable[..., list[KernelLaunch]], stream: Any = 0) -> None:
+def run_in_memory_space(
+    inputs: tuple[MatrixDesc, ...],
+    out: MatrixDesc,
+    launches: Callable[..., list[KernelLaunch]],
+    stream: Any = 0,
+) -> None:
     """Run ``launches(*inputs, out)`` in order: on the GPU (or the simulator) in place; host
     operands on a GPU on device copies of their spans, the result copied back into ``out``."""
     if out.on_device or simulated():

@@ -25,9 +25,19 @@ from .tuned_configs import SEARCH_SPACE, cache_path, device_key, layout_key, sto
 __all__ = ["tune"]
 
 
-def tune(M: int, N: int, K: int | None = None, dtype=np.float32, layout: str = "row", *,
-         configs=None, min_time: float = 0.02, reps: int = 7, save: bool | str | Path = True,
-         progress=print) -> list[dict]:
+def tune(
+    M: int,
+    N: int,
+    K: int | None = None,
+    dtype=np.float32,
+    layout: str = "row",
+    *,
+    configs=None,
+    min_time: float = 0.02,
+    reps: int = 7,
+    save: bool | str | Path = True,
+    progress=print,
+) -> list[dict]:
     """Time each config on the current GPU for C (M x N) = A (M x K) @ B, keep the fastest.
 
     ``layout``: one of ``numba_gemm.reference.LAYOUTS`` (operands are fresh random
@@ -46,7 +56,9 @@ def tune(M: int, N: int, K: int | None = None, dtype=np.float32, layout: str = "
     K = M if K is None else K
     dtype = np.dtype(dtype)
     if dtype not in SEARCH_SPACE:
-        raise TypeError(f"dtype must be one of {', '.join(d.name for d in SEARCH_SPACE)}; got {dtype}")
+        raise TypeError(
+            f"dtype must be one of {', '.join(d.name for d in SEARCH_SPACE)}; got {dtype}"
+        )
     candidates = SEARCH_SPACE[dtype] if configs is None else tuple(configs)
     device, arch = device_key()
     limit = shared_memory_limit()
@@ -66,27 +78,40 @@ def tune(M: int, N: int, K: int | None = None, dtype=np.float32, layout: str = "
             progress(f"  [{i}/{len(candidates)}] {config.label():28} skipped: {error}")
             continue
         if config.shared_bytes(dtype) > limit:
-            progress(f"  [{i}/{len(candidates)}] {config.label():28} skipped: needs "
-                     f"{config.shared_bytes(dtype)} B of shared memory, the device allows {limit}")
+            progress(
+                f"  [{i}/{len(candidates)}] {config.label():28} skipped: needs "
+                f"{config.shared_bytes(dtype)} B of shared memory, the device allows {limit}"
+            )
             continue
 
-        # Not matmul: its checks and planning on every call (~90 us of host time on an H100's
-        # host) had made every fast config take the same 0.09 ms at 512^3 and 1024^3.
+        # Not matmul: its checks and planning on every call would time the host, not the
+        # kernel, for every fast config at 512^3 and 1024^3.
         run = PreparedLaunch(plan(a_desc, b_desc, out_desc, "tiled", config))  # compiles
         run()
         resources = kernel_resources(config, a_desc, b_desc, out_desc)
         error = relative_error(out.copy_to_host()[rows], expected)
         if not error <= tolerance(dtype, K):
-            raise AssertionError(f"{config.label()} computed a wrong product "
-                                 f"(relative error {error:.2e}); not timing it")
+            raise AssertionError(
+                f"{config.label()} computed a wrong product "
+                f"(relative error {error:.2e}); not timing it"
+            )
         once = median_seconds(run, warmup=1, reps=3)
         calls = max(1, int(min_time / once))
         seconds = median_seconds(run, warmup=1, reps=reps, calls_per_rep=calls)
-        results.append({"config": config, "seconds": seconds, "tflops": flops / seconds / 1e12,
-                        "error": error, **resources})
-        progress(f"  [{i}/{len(candidates)}] {config.label():28} {seconds * 1e3:9.3f} ms "
-                 f"{flops / seconds / 1e12:7.2f} TFLOP/s  {resources['registers']} registers, "
-                 f"{resources['local_bytes']} B local")
+        results.append(
+            {
+                "config": config,
+                "seconds": seconds,
+                "tflops": flops / seconds / 1e12,
+                "error": error,
+                **resources,
+            }
+        )
+        progress(
+            f"  [{i}/{len(candidates)}] {config.label():28} {seconds * 1e3:9.3f} ms "
+            f"{flops / seconds / 1e12:7.2f} TFLOP/s  {resources['registers']} registers, "
+            f"{resources['local_bytes']} B local"
+        )
     results.sort(key=lambda r: r["seconds"])
     if not results:
         raise ValueError("no candidate config fits this device")

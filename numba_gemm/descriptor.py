@@ -64,17 +64,26 @@ class MatrixDesc:
     def buffer(self):
         """``data``, the 1-D array of ``span`` elements from (0, 0), built on first use."""
         if self.data is None:
-            flat = {"shape": (self.span,), "strides": None, "typestr": self.dtype.str,
-                    "data": (self.address, False), "version": 3}
+            flat = {
+                "shape": (self.span,),
+                "strides": None,
+                "typestr": self.dtype.str,
+                "data": (self.address, False),
+                "version": 3,
+            }
             # A cache, not a change of value: the frozen dataclass allows it this way.
-            object.__setattr__(self, "data", cuda.from_cuda_array_interface(flat, owner=self.source))
+            object.__setattr__(
+                self, "data", cuda.from_cuda_array_interface(flat, owner=self.source)
+            )
         return self.data
 
     @functools.cached_property
     def span(self) -> int:
         """Elements from (0, 0) of the first matrix to (rows-1, cols-1) of the last, inclusive."""
-        return 1 + sum((n - 1) * s for n, s in zip((self.batch, *self.shape),
-                                                   (self.batch_stride, *self.strides)))
+        return 1 + sum(
+            (n - 1) * s
+            for n, s in zip((self.batch, *self.shape), (self.batch_stride, *self.strides))
+        )
 
     @property
     def layout(self) -> str:
@@ -89,7 +98,7 @@ class MatrixDesc:
     def byte_range(self) -> tuple[int, int]:
         return self.address, self.address + self.span * self.dtype.itemsize
 
-    def overlaps(self, other: "MatrixDesc") -> bool:
+    def overlaps(self, other: MatrixDesc) -> bool:
         """True if the two matrices' memory ranges intersect (same memory space).
 
         Conservative: interleaved views (``x[:, ::2]`` and ``x[:, 1::2]``) count as overlapping.
@@ -123,14 +132,18 @@ def _element_strides(name: str, byte_strides, itemsize: int) -> tuple[int, int]:
 
 def _check_matrix(name: str, shape, dtype) -> None:
     if len(shape) != 2:
-        raise ValueError(f"{name} must be 2-D (a matrix), got a {len(shape)}-D array of shape {tuple(shape)}")
+        raise ValueError(
+            f"{name} must be 2-D (a matrix), got a {len(shape)}-D array of shape {tuple(shape)}"
+        )
     if dtype not in SUPPORTED_DTYPES:
         raise TypeError(
             f"{name} has dtype {dtype}; supported dtypes are "
             + ", ".join(str(d) for d in SUPPORTED_DTYPES)
         )
     if any(n == 0 for n in shape):
-        raise ValueError(f"{name} is empty (shape {tuple(shape)}); every dimension must be at least 1")
+        raise ValueError(
+            f"{name} is empty (shape {tuple(shape)}); every dimension must be at least 1"
+        )
 
 
 def _check_strides(name: str, shape, strides) -> None:
@@ -142,8 +155,9 @@ def _check_strides(name: str, shape, strides) -> None:
             )
 
 
-def _validated(name: str, shape, byte_strides, dtype: np.dtype, on_device: bool, address: int,
-               source: Any) -> MatrixDesc:
+def _validated(
+    name: str, shape, byte_strides, dtype: np.dtype, on_device: bool, address: int, source: Any
+) -> MatrixDesc:
     """Every check of one matrix; the descriptor's ``data`` is filled in by the caller."""
     _check_matrix(name, shape, dtype)
     strides = _element_strides(name, byte_strides, dtype.itemsize)
@@ -152,9 +166,12 @@ def _validated(name: str, shape, byte_strides, dtype: np.dtype, on_device: bool,
 
 
 def _host_desc(name: str, x: np.ndarray, source: Any) -> MatrixDesc:
-    desc = _validated(name, x.shape, x.strides, x.dtype, False, x.__array_interface__["data"][0], source)
-    flat = np.lib.stride_tricks.as_strided(x, shape=(desc.span,), strides=(x.itemsize,),
-                                           writeable=x.flags.writeable)
+    desc = _validated(
+        name, x.shape, x.strides, x.dtype, False, x.__array_interface__["data"][0], source
+    )
+    flat = np.lib.stride_tricks.as_strided(
+        x, shape=(desc.span,), strides=(x.itemsize,), writeable=x.flags.writeable
+    )
     return replace(desc, data=flat)
 
 
@@ -166,7 +183,7 @@ def cai_metadata(name: str, cai: dict) -> tuple[tuple[int, ...], tuple[int, ...]
     dtype = np.dtype(cai["typestr"])
     strides = cai.get("strides")
     if strides is None:  # C-contiguous by the interface's definition
-        strides = tuple(math.prod(shape[i + 1:]) * dtype.itemsize for i in range(len(shape)))
+        strides = tuple(math.prod(shape[i + 1 :]) * dtype.itemsize for i in range(len(shape)))
     return shape, tuple(strides), dtype, int(cai["data"][0])
 
 
@@ -177,8 +194,14 @@ def _device_desc(name: str, cai: dict, source: Any) -> MatrixDesc:
         return desc  # the buffer array is built only if a launch path needs it
     # The producer names a stream with pending work on the array: Numba's import of the
     # interface synchronises it, so build the buffer now, before any launch.
-    flat_cai = {"shape": (desc.span,), "strides": None, "typestr": dtype.str,
-                "data": (ptr, False), "version": 3, "stream": cai["stream"]}
+    flat_cai = {
+        "shape": (desc.span,),
+        "strides": None,
+        "typestr": dtype.str,
+        "data": (ptr, False),
+        "version": 3,
+        "stream": cai["stream"],
+    }
     return replace(desc, data=cuda.from_cuda_array_interface(flat_cai, owner=source))
 
 
@@ -194,15 +217,21 @@ def _dlpack_desc(name: str, x: Any, stream) -> MatrixDesc:
     if device_type == _DLPACK_CPU:
         return _host_desc(name, np.from_dlpack(x), x)
     if device_type != _DLPACK_CUDA:
-        raise TypeError(f"{name} lives on DLPack device type {device_type}; only CUDA and CPU are supported")
+        raise TypeError(
+            f"{name} lives on DLPack device type {device_type}; only CUDA and CPU are supported"
+        )
     from cuda.core.utils import StridedMemoryView
 
     # The producer orders its pending writes before our stream (DLPack's stream protocol).
     view = StridedMemoryView.from_dlpack(x, stream_ptr=_dlpack_stream(stream))
     itemsize = np.dtype(view.dtype).itemsize
-    cai = {"shape": tuple(view.shape), "typestr": np.dtype(view.dtype).str, "data": (view.ptr, False),
-           "strides": None if view.strides is None else tuple(s * itemsize for s in view.strides),
-           "version": 3}
+    cai = {
+        "shape": tuple(view.shape),
+        "typestr": np.dtype(view.dtype).str,
+        "data": (view.ptr, False),
+        "strides": None if view.strides is None else tuple(s * itemsize for s in view.strides),
+        "version": 3,
+    }
     return _device_desc(name, cai, x)
 
 
@@ -248,10 +277,19 @@ def transpose_view(x: Any) -> Any:
     if isinstance(x, DeviceNDArray) and not cuda.config.ENABLE_CUDASIM:
         shape, strides, dtype, ptr = cai_metadata("x", x.__cuda_array_interface__)
         if len(shape) != 2:
-            raise ValueError(f"x must be 2-D (a matrix), got a {len(shape)}-D array of shape {shape}")
+            raise ValueError(
+                f"x must be 2-D (a matrix), got a {len(shape)}-D array of shape {shape}"
+            )
         return cuda.from_cuda_array_interface(
-            {"shape": shape[::-1], "strides": strides[::-1], "typestr": dtype.str,
-             "data": (ptr, False), "version": 3}, owner=x)
+            {
+                "shape": shape[::-1],
+                "strides": strides[::-1],
+                "typestr": dtype.str,
+                "data": (ptr, False),
+                "version": 3,
+            },
+            owner=x,
+        )
     if getattr(x, "ndim", 2) != 2:
         raise ValueError(f"x must be 2-D (a matrix), got shape {tuple(x.shape)}")
     return x.T

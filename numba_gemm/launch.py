@@ -18,12 +18,29 @@ from numba import cuda
 
 from .descriptor import MatrixDesc, describe
 
-__all__ = ["cdiv", "simulated", "device_operand", "allocate_output", "new_device_array",
-           "POOL_RELEASE_THRESHOLD", "shared_memory_limit",
-           "shared_memory_per_multiprocessor", "at_most_on_multiprocessor", "KernelLaunch",
-           "PreparedLaunch", "kernel_launch", "launch_kernel", "kernel_signature",
-           "numba_parameters", "stream_handle", "STATIC_SHARED_LIMIT", "MAX_GRID_YZ",
-           "OVERLAP_LAUNCHES", "PROGRAMMATIC_LAUNCH_CC", "programmatic_launch"]
+__all__ = [
+    "cdiv",
+    "simulated",
+    "device_operand",
+    "allocate_output",
+    "new_device_array",
+    "POOL_RELEASE_THRESHOLD",
+    "shared_memory_limit",
+    "shared_memory_per_multiprocessor",
+    "at_most_on_multiprocessor",
+    "KernelLaunch",
+    "PreparedLaunch",
+    "kernel_launch",
+    "launch_kernel",
+    "kernel_signature",
+    "numba_parameters",
+    "stream_handle",
+    "STATIC_SHARED_LIMIT",
+    "MAX_GRID_YZ",
+    "OVERLAP_LAUNCHES",
+    "PROGRAMMATIC_LAUNCH_CC",
+    "programmatic_launch",
+]
 
 # The simulator has no limit of its own; report Hopper's (227 KB per block, opt-in).
 SIMULATED_SHARED_LIMIT = 227 * 1024
@@ -52,8 +69,9 @@ def device_operand(desc: MatrixDesc, stream=0) -> MatrixDesc:
     return replace(desc, data=data, on_device=True, address=data.device_ctypes_pointer.value)
 
 
-def allocate_output(shape: tuple[int, int], dtype: np.dtype, on_device: bool, name: str = "out",
-                    stream=0) -> MatrixDesc:
+def allocate_output(
+    shape: tuple[int, int], dtype: np.dtype, on_device: bool, name: str = "out", stream=0
+) -> MatrixDesc:
     """A fresh row-major matrix in the requested memory space (on the GPU:
     :func:`new_device_array`)."""
     if on_device:
@@ -63,11 +81,8 @@ def allocate_output(shape: tuple[int, int], dtype: np.dtype, on_device: bool, na
 
 # Fresh device outputs come from a stream-ordered memory pool (cuMemAllocFromPoolAsync), not
 # from Numba's cuda.device_array: that calls cuMemAlloc, and frees through cuMemFree, which
-# waits for the device, every 10 dropped arrays. H100, one array made and dropped: 66-136 us
-# of host time for a 512 x 512 float32 array and 113-146 us for 2048 x 2048 through
-# cuda.device_array; through the pool ~27 us wrapped as Numba does it (a context lookup and a
-# weakref finaliser per array: 7 us each), 12.5 us as new_device_array does it. `triple`
-# without `out` took 134 us per call at N = 512 (22 us with one), `matmul` 268 us.
+# waits for the device, every 10 dropped arrays: several times the host time of a pooled
+# allocation, more than a small product's kernel (docs/design/launch-and-timing.md).
 # Up to this many bytes that outputs no longer use stay in the pool for the next ones; above
 # it the driver returns memory to the device at synchronisations.
 POOL_RELEASE_THRESHOLD = 1 << 30
@@ -101,8 +116,13 @@ def new_device_array(shape: tuple[int, ...], dtype, stream=0):
     for extent in reversed(shape):
         strides.append(step)
         step *= extent
-    return array_class(tuple(shape), tuple(reversed(strides)), dtype, stream=stream,
-                       gpu_data=memory_class(context, pointer, nbytes, handle, stream))
+    return array_class(
+        tuple(shape),
+        tuple(reversed(strides)),
+        dtype,
+        stream=stream,
+        gpu_data=memory_class(context, pointer, nbytes, handle, stream),
+    )
 
 
 @functools.cache
@@ -125,12 +145,18 @@ def _pool_api():
             super().__init__(context, pointer, size)
             self._stream_handle, self._stream = handle, stream
 
-        def __del__(self, free=driver.cuMemFreeAsync, current=driver.cuCtxGetCurrent,
-                    push=driver.cuCtxPushCurrent, pop=driver.cuCtxPopCurrent,
-                    success=driver.CUresult.CUDA_SUCCESS, exiting=shutting_down):
+        def __del__(
+            self,
+            free=driver.cuMemFreeAsync,
+            current=driver.cuCtxGetCurrent,
+            push=driver.cuCtxPushCurrent,
+            pop=driver.cuCtxPopCurrent,
+            success=driver.CUresult.CUDA_SUCCESS,
+            exiting=shutting_down,
+        ):
             # At exit Numba's finalizers destroy its streams, whatever still refers to them,
-            # and a free on a destroyed stream can crash the driver (a segmentation fault
-            # after the last test, 2026-11-26): past Numba's shutdown hook the process frees
+            # and a free on a destroyed stream can crash the driver (a segmentation fault at
+            # interpreter exit): past Numba's shutdown hook the process frees
             # nothing and the driver takes the memory back with the process.
             if exiting():
                 return
@@ -146,8 +172,13 @@ def _pool_api():
                 free(self.device_pointer, self._stream_handle)
                 pop()
 
-    return (driver, DeviceNDArray, PooledMemory, driver.CUresult.CUDA_SUCCESS,
-            driver.CUresult.CUDA_ERROR_OUT_OF_MEMORY)
+    return (
+        driver,
+        DeviceNDArray,
+        PooledMemory,
+        driver.CUresult.CUDA_SUCCESS,
+        driver.CUresult.CUDA_ERROR_OUT_OF_MEMORY,
+    )
 
 
 _POOLS: dict = {}  # CUcontext handle -> (Numba context, this library's pool on its device)
@@ -175,9 +206,12 @@ def _memory_pool(device_id: int):
     props.location.id = device_id
     pool = _checked(cu.cuMemPoolCreate(props), "cuMemPoolCreate")
     threshold = cu.cuuint64_t(POOL_RELEASE_THRESHOLD)
-    _checked(cu.cuMemPoolSetAttribute(
-        pool, cu.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, threshold),
-        "cuMemPoolSetAttribute")
+    _checked(
+        cu.cuMemPoolSetAttribute(
+            pool, cu.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, threshold
+        ),
+        "cuMemPoolSetAttribute",
+    )
     return pool
 
 
@@ -214,13 +248,13 @@ def at_most_on_multiprocessor(shared: int, per_multiprocessor: int, blocks: int 
     return max(shared, per_multiprocessor // (blocks + 1) + 1)
 
 
-# Programmatic dependent launch (Hopper): the tiled and fused kernels wait for the launch ahead
-# of them on the stream (``ptx.await_prior_grids``) before they touch memory, and
-# ``PreparedLaunch`` launches them with programmatic stream serialization, so that a launch
-# starts as the last CTAs of the one ahead exit instead of after that grid's completion has gone
-# through: ~1 us per launch, 1.05x on back-to-back 512^3 products (``tiled.overlap_launches``).
-# Set OVERLAP_LAUNCHES to False before the first launch to compile and launch without it
-# (kernels are cached with the choice).
+# Programmatic dependent launch (Hopper): the tiled and fused kernels wait for the launch ahead of
+# them on the stream (``ptx.await_prior_grids``) before they touch memory, and ``PreparedLaunch``
+# launches them with programmatic stream serialization, so that a launch starts as the last CTAs of
+# the one ahead exit instead of after that grid's completion has gone through: about a microsecond
+# per launch (docs/design/launch-and-timing.md; ``tiled.overlap_launches``). Set OVERLAP_LAUNCHES to
+# False before the first launch to compile and launch without it (kernels are cached with the
+# choice).
 OVERLAP_LAUNCHES = True
 PROGRAMMATIC_LAUNCH_CC = (9, 0)  # griddepcontrol and the launch attribute
 
@@ -266,17 +300,21 @@ class KernelLaunch:
     programmatic: bool = False
 
     def arg_kinds(self) -> tuple:
-        """The dtype of each array argument, ``None`` for each int: what the compiled code depends on."""
+        """The dtype of each array argument, ``None`` for each int: what the compiled code
+        depends on."""
         return tuple(a.dtype if isinstance(a, MatrixDesc) else None for a in self.args)
 
 
-def kernel_launch(kernel, grid, block: int, shared: int, args: tuple,
-                  programmatic: bool = False) -> KernelLaunch:
+def kernel_launch(
+    kernel, grid, block: int, shared: int, args: tuple, programmatic: bool = False
+) -> KernelLaunch:
     """A :class:`KernelLaunch`, with the grid checked against CUDA's limits."""
     grid = _dims3(grid)
     if grid[1] > MAX_GRID_YZ or grid[2] > MAX_GRID_YZ:
-        raise ValueError(f"the launch needs a grid of {grid} blocks; CUDA allows at most "
-                         f"{MAX_GRID_YZ} along y and z (for a batched product: the batch size)")
+        raise ValueError(
+            f"the launch needs a grid of {grid} blocks; CUDA allows at most "
+            f"{MAX_GRID_YZ} along y and z (for a batched product: the batch size)"
+        )
     return KernelLaunch(kernel, grid, block, shared, tuple(args), programmatic)
 
 
@@ -298,8 +336,10 @@ def numba_parameters(args: tuple) -> list:
 @functools.cache
 def kernel_signature(kernel, arg_kinds: tuple) -> tuple:
     """Numba's types for a launch: a 1-D C-contiguous array per dtype, int64 per None."""
-    return tuple(kernel.typeof_pyval(np.empty(0, kind) if kind is not None else np.int64(0))
-                 for kind in arg_kinds)
+    return tuple(
+        kernel.typeof_pyval(np.empty(0, kind) if kind is not None else np.int64(0))
+        for kind in arg_kinds
+    )
 
 
 _compiled: dict = {}
@@ -324,11 +364,15 @@ class _Compiled:
 
         limit = _device_shared_limit(self.device_id)
         if nbytes > limit:
-            raise ValueError(f"the launch needs {nbytes} bytes of shared memory per block; this "
-                             f"device allows {limit}")
+            raise ValueError(
+                f"the launch needs {nbytes} bytes of shared memory per block; this "
+                f"device allows {limit}"
+            )
         attribute = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-        _checked(cu.cuKernelSetAttribute(attribute, nbytes, self.kernel, self.device_id),
-                 "cuKernelSetAttribute")
+        _checked(
+            cu.cuKernelSetAttribute(attribute, nbytes, self.kernel, self.device_id),
+            "cuKernelSetAttribute",
+        )
         self.shared_allowed = nbytes
 
 
@@ -357,16 +401,15 @@ _BUFFER_POINTER, _BUFFER_SIZE, _END = 1, 2, 0
 def launch_kernel(launch: KernelLaunch, stream=0) -> None:
     """Run ``launch`` on ``stream`` (a Numba stream, a CUstream handle as an int, or 0).
 
-    Numba's own launch types and converts every argument on every call (tens
-    of microseconds per array measured on an H200, more than a 1024^3 GEMM
-    takes). This compiles once per argument signature, packs Numba's parameter
-    layout (:func:`numba_parameters`) into one buffer and calls
-    ``cuLaunchKernel`` directly (:class:`PreparedLaunch`). On the simulator it is
-    Numba's launch.
+    Numba's own launch types and converts every argument on every call (tens of microseconds per
+    array, more than a 1024^3 GEMM takes). This compiles once per argument signature, packs Numba's
+    parameter layout (:func:`numba_parameters`) into one buffer and calls ``cuLaunchKernel``
+    directly (:class:`PreparedLaunch`). On the simulator it is Numba's launch.
     """
     if simulated():
         launch.kernel[launch.grid, launch.block, stream, launch.shared](
-            *(a.buffer() if isinstance(a, MatrixDesc) else a for a in launch.args))
+            *(a.buffer() if isinstance(a, MatrixDesc) else a for a in launch.args)
+        )
         return
     PreparedLaunch(launch, stream)()
 
@@ -390,11 +433,17 @@ class PreparedLaunch:
             if isinstance(value, MatrixDesc):
                 self._slots.setdefault(value.name, []).append(index)
         values = [v.address if isinstance(v, MatrixDesc) else v for v in parameters]
-        self._params = ctypes.create_string_buffer(struct.pack(f"{len(values)}q", *values),
-                                                   8 * len(values))
+        self._params = ctypes.create_string_buffer(
+            struct.pack(f"{len(values)}q", *values), 8 * len(values)
+        )
         self._size = ctypes.c_size_t(8 * len(values))
-        self._extra = (ctypes.c_void_p * 5)(_BUFFER_POINTER, ctypes.addressof(self._params),
-                                            _BUFFER_SIZE, ctypes.addressof(self._size), _END)
+        self._extra = (ctypes.c_void_p * 5)(
+            _BUFFER_POINTER,
+            ctypes.addressof(self._params),
+            _BUFFER_SIZE,
+            ctypes.addressof(self._size),
+            _END,
+        )
         # Only addresses are kept: whoever holds this keeps the operands alive (and may hold
         # them weakly, as numba_gemm.triple's cache does).
         from cuda.bindings import driver as cu
@@ -402,13 +451,25 @@ class PreparedLaunch:
         self.programmatic = launch.programmatic
         if launch.programmatic:
             self._launch = cu.cuLaunchKernelEx
-            self._arguments = (_launch_config(launch, stream_handle(stream)), compiled.function,
-                               None, ctypes.addressof(self._extra))
+            self._arguments = (
+                _launch_config(launch, stream_handle(stream)),
+                compiled.function,
+                None,
+                ctypes.addressof(self._extra),
+            )
         else:
             self._launch = cu.cuLaunchKernel
-            self._arguments = (compiled.function, *launch.grid, launch.block, 1, 1,
-                               launch.shared, stream_handle(stream), None,
-                               ctypes.addressof(self._extra))
+            self._arguments = (
+                compiled.function,
+                *launch.grid,
+                launch.block,
+                1,
+                1,
+                launch.shared,
+                stream_handle(stream),
+                None,
+                ctypes.addressof(self._extra),
+            )
         self._success = cu.CUresult.CUDA_SUCCESS  # no import per call
 
     def rebind(self, name: str, address: int) -> None:

@@ -28,10 +28,10 @@ def tile_of(pid, grid_m, grid_n, group_size_m, one_group_shortcut=True):
     ``grid_m`` is not a multiple of ``group_size_m``. ``group_size_m == 1`` is
     the plain row-major order ``(pid // grid_n, pid % grid_n)`` and ``group_size_m >= grid_m``
     the column-major order ``(pid % grid_m, pid // grid_m)``: one division each, where the
-    general case takes four (in a kernel, on the way to every CTA's first load: H100, the
-    tiled GEMM at 2048^3, one group of 8 tile-rows, 1.002-1.003x). A kernel whose registers are
-    tight passes ``one_group_shortcut=False`` (a constant, so the branch compiles away): the
-    fused triple product's stream-K loop, where it cost 3 registers and 3.5% at N = 1536.
+    general case takes four (in a kernel they sit on the way to every CTA's first load). A
+    kernel whose registers are tight passes ``one_group_shortcut=False`` (a constant, so the
+    branch compiles away): the fused triple product's stream-K loop, where the shortcut costs
+    registers.
     """
     if group_size_m == 1:  # a constant in kernels: one division instead of four (~0.4 us on a GPU)
         pid_m = pid // grid_n

@@ -1,14 +1,14 @@
 """Prepared calls: a repeated call with the same Numba device arrays is one launch per kernel.
 
-``matmul`` and ``triple`` describe, check and plan every call: ~150 us of host time for a
-``matmul`` on an H100, more than its kernel takes up to 1024^3. But a Numba device array cannot
-change its shape, strides, dtype or memory, so the same array objects and arguments always
-give the same launches. :class:`PreparedCalls` keeps the prepared launches
-(``launch.PreparedLaunch``: one ``cuLaunchKernel`` each) of the last calls, keyed by the
-operands' identities (held weakly: an operand that is gone never matches again, and an id
-Python reuses for a new object does not match the dead one's reference) and every other
-argument. A call without ``out`` allocates its result (``launch.new_device_array``) and points
-the cached launches at it (``PreparedLaunch.rebind``).
+``matmul`` and ``triple`` describe, check and plan every call, which takes more host time than a
+``matmul``'s kernel up to about 1024^3 (``docs/design/launch-and-timing.md``). But a Numba device
+array cannot change its shape, strides, dtype or memory, so the same array objects and arguments
+always give the same launches. :class:`PreparedCalls` keeps the prepared launches
+(``launch.PreparedLaunch``: one ``cuLaunchKernel`` each) of the last calls, keyed by the operands'
+identities (held weakly: an operand that is gone never matches again, and an id Python reuses for a
+new object does not match the dead one's reference) and every other argument. A call without ``out``
+allocates its result (``launch.new_device_array``) and points the cached launches at it
+(``PreparedLaunch.rebind``).
 
 Only calls whose operands (and ``out``) are all Numba device arrays are cached; on the
 simulator none are.
@@ -19,7 +19,8 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import OrderedDict
-from typing import Any, Iterable, NamedTuple
+from collections.abc import Iterable
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -73,9 +74,8 @@ class PreparedCalls:
         """The cache key of a call, or None where it is not cacheable (the simulator, any
         operand or ``out`` that is not a Numba device array). ``options``: every other
         argument that decides the launches (hashable)."""
-        # Plain loops and tests, no generators: this runs on every call (H100 host: 1.25 us,
-        # 2.5 with all() over a generator; a cached call takes ~11, 6-6.5 of them in
-        # cuLaunchKernel, which ctypes did not make cheaper: 7.8-8.7 us).
+        # Plain loops and tests, no generators: this runs on every call (a generator under
+        # all() doubles its cost).
         if _DEVICE_ARRAY is None or (out is not None and type(out) is not _DEVICE_ARRAY):
             return None
         for x in operands:
@@ -108,16 +108,30 @@ class PreparedCalls:
                 launch()
         return fresh
 
-    def prepare(self, key: tuple, operands: tuple, out: Any, launches: Iterable[KernelLaunch],
-                keep: tuple, out_shape: tuple, out_dtype, stream: Any) -> None:
+    def prepare(
+        self,
+        key: tuple,
+        operands: tuple,
+        out: Any,
+        launches: Iterable[KernelLaunch],
+        keep: tuple,
+        out_shape: tuple,
+        out_dtype,
+        stream: Any,
+    ) -> None:
         """Prepare ``launches`` (whose output matrix is named ``"out"``), run them, and cache
         them under ``key`` with weak references to ``operands`` and ``out``; ``keep``: buffers
         they use that the entry holds (scratch space)."""
         prepared = [PreparedLaunch(launch, stream) for launch in launches]
         for launch in prepared:
             launch()
-        self._entries[key] = _Entry(tuple(_weak(x) for x in (*operands, out)), prepared,
-                                    tuple(keep), tuple(out_shape), np.dtype(out_dtype))
+        self._entries[key] = _Entry(
+            tuple(_weak(x) for x in (*operands, out)),
+            prepared,
+            tuple(keep),
+            tuple(out_shape),
+            np.dtype(out_dtype),
+        )
         if len(self._entries) > self.capacity:
             self._entries.popitem(last=False)
 

@@ -12,8 +12,18 @@ import numpy as np
 
 from .descriptor import transpose_view
 
-__all__ = ["LAYOUTS", "CHAIN_LAYOUTS", "make_operands", "make_chain", "poisoned", "reference",
-           "triple_reference", "relative_error", "tolerance", "to_host"]
+__all__ = [
+    "LAYOUTS",
+    "CHAIN_LAYOUTS",
+    "make_operands",
+    "make_chain",
+    "poisoned",
+    "reference",
+    "triple_reference",
+    "relative_error",
+    "tolerance",
+    "to_host",
+]
 
 # Layouts: name -> (layout of A, of B, of C). "col" matrices are transposed views of
 # row-major arrays (BLAS's "T"); "sliced" ones are strided views with an offset.
@@ -44,13 +54,22 @@ def _view(rows: int, cols: int, layout: str, base_values, dtype, to_device: bool
     return view(base)
 
 
-def make_operands(M: int, N: int, K: int, dtype=np.float32, layout: str = "row",
-                  rng: np.random.Generator | None = None, to_device: bool = False):
+def make_operands(
+    M: int,
+    N: int,
+    K: int,
+    dtype=np.float32,
+    layout: str = "row",
+    rng: np.random.Generator | None = None,
+    to_device: bool = False,
+):
     """Fresh random A (M x K) and B (K x N) in one of :data:`LAYOUTS`."""
     rng = np.random.default_rng() if rng is None else rng
     a_layout, b_layout, _ = LAYOUTS[layout]
-    return (_view(M, K, a_layout, rng.standard_normal, dtype, to_device),
-            _view(K, N, b_layout, rng.standard_normal, dtype, to_device))
+    return (
+        _view(M, K, a_layout, rng.standard_normal, dtype, to_device),
+        _view(K, N, b_layout, rng.standard_normal, dtype, to_device),
+    )
 
 
 # Layouts of A, B, C of a triple product (and of D: the last entry of LAYOUTS[name] or row).
@@ -62,12 +81,22 @@ CHAIN_LAYOUTS = {
 }
 
 
-def make_chain(M: int, K1: int, K2: int, N: int, dtype=np.float32, layout: str = "row",
-               rng: np.random.Generator | None = None, to_device: bool = False):
+def make_chain(
+    M: int,
+    K1: int,
+    K2: int,
+    N: int,
+    dtype=np.float32,
+    layout: str = "row",
+    rng: np.random.Generator | None = None,
+    to_device: bool = False,
+):
     """Fresh random A (M x K1), B (K1 x K2), C (K2 x N) in one of :data:`CHAIN_LAYOUTS`."""
     rng = np.random.default_rng() if rng is None else rng
-    return tuple(_view(rows, cols, view, rng.standard_normal, dtype, to_device)
-                 for (rows, cols), view in zip(((M, K1), (K1, K2), (K2, N)), CHAIN_LAYOUTS[layout]))
+    return tuple(
+        _view(rows, cols, view, rng.standard_normal, dtype, to_device)
+        for (rows, cols), view in zip(((M, K1), (K1, K2), (K2, N)), CHAIN_LAYOUTS[layout])
+    )
 
 
 def poisoned(shape, dtype, to_device: bool = False, layout: str = "row"):

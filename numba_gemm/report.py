@@ -1,11 +1,16 @@
-"""Benchmark results as a table and a plot: ``python -m numba_gemm bench``.
+"""Benchmark results as tables and plots: ``python -m numba_gemm bench``.
 
-Reads the JSON files the benchmark suite writes (``benchmarks/results/``),
-keeps the newest measurement of each (device, algorithm, layout, variant,
-shape), and prints, per row: time, TFLOP/s, the ratio to cuBLAS
-(``jnp.matmul(precision="highest")``, measured in the same run as the row)
-and the share of the FP32 peak. ``--plot`` draws TFLOP/s against size for
-every algorithm and cuBLAS (needs matplotlib: ``pip install numba-gemm[plot]``).
+Reads the JSON files the benchmarks write (``benchmarks/results/<suite>/<device>.json``).
+
+- ``bench``: the GEMM suites' rows, newest per (device, algorithm, layout, variant, shape):
+  time, TFLOP/s, the ratio to cuBLAS (``jnp.matmul(precision="highest")``, measured in the
+  same run as the row) and the share of the FP32 peak; ``--plot`` draws TFLOP/s against size
+  for every algorithm and cuBLAS.
+- ``bench --readme``: the README's Performance table (:func:`readme_table`): each headline
+  result against its peer in the same run, from the newest run of each suite; ``--plot``
+  then draws the README's plot (:func:`readme_plot`).
+
+Plots need matplotlib (``pip install 'numba-gemm[plot]'``).
 """
 
 from __future__ import annotations
@@ -13,7 +18,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-__all__ = ["FP32_PEAK_TFLOPS", "load_rows", "format_table", "plot", "main"]
+__all__ = [
+    "FP32_PEAK_TFLOPS",
+    "load_rows",
+    "format_table",
+    "plot",
+    "latest_run",
+    "readme_rows",
+    "readme_table",
+    "readme_plot",
+    "main",
+]
 
 # H100 SXM and H200: 132 SMs x 128 FP32 lanes x 2 flops (FMA) x 1.98 GHz boost clock.
 FP32_PEAK_TFLOPS = 66.9
@@ -30,44 +45,77 @@ def load_rows(source: str | Path | None = None, device: str | None = None) -> li
     source = Path(source) if source else DEFAULT_RESULTS
     files = sorted(source.rglob("*.json")) if source.is_dir() else [source]
     if not files:
-        raise FileNotFoundError(f"no results JSON in {source}; run the benchmarks first "
-                                f"(make bench on a GPU machine)")
+        raise FileNotFoundError(
+            f"no results JSON in {source}; run the benchmarks first (make bench on a GPU machine)"
+        )
     newest: dict = {}
     for path in files:
         data = json.loads(path.read_text())
-        if not isinstance(data.get("device"), dict) or not all("kind" in r for r in data.get("rows", [])):
+        if not isinstance(data.get("device"), dict) or not all(
+            "kind" in r for r in data.get("rows", [])
+        ):
             continue  # not a benchmark run (e.g. the ncu L2 measurements beside them)
         name = data["device"].get("name", "unknown")
         if device and name != device:
             continue
         for row in data["rows"]:
             row = {**row, "device": name, "date": data["date"], "file": path.name}
-            key = (name, row["algorithm"], row["layout"], row.get("variant", ""), _shape(row),
-                   row["dtype"])
+            key = (
+                name,
+                row["algorithm"],
+                row["layout"],
+                row.get("variant", ""),
+                _shape(row),
+                row["dtype"],
+            )
             if key not in newest or newest[key]["date"] <= row["date"]:
                 newest[key] = row
-    return sorted(newest.values(), key=lambda r: (r["device"], r["kind"] != "peer", r["algorithm"],
-                                                   r["layout"], r.get("variant", ""), _shape(r)))
+    return sorted(
+        newest.values(),
+        key=lambda r: (
+            r["device"],
+            r["kind"] != "peer",
+            r["algorithm"],
+            r["layout"],
+            r.get("variant", ""),
+            _shape(r),
+        ),
+    )
 
 
 def format_table(rows: list[dict]) -> str:
     """One line per row: algorithm, layout, variant, M x N x K, ms, TFLOP/s, x cuBLAS, % of peak."""
-    header = (f"{'algorithm':12} {'layout':7} {'variant':10} {'M x N x K':>18} {'ms':>9} "
-              f"{'TFLOP/s':>8} {'x cuBLAS':>8} {'% peak':>7}")
+    header = (
+        f"{'algorithm':12} {'layout':7} {'variant':10} {'M x N x K':>18} {'ms':>9} "
+        f"{'TFLOP/s':>8} {'x cuBLAS':>8} {'% peak':>7}"
+    )
     lines = []
     for device in dict.fromkeys(r["device"] for r in rows):
-        lines += [f"{device} (fp32 peak {FP32_PEAK_TFLOPS} TFLOP/s; cuBLAS = jnp.matmul "
-                  f"precision='highest', same run)", header, "-" * len(header)]
+        lines += [
+            f"{device} (fp32 peak {FP32_PEAK_TFLOPS} TFLOP/s; cuBLAS = jnp.matmul "
+            f"precision='highest', same run)",
+            header,
+            "-" * len(header),
+        ]
         for r in (r for r in rows if r["device"] == device):
             ratio = f"{r['vs_peer']:8.3f}" if r.get("vs_peer") else f"{'':8}"
-            lines.append(f"{r['algorithm']:12} {r['layout']:7} {r.get('variant', ''):10} "
-                         f"{'x'.join(map(str, _shape(r))):>18} {r['median_s'] * 1e3:9.3f} "
-                         f"{r['tflops']:8.2f} {ratio} {100 * r['tflops'] / FP32_PEAK_TFLOPS:6.1f}%")
+            lines.append(
+                f"{r['algorithm']:12} {r['layout']:7} {r.get('variant', ''):10} "
+                f"{'x'.join(map(str, _shape(r))):>18} {r['median_s'] * 1e3:9.3f} "
+                f"{r['tflops']:8.2f} {ratio} {100 * r['tflops'] / FP32_PEAK_TFLOPS:6.1f}%"
+            )
     return "\n".join(lines)
 
 
-def draw(lines: list[tuple[str, list, bool]], path: str | Path, *, xlabel: str, ylabel: str,
-         title: str, peak: tuple[str, float] | None = None) -> Path:
+def draw(
+    lines: list[tuple[str, list, bool]],
+    path: str | Path,
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    peak: tuple[str, float] | None = None,
+) -> Path:
     """A log-log plot (x in powers of 2) of ``(label, [(x, y), ...], emphasised)`` lines,
     with an optional horizontal ``(label, y)`` line, saved to ``path``."""
     try:
@@ -101,20 +149,212 @@ def plot(rows: list[dict], path: str | Path) -> Path:
     devices = list(dict.fromkeys(r["device"] for r in rows))
     lines = []
     for device in devices:
-        square = [r for r in rows if r["device"] == device and r["layout"] == "row"
-                  and not r.get("variant") and r["dtype"] == "float32" and len(set(_shape(r))) == 1]
+        square = [
+            r
+            for r in rows
+            if r["device"] == device
+            and r["layout"] == "row"
+            and not r.get("variant")
+            and r["dtype"] == "float32"
+            and len(set(_shape(r))) == 1
+        ]
         for algorithm in dict.fromkeys(r["algorithm"] for r in square):
             points = sorted((r["size"], r["tflops"]) for r in square if r["algorithm"] == algorithm)
             label = "cuBLAS (jnp.matmul, highest)" if algorithm == "jnp.matmul" else algorithm
             if len(devices) > 1:
                 label += f" ({device})"
             lines.append((label, points, algorithm in ("tiled", "jnp.matmul")))
-    return draw(lines, path, xlabel="M = N = K", ylabel="TFLOP/s (fp32)",
-                title=f"numba-gemm on {', '.join(devices)}: row-major operands",
-                peak=("FP32 peak", FP32_PEAK_TFLOPS))
+    return draw(
+        lines,
+        path,
+        xlabel="M = N = K",
+        ylabel="TFLOP/s (fp32)",
+        title=f"numba-gemm on {', '.join(devices)}: row-major operands",
+        peak=("FP32 peak", FP32_PEAK_TFLOPS),
+    )
+
+
+def latest_run(suite: str, results: str | Path | None = None) -> tuple[Path, dict]:
+    """(path, contents) of the newest run of ``suite`` on any device: the file of
+    ``<results>/<suite>/`` whose ``date`` is latest."""
+    folder = Path(results or DEFAULT_RESULTS) / suite
+    runs = [(json.loads(p.read_text()), p) for p in sorted(folder.glob("*.json"))]
+    if not runs:
+        raise FileNotFoundError(f"no results of suite {suite!r} in {folder}; run its benchmark")
+    data, path = max(runs, key=lambda run: run[0]["date"])
+    return path, data
+
+
+def _device_name(data: dict) -> str:
+    device = data.get("device")
+    return device.get("name", "unknown") if isinstance(device, dict) else str(device)
+
+
+def _where(data: dict) -> str:
+    return f"{_device_name(data).removeprefix('NVIDIA ')}, {data['date'][:10]}"
+
+
+def _pick(rows: list[dict], **fields) -> dict:
+    found = [r for r in rows if all(r.get(k) == v for k, v in fields.items())]
+    if len(found) != 1:
+        raise LookupError(f"expected one row with {fields}; found {len(found)}")
+    return found[0]
+
+
+# The README's Performance table: (suite, sizes) of the headline results.
+README_GEMM_SIZES = (1024, 2048, 4096, 8192)
+README_TRIPLE_SIZES = (256, 512, 1536, 4096)
+README_BRIDGE_SIZES = (512, 4096)
+
+
+def readme_rows(results: str | Path | None = None) -> list[dict]:
+    """The README's headline results, each against its peer in the same run, from the newest
+    run of each suite: the tiled GEMM against cuBLAS (square, row-major), the best loop order
+    against cuBLAS, ``triple(algorithm="auto")`` against PyTorch eager and ``jax.jit``, and the
+    bridge inside ``jax.jit`` against the same kernel launched directly. Each row: what, peer,
+    size, seconds, TFLOP/s, ratio (peer time / time), where (device, date), parameters, and
+    the results file it comes from."""
+    out = []
+
+    def add(what, peers, size, seconds, peer_seconds, flops, where, parameters, path):
+        out.append(
+            {
+                "what": what,
+                "peer": peers,
+                "size": size,
+                "seconds": seconds,
+                "tflops": flops / seconds / 1e12,
+                "ratio": [p / seconds for p in peer_seconds],
+                "where": where,
+                "parameters": parameters,
+                "file": path,
+            }
+        )
+
+    path, data = latest_run("tiled", results)
+    for n in README_GEMM_SIZES:
+        row = _pick(data["rows"], algorithm="tiled", layout="row", size=n, variant=None)
+        peer = _pick(data["rows"], algorithm="jnp.matmul", layout="row", size=n)
+        add(
+            "`matmul` (tiled)",
+            ["cuBLAS"],
+            f"{n}^3",
+            row["median_s"],
+            [peer["median_s"]],
+            2 * n**3,
+            _where(data),
+            f"float32, row-major, tiles {row['config']}",
+            path,
+        )
+    path, data = latest_run("loop_orders", results)
+    row = _pick(data["rows"], algorithm="mnk", layout="row", size=2048)
+    peer = _pick(data["rows"], algorithm="jnp.matmul", layout="row", size=2048)
+    add(
+        '`matmul(algorithm="mnk")`',
+        ["cuBLAS"],
+        "2048^3",
+        row["median_s"],
+        [peer["median_s"]],
+        2 * 2048**3,
+        _where(data),
+        "float32, row-major, one thread per element",
+        path,
+    )
+    path, data = latest_run("triple_product", results)
+    for n in README_TRIPLE_SIZES:
+        row = _pick(data["rows"], method="auto", size=n)
+        torch = _pick(data["rows"], method="torch", size=n)
+        # jax.jit as XLA compiles it by default and without its Triton GEMMs: the faster
+        jax = min(
+            (r for r in data["rows"] if r["size"] == n and r["method"] in ("jax", "jax, cuBLAS")),
+            key=lambda r: r["median_s"],
+        )
+        add(
+            "`triple` (auto)",
+            ["PyTorch eager", "`jax.jit`"],
+            f"N = {n}",
+            row["median_s"],
+            [torch["median_s"], jax["median_s"]],
+            4 * n**3,
+            _where(data),
+            f"float32, no TF32, square, row-major; ran {row['config']}",
+            path,
+        )
+    path, data = latest_run("jax_bridge", results)
+    for n in README_BRIDGE_SIZES:
+        row = _pick(data["rows"], algorithm="jax_bridge native", variant="chain", size=n)
+        peer = _pick(data["rows"], algorithm="numba direct", variant="per call", size=n)
+        add(
+            "`jax_bridge.matmul` in `jax.jit`",
+            ["same kernel, direct"],
+            f"{n}^3",
+            row["median_s"],
+            [peer["median_s"]],
+            2 * n**3,
+            _where(data),
+            "float32, row-major, a chain of products in one jit, per product",
+            path,
+        )
+    return out
+
+
+def _time(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.1f} us"
+
+
+def _ratio(ratio: float) -> str:
+    return f"**{ratio:.3f}x**" if ratio < 0.1 else f"**{ratio:.2f}x**"
+
+
+def readme_table(results: str | Path | None = None) -> str:
+    """The README's Performance table (markdown) from :func:`readme_rows`."""
+    rows = readme_rows(results)
+    base = Path(results or DEFAULT_RESULTS).resolve().parent.parent
+    lines = [
+        "| what | size | time | TFLOP/s | peer (same run) | speed-up | GPU, date | parameters |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['what']} | {r['size']} | {_time(r['seconds'])} | {r['tflops']:.1f} | "
+            f"{' / '.join(r['peer'])} | {' / '.join(_ratio(x) for x in r['ratio'])} | "
+            f"{r['where']} | {r['parameters']} |"
+        )
+    files = sorted({str(Path(r["file"]).resolve().relative_to(base)) for r in rows})
+    lines += ["", "From " + ", ".join(f"`{f}`" for f in files) + "."]
+    return "\n".join(lines)
+
+
+def readme_plot(path: str | Path, results: str | Path | None = None) -> Path:
+    """The README's plot: TFLOP/s of the tiled GEMM and cuBLAS against size (square float32,
+    row-major), from the newest run of the ``tiled`` suite."""
+    _, data = latest_run("tiled", results)
+    square = [
+        r for r in data["rows"] if r["layout"] == "row" and not r.get("variant") and r.get("size")
+    ]
+    lines = []
+    for algorithm, label in (
+        ("tiled", "numba-gemm tiled"),
+        ("jnp.matmul", "cuBLAS (jnp.matmul, highest)"),
+    ):
+        points = sorted((r["size"], r["tflops"]) for r in square if r["algorithm"] == algorithm)
+        lines.append((label, points, True))
+    return draw(
+        lines,
+        path,
+        xlabel="M = N = K",
+        ylabel="TFLOP/s (float32, no TF32)",
+        title=f"GEMM on {_where(data)}",
+        peak=("FP32 peak", FP32_PEAK_TFLOPS),
+    )
 
 
 def main(args) -> int:
+    if getattr(args, "readme", False):
+        print(readme_table(args.results))
+        if args.plot:
+            print(f"plot: {readme_plot(args.plot, args.results)}")
+        return 0
     rows = load_rows(args.results, args.device)
     if args.algorithm:
         rows = [r for r in rows if r["algorithm"] in args.algorithm]

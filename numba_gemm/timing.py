@@ -7,8 +7,8 @@ bracket whatever ran between them on the GPU's own clock. pytest-benchmark
 uses it as its timer (``pytest.mark.benchmark(timer=device_clock)``).
 :func:`interleaved_medians` times several methods against each other in one run, and
 :func:`host_seconds` a method's host time alone. :func:`results_file` says where each
-benchmark's results JSON goes (``benchmarks/results/<suite>/<device>.json``) and dates it, :func:`write_results` writes it, :func:`stack_versions` gives the
-versions it records.
+benchmark's results JSON goes (``benchmarks/results/<suite>/<device>.json``) and dates it,
+:func:`write_results` writes it, :func:`stack_versions` gives the versions it records.
 """
 
 from __future__ import annotations
@@ -25,8 +25,18 @@ from typing import NamedTuple
 
 from numba import cuda
 
-__all__ = ["device_clock", "device_name", "device_slug", "median_seconds", "Interleaved", "interleaved_medians",
-           "host_seconds", "results_file", "write_results", "stack_versions"]
+__all__ = [
+    "device_clock",
+    "device_name",
+    "device_slug",
+    "median_seconds",
+    "Interleaved",
+    "interleaved_medians",
+    "host_seconds",
+    "results_file",
+    "write_results",
+    "stack_versions",
+]
 
 _REBASE_AFTER_S = 1.0  # event times are float32 milliseconds: keep the origin recent
 _MAX_CALIBRATION_BATCH = 1024  # calls: the largest batch that calibrates a round
@@ -60,8 +70,7 @@ def median_seconds(fn, *, warmup: int = 2, reps: int = 10, calls_per_rep: int = 
     """Median over ``reps`` of the per-call time of ``calls_per_rep`` back-to-back calls."""
     for _ in range(warmup):
         fn()
-    return statistics.median(_back_to_back(fn, calls_per_rep) / calls_per_rep
-                             for _ in range(reps))
+    return statistics.median(_back_to_back(fn, calls_per_rep) / calls_per_rep for _ in range(reps))
 
 
 def _back_to_back(fn, calls: int) -> float:
@@ -77,8 +86,8 @@ def _calls_per_round(fn, round_s: float) -> int:
     of the fastest of three batches, the batch doubling until it fills an eighth of a round.
     The fastest of three, because one slow call (a callee's lazy work on its first few runs, a
     host stall) would otherwise shrink every round to a call or two, and a round of one or two
-    calls times one call's latency from an idle GPU, not back-to-back calls. That happened to
-    ``jax.jit``'s triple product (the README, *`jax.jit` rounds of two calls*)."""
+    calls times one call's latency from an idle GPU, not back-to-back calls
+    (``docs/design/launch-and-timing.md``)."""
     batch = 1
     while True:
         per_call = max(min(_back_to_back(fn, batch) for _ in range(3)), 1e-9) / batch
@@ -89,13 +98,15 @@ def _calls_per_round(fn, round_s: float) -> int:
 
 class Interleaved(NamedTuple):
     """What :func:`interleaved_medians` measured, each a dict keyed by the methods' names."""
+
     medians: dict  # median seconds per call
     per_round: dict  # each round's seconds per call, in order
     calls: dict  # calls per round: a benchmark records them, so that a round too short shows
 
 
-def interleaved_medians(fns: dict, *, rounds: int = 15, round_s: float = 0.02,
-                        warmup: int = 3) -> Interleaved:
+def interleaved_medians(
+    fns: dict, *, rounds: int = 15, round_s: float = 0.02, warmup: int = 3
+) -> Interleaved:
     """Time each of ``fns`` (name -> function) per call, back-to-back calls blocked once per
     round (:class:`Interleaved`: median and per-round seconds per call, and calls per round).
     Each method is called ``warmup`` times first; then its calls per round are calibrated
@@ -111,8 +122,9 @@ def interleaved_medians(fns: dict, *, rounds: int = 15, round_s: float = 0.02,
     for _ in range(rounds):
         for name, fn in fns.items():
             per_round[name].append(_back_to_back(fn, calls[name]) / calls[name])
-    return Interleaved({name: statistics.median(t) for name, t in per_round.items()}, per_round,
-                       calls)
+    return Interleaved(
+        {name: statistics.median(t) for name, t in per_round.items()}, per_round, calls
+    )
 
 
 def host_seconds(fn, *, calls: int = 50, runs: int = 5) -> float:
@@ -147,7 +159,7 @@ def results_file(directory, device: str, suite: str) -> tuple[Path, str]:
     ``<directory>/<suite>/<device slug>.json`` (the folder is created; the latest run of a
     suite on a device replaces the one before, whose file git keeps) and date the UTC time in
     ISO 8601, to the second."""
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     folder = Path(directory) / suite
     folder.mkdir(parents=True, exist_ok=True)
     return folder / f"{device_slug(device)}.json", now.isoformat(timespec="seconds")
@@ -158,8 +170,9 @@ def write_results(directory, device: str, suite: str, record: dict) -> Path:
     of the date, ``device``, ``suite`` and then ``record``'s fields (a ``"device"`` there
     replaces the name, keeping its place)."""
     path, date = results_file(directory, device, suite)
-    path.write_text(json.dumps({"date": date, "device": device, "suite": suite, **record},
-                               indent=1))
+    path.write_text(
+        json.dumps({"date": date, "device": device, "suite": suite, **record}, indent=1)
+    )
     return path
 
 

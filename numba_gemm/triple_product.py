@@ -12,52 +12,71 @@ from numba import cuda
 from .api import check_choice, check_config, describe_product, plan, run_in_memory_space
 from .descriptor import MatrixDesc
 from .kernels.tiled import TileConfig, for_edge_tiles, valid_or
-from .kernels.triple_product import (MAX_CTAS_PER_SM, counters_desc, fused_tiles_per_product,
-                             intermediate_row_major, intermediate_shape, intermediate_view,
-                             large_register_tiles, partials_shape, plan_fused, plan_naive,
-                             sync_slots, whole_products)
-from .launch import (KernelLaunch, allocate_output, cdiv, multiprocessors, programmatic_launch,
-                     simulated, stream_handle)
+from .kernels.triple_product import (
+    MAX_CTAS_PER_SM,
+    counters_desc,
+    fused_tiles_per_product,
+    intermediate_row_major,
+    intermediate_shape,
+    intermediate_view,
+    large_register_tiles,
+    partials_shape,
+    plan_fused,
+    plan_naive,
+    sync_slots,
+    whole_products,
+)
+from .launch import (
+    KernelLaunch,
+    allocate_output,
+    cdiv,
+    multiprocessors,
+    programmatic_launch,
+    simulated,
+    stream_handle,
+)
 from .prepared import PreparedCalls
 from .tuned_configs import SEARCH_SPACE, config_for_shape
 
-__all__ = ["TRIPLE_ALGORITHMS", "ORDERS", "FUSED_UP_TO_MACS", "FUSED_ALWAYS_UP_TO_MACS",
-           "STREAM_K_FROM_IDLE", "triple",
-           "choose_order", "choose_triple_algorithm", "fusion_changes_tiles", "fused_config",
-           "fused_tiles", "fused_workers", "TWO_PER_SM_FROM", "FULL_WAVE", "TWO_PER_SM_DTYPES",
-           "fused_ctas_per_sm", "COLUMN_ORDER_T_FILL", "fused_t_column_order", "plan_triple"]
+__all__ = [
+    "TRIPLE_ALGORITHMS",
+    "ORDERS",
+    "FUSED_UP_TO_MACS",
+    "FUSED_ALWAYS_UP_TO_MACS",
+    "STREAM_K_FROM_IDLE",
+    "triple",
+    "choose_order",
+    "choose_triple_algorithm",
+    "fusion_changes_tiles",
+    "fused_config",
+    "fused_tiles",
+    "fused_workers",
+    "TWO_PER_SM_FROM",
+    "FULL_WAVE",
+    "TWO_PER_SM_DTYPES",
+    "fused_ctas_per_sm",
+    "COLUMN_ORDER_T_FILL",
+    "fused_t_column_order",
+    "plan_triple",
+]
 
 TRIPLE_ALGORITHMS = ("auto", "naive", "fused", "unfused")
 ORDERS = ("auto", "left", "right")
 
-# The fused kernel's tiles (fused_config). It starts from the tiled GEMM's tuned tiles for A @ B,
-# each product then running as the tiled GEMM would. The fused grid holds both products' tiles,
-# and a last wave of them that fills less than half the SMs leaves most SMs idle for a tile's
-# time: then tiles half as large along their longer side (the H200's tuned 128x256 and the
-# H100's 256x128 both become 128x128), whose shorter waves waste less. Where that still gives
-# fewer than FILL_CTAS tiles of T, SMALL_FUSED_CONFIGS: small tiles with split-k groups, so that
-# a 512-chain's 128 tiles per product keep 8 warps on each SM. Measured on an H100 (fp32,
-# square N, benchmarks/triple_product.py): halving 128x256 tiles to 128x128 made the fused
-# kernel 1.29x faster at N = 1536 (it had fallen back to the small tiles) and 1.01x at 3072
-# (last wave 36% full); at 2048 and 4096 (last waves 94% and 76% full) 128x256 was 4-10%
-# faster than 128x128. For the small tiles, 8x4 register tiles in 4 groups (8 warps)
-# were 8% faster at N = 512 (28.5 against 30.9 us) and 2% at 256 than 4x4 ones in 4 groups (16
-# warps): per k step a warp then reads 3 16-byte fragments for 32 FMAs instead of 2 for 16, and
-# Nsight Compute had put the 4x4 tiles' stalls on shared-memory loads (short scoreboard, MIO
-# throttle) and barriers; 2 stages ran 1% faster than 3 at 512 and 0.5% slower at 256. Each
-# dtype's small configs go from large tiles to small: the first that gives T FILL_CTAS tiles,
-# else the last. At N = 256 (32 tiles of 32 x 64) 32 x 32 tiles ran 1.2x faster (15.3 against
-# 18.3 us); at 512 they ran 1.4x slower (40.3 against 28.8), with one CTA per SM.
+# The fused kernel's tiles (fused_config) start from the tiled GEMM's tuned tiles for A @ B;
+# see fused_tiles for how they adapt to the fused grid. SMALL_FUSED_CONFIGS: split-k tiles for
+# chains whose T has fewer than FILL_CTAS large tiles, largest first, so that a 512-chain's 128
+# tiles per product keep 8 warps on each SM (why these shapes: docs/design/triple-product.md).
 SMALL_FUSED_CONFIGS = {
-    np.dtype(np.float32): (TileConfig(32, 64, 16, 8, 4, 2, 1, split_k=4),
-                           TileConfig(32, 32, 16, 4, 4, 2, 1, split_k=4)),
+    np.dtype(np.float32): (
+        TileConfig(32, 64, 16, 8, 4, 2, 1, split_k=4),
+        TileConfig(32, 32, 16, 4, 4, 2, 1, split_k=4),
+    ),
     np.dtype(np.float64): (TileConfig(32, 64, 16, 4, 4, 2, 1, split_k=2),),
 }
-FILL_CTAS = 128  # about one per SM of an H100/H200 (132)
-# From NEAR_FILL_CTAS to FILL_CTAS tiles of T the large tiles leave few SMs idle, and stay unless
-# the small tiles fit the chain whole (no edge code) where they do not. H100, fp32, square, one
-# run, T with 120 large tiles: large 1.13x faster than small at N = 1800 (128 x 256), 1.26x at
-# 1900 and 1.05x at 900 (128 x 64); small, whole there, 1.25x faster at 960.
+FILL_CTAS = 128  # tiles of T that keep one CTA on each SM of a 132-SM GPU busy
+# From NEAR_FILL_CTAS to FILL_CTAS tiles of T the large tiles leave few SMs idle: they stay
+# unless the small tiles cut the chain whole (no edge code) where the large ones do not.
 NEAR_FILL_CTAS = 96
 SIMULATOR_FUSED_CONFIG = TileConfig(16, 16, 4, 4, 4, 2, 1)  # 16 threads: simulator-sized
 
@@ -75,20 +94,10 @@ def fused_config(M: int, K1: int, K2: int, N: int, dtype) -> TileConfig:
     GEMM's tuned tiles for A @ B, adjusted to the fused grid by :func:`fused_tiles`."""
     if simulated():
         return SIMULATOR_FUSED_CONFIG
-    return fused_tiles(config_for_shape(M, K2, K1, dtype), M, K1, K2, N, multiprocessors(),
-                       dtype)
+    return fused_tiles(config_for_shape(M, K2, K1, dtype), M, K1, K2, N, multiprocessors(), dtype)
 
 
-# Where either product has edge tiles (tiled.whole_tiles), the fused kernel runs tall tiles with
-# large register tiles transposed, as the tiled GEMM does (tiled.for_edge_tiles). H100, fp32, square
-# row-major chains, one run each, against two tiled GEMMs on 256 x 128 tiles (before the tiled GEMM
-# transposed them too): on 128 x 256 the fused kernel ran 1.003-1.009x at N = 2047 (on 256 x 128:
-# 0.915x), 1.10x at 2000 (0.99x), 1.11x at 1800 (0.995x), 1.12x at 3500 (1.03x) and 1.05x at 4095
-# (0.98x). With whole tiles 256 x 128 stays: 128 x 256 ran 0.95-0.96x at 2048 and 4096.
-
-
-def fused_tiles(tuned: TileConfig, M: int, K1: int, K2: int, N: int, sms: int,
-                dtype) -> TileConfig:
+def fused_tiles(tuned: TileConfig, M: int, K1: int, K2: int, N: int, sms: int, dtype) -> TileConfig:
     """The fused kernel's tiles for A (M x K1) @ B (K1 x K2) @ C (K2 x N) on ``sms`` SMs, from
     ``tuned`` (the tiled GEMM's for A @ B).
 
@@ -98,11 +107,11 @@ def fused_tiles(tuned: TileConfig, M: int, K1: int, K2: int, N: int, sms: int,
     runs those small tiles, or the tuned tiles where they would run two per SM too and fill the
     last wave of two per SM to :data:`FULL_WAVE` (see there). Otherwise: ``tuned``, a split-k
     winner with its groups stacked into rows (:func:`_groups_as_rows`), transposed where tall
-    large tiles meet edge tiles in either product (see above); then half as large along their
-    longer side (n on a tie) where the fused grid's last wave (T's and D's tiles, one CTA per
-    SM) fills less than half the SMs; then, where T has fewer than ``FILL_CTAS`` tiles (see
-    ``NEAR_FILL_CTAS`` for the exception), the first of ``SMALL_FUSED_CONFIGS`` that gives it
-    that many (the smallest where none does)."""
+    large tiles meet edge tiles in either product (``tiled.for_edge_tiles``); then half as large
+    along their longer side (n on a tie) where the fused grid's last wave (T's and D's tiles, one
+    CTA per SM) fills less than half the SMs; then, where T has fewer than ``FILL_CTAS`` tiles
+    (see ``NEAR_FILL_CTAS`` for the exception), the first of ``SMALL_FUSED_CONFIGS`` that gives
+    it that many (the smallest where none does)."""
 
     def t_tiles(config):
         return fused_tiles_per_product(config, M, K2, N)[0]
@@ -129,8 +138,9 @@ def fused_tiles(tuned: TileConfig, M: int, K1: int, K2: int, N: int, sms: int,
         else:
             narrow = replace(config, block_n=config.block_n // 2, thread_n=config.thread_n // 2)
         config = valid_or(narrow, config, dtype)
-    if t_tiles(config) >= FILL_CTAS or (t_tiles(config) >= NEAR_FILL_CTAS
-                                        and (whole(config) or not whole(small[0]))):
+    if t_tiles(config) >= FILL_CTAS or (
+        t_tiles(config) >= NEAR_FILL_CTAS and (whole(config) or not whole(small[0]))
+    ):
         return config
     for candidate in small:
         if t_tiles(candidate) >= FILL_CTAS:
@@ -144,54 +154,42 @@ def _groups_as_rows(tuned: TileConfig, dtype) -> TileConfig:
     else the stacked config itself (``tuned`` where that is not valid).
 
     The tiled GEMM's split-k groups fill the SMs with one product's few tiles; the fused grid
-    holds both products' tiles, and falls back to its own split-k tiles (SMALL_FUSED_CONFIGS)
-    where they are too few. H100, fp32, N = 1024 (2026-11-25): the fused kernel on the tuned
-    64 x 64 in 2 groups took 123.2 us, on 128 x 64 (the search space's, its tiles before the
-    tiled GEMM was tuned with split-k candidates) 116.4-118.0 us in other runs on that machine
-    type; at 256 and 512 both routes end at the same split-k tiles."""
+    holds both products' tiles (and falls back to its own split-k tiles, SMALL_FUSED_CONFIGS,
+    where they are too few), so it runs the same threads as taller tiles without groups."""
     rows = tuned.block_m * tuned.split_k
     shape = (rows, tuned.block_n, tuned.thread_m, tuned.thread_n)
     for candidate in SEARCH_SPACE.get(np.dtype(dtype), ()):
-        if candidate.split_k == 1 and (candidate.block_m, candidate.block_n, candidate.thread_m,
-                                       candidate.thread_n) == shape:
+        if (
+            candidate.split_k == 1
+            and (candidate.block_m, candidate.block_n, candidate.thread_m, candidate.thread_n)
+            == shape
+        ):
             return candidate
     return valid_or(replace(tuned, block_m=rows, split_k=1), tuned, dtype)
 
 
-# Split-k tiles with whole tiles in both products run two CTAs per SM where T has at least
-# TWO_PER_SM_FROM tiles per SM, else one (triple.plan_fused's ctas_per_sm; the kernel module's
-# docstring says why not always). H100, fp32, square chains, interleaved probes, each D checked
-# against float64 (2026-11-25), us, one CTA per SM against two, row-major T:
-#
-#   N     32 x 64 in 4 groups (T tiles per SM)   64 x 64 in 2 groups      two tiled GEMMs
-#   512   21.0 / 30.3 (0.97)                     -                        18.9
-#   640   43.6 / 38.5 (1.5)                      40.6 / 57.0 (0.76)       39.6
-#   704   48.8 / 42.2 (1.8)                      44.0 / 69.8 (0.92)       42.9
-#   768   64.0 / 55.9 (2.2)                      68.9 / 81.3 (1.1)        82.7
-#   896   88.8 / 76.4 (3.0)                      81.0 / 89.6 (1.5)        95.3
-#   960  108.9 / 93.6 (3.4)                     112.6 / 103.1 (1.7)      101.2
-#   1024 130.3 / 112.4 (3.9)                    121.4 / 110.2 (1.9)      107.5
-#
-# Two is as many as their registers allow. Before, the fused kernel ran one CTA per SM on the
-# tuned tiles stacked (640 and 704: 32 x 64 in 4 groups; 768 and 896: 64 x 64 with 4 x 4
-# register tiles, 78.0 and 104.2 us; 960: 32 x 64; 1024: 128 x 64, 115.2). 64 x 64 in 2 groups
-# beats the small tiles only where its T fills the last wave of two per SM (1024: 256 tiles in
-# 264 slots); at 960 (225) the small tiles were 1.10x faster. With edge tiles (N = 900) neither
-# gained: 134.9-136.9 us against 126.9 on the stacked 128 x 64 one per SM, so the rule needs
-# whole tiles.
+# Split-k tiles that cut both products whole run two CTAs per SM (16 warps instead of 8; two
+# is as many as their registers allow) where T has at least TWO_PER_SM_FROM tiles per SM: with
+# fewer, the block scheduler puts T tiles two to an SM beside SMs whose D tiles wait for them.
+# The tuned tiles replace the small ones where they fill the last wave of two per SM to
+# FULL_WAVE. Float32 only, where it was measured (docs/design/triple-product.md).
 TWO_PER_SM_FROM = 1.5
 FULL_WAVE = 0.9
-TWO_PER_SM_DTYPES = (np.dtype(np.float32),)  # where it was measured
+TWO_PER_SM_DTYPES = (np.dtype(np.float32),)
 
 
-def fused_ctas_per_sm(config: TileConfig, M: int, K1: int, K2: int, N: int, dtype=np.float32,
-                      sms: int | None = None) -> int:
+def fused_ctas_per_sm(
+    config: TileConfig, M: int, K1: int, K2: int, N: int, dtype=np.float32, sms: int | None = None
+) -> int:
     """How many CTAs of the fused kernel may share an SM under ``config`` for A (M x K1) @ B
     (K1 x K2) @ C (K2 x N) in ``dtype`` on ``sms`` SMs (default: this GPU's):
     ``MAX_CTAS_PER_SM`` for split-k tiles that cut both products into whole tiles, at least
     :data:`TWO_PER_SM_FROM` of T per SM, in :data:`TWO_PER_SM_DTYPES`; else 1."""
-    if (config.split_k == 1 or np.dtype(dtype) not in TWO_PER_SM_DTYPES
-            or not all(whole_products(config, M, K1, K2, N))):
+    if (
+        config.split_k == 1
+        or np.dtype(dtype) not in TWO_PER_SM_DTYPES
+        or not all(whole_products(config, M, K1, K2, N))
+    ):
         return 1
     if sms is None and simulated():
         return 1
@@ -199,24 +197,15 @@ def fused_ctas_per_sm(config: TileConfig, M: int, K1: int, K2: int, N: int, dtyp
     return MAX_CTAS_PER_SM if t_tiles >= TWO_PER_SM_FROM * (sms or multiprocessors()) else 1
 
 
-# T's tiles column by column (``plan_fused``'s ``t_column_order``): where T's tiles, two CTAs per
-# SM, fill at least COLUMN_ORDER_T_FILL of one wave and no more. H100 and H200, fp32, square
-# chains, interleaved probes, each D checked against float64 (2026-11-26), fused against two
-# tiled launches: N = 1024 (the tuned 64 x 64 in 2 groups, 256 T tiles in 264 slots, 97%)
-# 0.997-1.000x (H100) and 0.998-1.000x (H200) with T column by column, 0.975-0.982x in row
-# order (the tiled GEMM's tuned group height, 1); D in column order too was 0.995-0.999x, and
-# the tiled GEMM itself ran 0.99x in column order. Where T fills less of the wave it lost:
-# N = 704 (32 x 64 in 4 groups, 242 tiles, 92%) 1.013x against 1.030x, 640 (200, 76%) 1.006-
-# 1.010x against 1.037-1.040x; at 512 (one CTA per SM) 20.7-20.8 us against 20.2-20.3. Group
-# heights 4 and 8 for T gained nothing at 1024 (0.981-0.983x). Why the order matters where T
-# runs in one wave, so that it decides only which tiles share an SM, is not known: per-CTA
-# timestamps in row order put the kernel's end on D tiles that ran 53-55 us beside other D
-# tiles, against ~45 for T tiles (docs/triple_product_notes.md).
+# T's tiles column by column (``plan_fused``'s ``t_column_order``) where T's tiles, two CTAs per
+# SM, fill at least COLUMN_ORDER_T_FILL of one wave and no more (N = 1024 on 132 SMs: 256 tiles
+# in 264 slots); in grouped order such a chain ran about 2% slower (docs/design/triple-product.md).
 COLUMN_ORDER_T_FILL = 0.95
 
 
-def fused_t_column_order(config: TileConfig, M: int, K1: int, K2: int, N: int,
-                         dtype=np.float32, sms: int | None = None) -> bool:
+def fused_t_column_order(
+    config: TileConfig, M: int, K1: int, K2: int, N: int, dtype=np.float32, sms: int | None = None
+) -> bool:
     """Whether the fused kernel hands out T's tiles column by column for this chain under
     ``config`` on ``sms`` SMs (default: this GPU's): where they run two CTAs per SM
     (:func:`fused_ctas_per_sm`) and fill from :data:`COLUMN_ORDER_T_FILL` to all of one wave."""
@@ -227,22 +216,17 @@ def fused_t_column_order(config: TileConfig, M: int, K1: int, K2: int, N: int,
     return COLUMN_ORDER_T_FILL * slots <= fused_tiles_per_product(config, M, K2, N)[0] <= slots
 
 
-# Stream-K (``plan_fused`` with workers): one CTA per SM per product, each a range of
-# k-iterations that may start and end inside a tile, the partial tiles passed through a scratch
-# buffer. It wins back the idle SMs of a ragged last wave, but its loop form runs slower per
-# tile than the one-tile-per-CTA kernel. So it runs where the one-tile grid (T's and D's
-# tiles, one CTA per SM) leaves at least STREAM_K_FROM_IDLE of its waves idle, and not under
-# large register tiles (triple.large_register_tiles), which need every register. H100, fp32,
-# square N, one run: N = 1536 (128 x 128 tiles, 288 on 132 SMs: 27% of 3 waves idle) 361.4 us
-# stream-K against 487.3 one tile per CTA (same loop form; the shipped kernel ~478) and 597.1
-# unfused. At 3% idle it won at 3072 (128 x 128: 2688 against 2805) but lost at 1024 (64 x
-# 128: 145.5 against 140.4, ~134 shipped), and under 128 x 256 tiles it lost at 2048 and 4096
-# (841.6 and 6278 against ~783 and ~5900 shipped): the threshold keeps to the clear case.
+# Stream-K (``plan_fused`` with workers): one CTA per SM per product, each a range of k-iterations
+# that may start and end inside a tile, partial tiles passed through a scratch buffer. It wins back
+# the idle SMs of a ragged last wave, but its loop runs slower per tile, so it runs only where one
+# CTA per tile leaves at least STREAM_K_FROM_IDLE of the waves idle (N = 1536: 27%), and never under
+# large register tiles, which need every register (docs/design/triple-product.md).
 STREAM_K_FROM_IDLE = 0.10
 
 
-def fused_workers(config: TileConfig, M: int, K1: int, K2: int, N: int,
-                  sms: int | None = None) -> tuple[int, int] | None:
+def fused_workers(
+    config: TileConfig, M: int, K1: int, K2: int, N: int, sms: int | None = None
+) -> tuple[int, int] | None:
     """The fused kernel's stream-K workers per product for this chain, one per SM (``sms``,
     default this GPU's), or None for one CTA per tile (see :data:`STREAM_K_FROM_IDLE`)."""
     if config.split_k > 1 or large_register_tiles(config) or (sms is None and simulated()):
@@ -253,8 +237,10 @@ def fused_workers(config: TileConfig, M: int, K1: int, K2: int, N: int,
     if 1 - tiles / (cdiv(tiles, sms) * sms) < STREAM_K_FROM_IDLE:
         return None
     # At most one worker per k-iteration, so that none is idle.
-    return (min(sms, t_tiles * cdiv(K1, config.block_k)),
-            min(sms, d_tiles * cdiv(K2, config.block_k)))
+    return (
+        min(sms, t_tiles * cdiv(K1, config.block_k)),
+        min(sms, d_tiles * cdiv(K2, config.block_k)),
+    )
 
 
 def _transposed(desc: MatrixDesc) -> MatrixDesc:
@@ -296,8 +282,8 @@ _COUNTERS = _SyncCounters()
 class _Intermediates:
     """Per-stream intermediates (T = A @ B) of ``triple``, kept between calls: kernels on one
     stream run in order, so a call's kernels start only after the last call's are done with
-    T. Allocating and freeing T on every call cost 120-155 us on an H100, more than the fused
-    kernel itself up to N = 512. The buffers of the last INTERMEDIATES_KEPT (stream, shape,
+    T (allocating it per call would cost more host time than a small chain's kernel takes:
+    docs/design/launch-and-timing.md). The buffers of the last INTERMEDIATES_KEPT (stream, shape,
     dtype) are kept; an evicted one goes back to the memory pool (``launch.new_device_array``)
     in order on its stream, once no cached call (``numba_gemm.prepared``) holds it."""
 
@@ -327,8 +313,16 @@ def check_triple_arguments(algorithm: str, order: str, config) -> None:
     check_config(config, algorithm, ("fused", "auto"), "the fused triple-product kernel")
 
 
-def resolve(M: int, K1: int, K2: int, N: int, algorithm: str, order: str,
-            config: TileConfig | None = None, dtype=np.float32) -> tuple[str, str]:
+def resolve(
+    M: int,
+    K1: int,
+    K2: int,
+    N: int,
+    algorithm: str,
+    order: str,
+    config: TileConfig | None = None,
+    dtype=np.float32,
+) -> tuple[str, str]:
     """(algorithm, order) with ``"auto"`` decided: the order by :func:`choose_order`, then the
     algorithm by :func:`choose_triple_algorithm` for that order's sizes (``"fused"`` when a
     config is given)."""
@@ -340,46 +334,20 @@ def resolve(M: int, K1: int, K2: int, N: int, algorithm: str, order: str,
     return algorithm, order
 
 
-# "auto" fuses chains of up to this many multiply-adds (the two products together): those of
-# N = 1024; above it, where both products have edge tiles, or where the fused kernel runs other
-# tiles than the tiled GEMM would (fusion_changes_tiles): a ragged wave saved.
-# Measured on an H100 (benchmarks/triple_product.py, fp32): fused beat two tiled GEMMs 2.8x at
-# N = 256, 2.5x at 512 and 1.03-1.04x at 1024 (in three runs; 1.42x, 1.86x and 1.04x once the
-# tiled GEMM's tiles for 512 and 1024 were tuned by GPU time), and jax_bridge.triple's fused
-# call matched its unfused pair at 1024 (142 us) once the fused launch ran one CTA per SM
-# (before, 225 us: XLA's compile fitted two, see the README); from 1536 on fused was 1.23x
-# (1536) and 1.20x (3072) where the tuned tiles left a ragged last wave, 0.99x (2048) and
-# 1.01x (4096) where they did not. Since the kernels without edge code (tiled.whole_tiles)
-# fused was 0.996x-1.011x at 2048 and 1.00-1.01x at 4096 (four benchmark runs, and probes),
-# and since the shared-memory stores without negative-index tests (tiled GEMM 2.6-3.4%
-# faster there, the fused kernel 1.1-1.3%) 0.984x at both, and with one call site for both
-# products 0.990x and 0.994x, on the H100's own tuned tiles (256x128) 0.987x and 0.989x, and
-# with a call per product again 0.995x and 1.003x (0.991-0.999x in probes; 0.996-1.000x with
-# the D tiles' departure counts in shared memory): never enough to move "auto". Where both
-# products have edge tiles (square chains from 1023 to 4095 that are not multiples of the
-# tiles), fused ran 1.005-1.53x unfused on the H100 once T went column-major where the products
-# compile to two tile functions (2026-11-25: 1.005x at 2047, 1.014x at 1800 and 1999, 1.001x
-# at 3500, 1.03x at 3583, 3999 and 4095; the README's table). Where only one product has edge
-# tiles the fused kernel runs both on the transposed tiles (fused_tiles), the tiled GEMM only
-# that one: fused 0.963x at M, K1, K2, N = 2048, 2048, 2048, 1800 and 0.978x at 2048, 2047,
-# 2048, 2048, so there "auto" runs unfused unless the fused grid saves a ragged wave.
-FUSED_UP_TO_MACS = 2 * 1024 ** 3
-# ... but the small chains' gain was the fused kernel's split-k tiles (triple_product.SMALL_FUSED_CONFIGS)
-# where the tiled GEMM's tuned tiles left SMs idle. Where the tiled GEMM is tuned with split-k
-# tiles itself and its two launches overlap (launch.programmatic_launch: Hopper), two launches
-# measured faster: H100, fp32, square, interleaved back-to-back calls, each D checked against
-# float64 (2026-11-25): unfused on 32 x 64 tiles in 4 groups 18.7 us at N = 512 against 20.9
-# fused (1.11x), on 64 x 64 in 2 groups 107.3 us at 1024 against 121.3 (1.13x); the fused
-# kernel's tickets and counters cost more than the overlapped launch. Chains of up to
-# FUSED_ALWAYS_UP_TO_MACS (N = 256) stay fused: there two launches are bound by their host time
-# (19.1-19.7 us against 10.4-10.6 fused on the same tiles; on a fast host, 9.6 against 9.9).
-# Where the fused kernel runs other tiles two CTAs per SM (fused_ctas_per_sm, whose comment has
-# the figures) it beat two launches on the tuned split-k tiles: 1.02-1.48x from N = 640 to 960.
-FUSED_ALWAYS_UP_TO_MACS = 2 * 256 ** 3
+# "auto" (choose_triple_algorithm) fuses chains of up to FUSED_ALWAYS_UP_TO_MACS multiply-adds (N =
+# 256: two launches are bound by their host time there), and up to FUSED_UP_TO_MACS (N = 1024)
+# unless the tiled GEMM's tuned tiles have split-k groups and launches overlap (Hopper's
+# programmatic dependent launch), where two launches are faster unless the fused kernel runs its own
+# tiles two CTAs per SM. Above, it fuses where one launch saves a ragged wave or both products have
+# edge tiles; where each product fills its waves, two launches are as fast
+# (docs/design/triple-product.md).
+FUSED_UP_TO_MACS = 2 * 1024**3
+FUSED_ALWAYS_UP_TO_MACS = 2 * 256**3
 
 
-def fusion_changes_tiles(tuned: TileConfig, M: int, K1: int, K2: int, N: int, sms: int,
-                         dtype) -> bool:
+def fusion_changes_tiles(
+    tuned: TileConfig, M: int, K1: int, K2: int, N: int, sms: int, dtype
+) -> bool:
     """Whether :func:`fused_tiles` runs other tiles than the tiled GEMM would for this chain
     on ``sms`` SMs (``tuned``: its tiles for A @ B, which it transposes where that product has
     edge tiles): where the two products' tiles leave a ragged last wave that one launch of
@@ -418,9 +386,17 @@ def choose_triple_algorithm(M: int, K1: int, K2: int, N: int, dtype=np.float32) 
     return "fused" if edges or _other_tiles(fused, tuned, dtype) else "unfused"
 
 
-def plan_triple(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, out: MatrixDesc,
-                algorithm: str = "auto", order: str = "auto", config: TileConfig | None = None,
-                counters=None, scratch=None) -> list[KernelLaunch]:
+def plan_triple(
+    a: MatrixDesc,
+    b: MatrixDesc,
+    c: MatrixDesc,
+    out: MatrixDesc,
+    algorithm: str = "auto",
+    order: str = "auto",
+    config: TileConfig | None = None,
+    counters=None,
+    scratch=None,
+) -> list[KernelLaunch]:
     """The launches that compute ``out = a @ b @ c`` on validated operands.
 
     The one place that decides order, algorithm and tiles (``numba_gemm.triple``
@@ -430,8 +406,9 @@ def plan_triple(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, out: MatrixDesc,
     buffer, ``scratch(shape, name)`` a row-major scratch buffer named ``"ab"`` or ``"t"``
     (the intermediate) or ``"partials"`` (stream-K's partial tiles), both as descriptors.
     """
-    algorithm, order = resolve(a.shape[0], a.shape[1], c.shape[0], c.shape[1], algorithm, order,
-                               config, a.dtype)
+    algorithm, order = resolve(
+        a.shape[0], a.shape[1], c.shape[0], c.shape[1], algorithm, order, config, a.dtype
+    )
     if order == "right":
         a, b, c, out = _transposed(c), _transposed(b), _transposed(a), _transposed(out)
     M, K2 = a.shape[0], c.shape[0]
@@ -441,19 +418,41 @@ def plan_triple(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, out: MatrixDesc,
         K1, N = a.shape[1], c.shape[1]
         config = config or fused_config(M, K1, K2, N, a.dtype)
         row_major = intermediate_row_major(config, a, b, c, out)
-        t = intermediate_view(scratch(intermediate_shape(M, K2, a.dtype, row_major), "t"), M, K2,
-                              row_major)
+        t = intermediate_view(
+            scratch(intermediate_shape(M, K2, a.dtype, row_major), "t"), M, K2, row_major
+        )
         workers = fused_workers(config, M, K1, K2, N)
         partials = scratch(partials_shape(config, workers), "partials") if workers else None
-        return [plan_fused(config, a, b, c, out, t, counters(sync_slots(M, config, workers)),
-                           workers, partials, fused_ctas_per_sm(config, M, K1, K2, N, a.dtype),
-                           fused_t_column_order(config, M, K1, K2, N, a.dtype))]
+        return [
+            plan_fused(
+                config,
+                a,
+                b,
+                c,
+                out,
+                t,
+                counters(sync_slots(M, config, workers)),
+                workers,
+                partials,
+                fused_ctas_per_sm(config, M, K1, K2, N, a.dtype),
+                fused_t_column_order(config, M, K1, K2, N, a.dtype),
+            )
+        ]
     intermediate = scratch((M, K2), "ab")
     return [plan(a, b, intermediate, "tiled"), plan(intermediate, c, out, "tiled")]
 
 
-def triple(a: Any, b: Any, c: Any, out: Any = None, *, algorithm: str = "auto",
-           order: str = "auto", config: TileConfig | None = None, stream: Any = 0) -> Any:
+def triple(
+    a: Any,
+    b: Any,
+    c: Any,
+    out: Any = None,
+    *,
+    algorithm: str = "auto",
+    order: str = "auto",
+    config: TileConfig | None = None,
+    stream: Any = 0,
+) -> Any:
     """D = A @ B @ C for A (M x K1), B (K1 x K2), C (K2 x N): float32 or float64, any
     positive strides, any sizes >= 1, all on the host or all on the GPU (as ``matmul``).
 
@@ -483,7 +482,9 @@ def triple(a: Any, b: Any, c: Any, out: Any = None, *, algorithm: str = "auto",
     key = _CALLS.key(operands, out, (algorithm, order, config), stream)
     if key is not None and (result := _CALLS.run(key, operands, out, stream)) is not None:
         return result
-    (a_desc, b_desc, c_desc), out_desc = describe_product((("a", a), ("b", b), ("c", c)), out, stream)
+    (a_desc, b_desc, c_desc), out_desc = describe_product(
+        (("a", a), ("b", b), ("c", c)), out, stream
+    )
     dtype = a_desc.dtype
     if config is not None:
         config.check(dtype)
@@ -495,18 +496,34 @@ def triple(a: Any, b: Any, c: Any, out: Any = None, *, algorithm: str = "auto",
         return scratch[-1]
 
     def launches(a, b, c, out):
-        return plan_triple(a, b, c, out, algorithm, order, config, scratch=allocate_scratch,
-                           counters=lambda count: _COUNTERS.get(count, stream))
+        return plan_triple(
+            a,
+            b,
+            c,
+            out,
+            algorithm,
+            order,
+            config,
+            scratch=allocate_scratch,
+            counters=lambda count: _COUNTERS.get(count, stream),
+        )
 
     if key is None:
         run_in_memory_space((a_desc, b_desc, c_desc), out_desc, launches, stream)
     else:
-        _CALLS.prepare(key, operands, out, launches(a_desc, b_desc, c_desc, out_desc), scratch,
-                       out_desc.shape, dtype, stream)
+        _CALLS.prepare(
+            key,
+            operands,
+            out,
+            launches(a_desc, b_desc, c_desc, out_desc),
+            scratch,
+            out_desc.shape,
+            dtype,
+            stream,
+        )
     return out_desc.source
 
 
 # Repeated calls with the same Numba device arrays skip describing, checking and planning
-# (numba_gemm.prepared): H100, N = 256, 312 us of host time per call when it described and
-# planned each time.
+# (numba_gemm.prepared).
 _CALLS = PreparedCalls()

@@ -35,15 +35,26 @@ from .kernels.tiled import DEFAULT_CONFIGS, TileConfig, for_edge_tiles, whole_ti
 from .launch import shared_memory_limit, simulated
 from .prepared import forget_prepared_calls
 
-__all__ = ["SEARCH_SPACE", "SIMULATOR_CONFIG", "SHIPPED", "config_for", "config_for_shape",
-           "layout_key", "shape_bucket", "cache_path", "device_key", "store"]
+__all__ = [
+    "SEARCH_SPACE",
+    "SIMULATOR_CONFIG",
+    "SHIPPED",
+    "config_for",
+    "config_for_shape",
+    "layout_key",
+    "shape_bucket",
+    "cache_path",
+    "device_key",
+    "store",
+]
 
 SHIPPED = Path(__file__).with_name("tuned.json")
 FORMAT = 1
 
 # Small enough for the simulator (16 threads per CTA), and it runs the same kernel code.
-SIMULATOR_CONFIG = TileConfig(block_m=16, block_n=16, block_k=4, thread_m=4, thread_n=4,
-                              stages=2, group_m=2)
+SIMULATOR_CONFIG = TileConfig(
+    block_m=16, block_n=16, block_k=4, thread_m=4, thread_n=4, stages=2, group_m=2
+)
 
 T = TileConfig
 # Every candidate compiles without spills, with and without edge code (tests/test_gpu.py).
@@ -52,19 +63,27 @@ T = TileConfig
 # won no size in tuned.json.
 SEARCH_SPACE = {
     np.dtype(np.float32): (
-        T(256, 128, 16, 16, 8, 3, 8), T(256, 128, 16, 16, 8, 4, 8), T(256, 128, 8, 16, 8, 3, 8),
-        T(128, 256, 16, 8, 16, 3, 8), T(128, 128, 8, 8, 8, 4, 8),
-        T(128, 128, 16, 8, 8, 3, 8), T(128, 64, 16, 8, 4, 3, 8), T(64, 128, 16, 4, 8, 3, 8),
-        T(64, 64, 16, 4, 4, 3, 8), T(64, 64, 32, 4, 4, 3, 8),
+        T(256, 128, 16, 16, 8, 3, 8),
+        T(256, 128, 16, 16, 8, 4, 8),
+        T(256, 128, 8, 16, 8, 3, 8),
+        T(128, 256, 16, 8, 16, 3, 8),
+        T(128, 128, 8, 8, 8, 4, 8),
+        T(128, 128, 16, 8, 8, 3, 8),
+        T(128, 64, 16, 8, 4, 3, 8),
+        T(64, 128, 16, 4, 8, 3, 8),
+        T(64, 64, 16, 4, 4, 3, 8),
+        T(64, 64, 32, 4, 4, 3, 8),
         # Split-k groups (TileConfig.split_k): small products, whose tiles are too few to keep
-        # every SM busy with 8 warps. H100, kernel time by tune(): 256^3 32 x 32 in 4 groups
-        # 4.5 us against 11.0 on 64 x 64; 512^3 32 x 64 in 4 groups 9.5 against 19.4; 1024^3
-        # 64 x 64 in 2 groups 54.5 against 59.9 on 128 x 64 (2026-11-25).
-        T(32, 32, 16, 4, 4, 2, 1, split_k=4), T(32, 64, 16, 8, 4, 2, 1, split_k=4),
-        T(64, 32, 16, 4, 8, 2, 1, split_k=4), T(64, 64, 16, 8, 4, 2, 1, split_k=2),
+        # every SM busy with 8 warps (they won 256^3 to 1024^3: docs/design/tiled-gemm.md).
+        T(32, 32, 16, 4, 4, 2, 1, split_k=4),
+        T(32, 64, 16, 8, 4, 2, 1, split_k=4),
+        T(64, 32, 16, 4, 8, 2, 1, split_k=4),
+        T(64, 64, 16, 8, 4, 2, 1, split_k=2),
     ),
     np.dtype(np.float64): (
-        T(64, 64, 16, 4, 4, 3, 8), T(64, 64, 32, 4, 4, 3, 8), T(128, 64, 16, 8, 4, 3, 8),
+        T(64, 64, 16, 4, 4, 3, 8),
+        T(64, 64, 32, 4, 4, 3, 8),
+        T(128, 64, 16, 8, 4, 3, 8),
         T(128, 128, 8, 8, 8, 3, 8),
     ),
 }
@@ -86,7 +105,7 @@ def _cache_path(env: str | None, home: str | None) -> Path:
 
 
 def _axis(desc: MatrixDesc) -> str:
-    """"row" (row-major), "col" (column-major) or "strided"."""
+    """ "row" (row-major), "col" (column-major) or "strided"."""
     stride_0, stride_1 = desc.strides
     if stride_1 == 1:
         return "row"
@@ -106,8 +125,9 @@ def shape_bucket(M: int, N: int, K: int) -> tuple[int, int, int]:
 
 
 def _key(device: str, dtype, layout: str, bucket, edge: bool) -> str:
-    return (f"{device}|{np.dtype(dtype).name}|{layout}|{'x'.join(map(str, bucket))}"
-            + ("|edge" if edge else ""))
+    return f"{device}|{np.dtype(dtype).name}|{layout}|{'x'.join(map(str, bucket))}" + (
+        "|edge" if edge else ""
+    )
 
 
 def _tuned_on_edge_tiles(entry: dict) -> bool:
@@ -136,9 +156,13 @@ def _parse(path: Path, stamp: int) -> dict:
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as error:
-        raise ValueError(f"tuning cache {path} is unreadable ({error}); delete it or fix it") from None
+        raise ValueError(
+            f"tuning cache {path} is unreadable ({error}); delete it or fix it"
+        ) from None
     if data.get("format") != FORMAT:
-        raise ValueError(f"tuning cache {path} has format {data.get('format')!r}; expected {FORMAT}")
+        raise ValueError(
+            f"tuning cache {path} has format {data.get('format')!r}; expected {FORMAT}"
+        )
     return data.get("entries", {})
 
 
@@ -153,15 +177,21 @@ def device_key() -> tuple[str, str]:
     return device_name(), f"sm_{major}{minor}"
 
 
-def _nearest(entries: dict, dtype, layout: str | None, bucket, device: str, arch: str,
-             edge: bool = False):
+def _nearest(
+    entries: dict, dtype, layout: str | None, bucket, device: str, arch: str, edge: bool = False
+):
     """The entry closest to ``bucket`` (in log2 steps) for this device, or its architecture,
     among those tuned on whole tiles (``edge`` False) or on edge tiles (True)."""
     dtype = np.dtype(dtype).name
     for match in (lambda e: e["device"] == device, lambda e: e["arch"] == arch):
-        found = [e for e in entries.values() if match(e) and e["dtype"] == dtype
-                 and (layout is None or e["layout"] == layout)
-                 and _tuned_on_edge_tiles(e) == edge]
+        found = [
+            e
+            for e in entries.values()
+            if match(e)
+            and e["dtype"] == dtype
+            and (layout is None or e["layout"] == layout)
+            and _tuned_on_edge_tiles(e) == edge
+        ]
         if found:
             return min(found, key=lambda e: _distance(e, bucket))
     return None
@@ -173,7 +203,9 @@ def config_for(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc | None = None) -> Til
     return config_for_shape(M, N, K, a.dtype, layout_key(a, b))
 
 
-def config_for_shape(M: int, N: int, K: int, dtype=np.float32, layout: str = "row-row") -> TileConfig:
+def config_for_shape(
+    M: int, N: int, K: int, dtype=np.float32, layout: str = "row-row"
+) -> TileConfig:
     """The tile config for C (M x N) = A (M x K) @ B with A and B in ``layout`` (see
     :func:`layout_key`) on the current device: the tuning cache, then the shipped
     winners, then ``DEFAULT_CONFIGS``; on the simulator, ``SIMULATOR_CONFIG``. Where the
@@ -182,8 +214,14 @@ def config_for_shape(M: int, N: int, K: int, dtype=np.float32, layout: str = "ro
     if simulated():
         return SIMULATOR_CONFIG
     user_cache = cache_path()
-    config, for_edges = _configs_for(np.dtype(dtype), layout, shape_bucket(M, N, K), user_cache,
-                                     _stamp(user_cache), _stamp(SHIPPED))
+    config, for_edges = _configs_for(
+        np.dtype(dtype),
+        layout,
+        shape_bucket(M, N, K),
+        user_cache,
+        _stamp(user_cache),
+        _stamp(SHIPPED),
+    )
     if whole_tiles(config, M, N, K):
         return config
     return for_edges if for_edges is not None else for_edge_tiles(config, dtype)
@@ -197,8 +235,9 @@ def _stamp(path: Path) -> int | None:
 
 
 @functools.lru_cache(maxsize=1024)
-def _configs_for(dtype, layout: str, bucket, user_cache: Path,
-                 *stamps) -> tuple[TileConfig, TileConfig | None]:
+def _configs_for(
+    dtype, layout: str, bucket, user_cache: Path, *stamps
+) -> tuple[TileConfig, TileConfig | None]:
     """(the winner tuned on whole tiles, or ``DEFAULT_CONFIGS``; the winner tuned on edge
     tiles where one lies as near ``bucket`` as that, else None), memoised per shape class
     and cache-file versions (``stamps``)."""
@@ -206,8 +245,10 @@ def _configs_for(dtype, layout: str, bucket, user_cache: Path,
     edges = _find(dtype, layout, bucket, user_cache, edge=True)
     if edges and whole and _distance(edges, bucket) > _distance(whole, bucket):
         edges = None  # a winner tuned on whole tiles nearer this bucket serves it
-    return (TileConfig(**whole["config"]) if whole is not None else DEFAULT_CONFIGS[dtype],
-            TileConfig(**edges["config"]) if edges is not None else None)
+    return (
+        TileConfig(**whole["config"]) if whole is not None else DEFAULT_CONFIGS[dtype],
+        TileConfig(**edges["config"]) if edges is not None else None,
+    )
 
 
 def _find(dtype, layout: str, bucket, user_cache: Path, edge: bool) -> dict | None:
@@ -223,7 +264,6 @@ def _find(dtype, layout: str, bucket, user_cache: Path, edge: bool) -> dict | No
     return None
 
 
-
 def store(path: Path, device: str, arch: str, dtype, layout: str, shape, best: dict) -> None:
     """Add (or replace) one winner in the JSON cache at ``path``, under its shape class: the
     bucket of ``shape``, and whether ``shape`` has edge tiles under the winner."""
@@ -231,10 +271,16 @@ def store(path: Path, device: str, arch: str, dtype, layout: str, shape, best: d
     bucket = shape_bucket(*shape)
     edge = not whole_tiles(best["config"], *shape)
     entries[_key(device, dtype, layout, bucket, edge)] = {
-        "device": device, "arch": arch, "dtype": np.dtype(dtype).name, "layout": layout,
-        "bucket": list(bucket), "shape": list(shape), "config": asdict(best["config"]),
-        "seconds": best["seconds"], "tflops": best["tflops"],
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device": device,
+        "arch": arch,
+        "dtype": np.dtype(dtype).name,
+        "layout": layout,
+        "bucket": list(bucket),
+        "shape": list(shape),
+        "config": asdict(best["config"]),
+        "seconds": best["seconds"],
+        "tflops": best["tflops"],
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"format": FORMAT, "entries": entries}, indent=1, sort_keys=True))

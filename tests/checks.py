@@ -12,7 +12,14 @@ import numpy as np
 
 from numba_gemm.descriptor import describe
 from numba_gemm.kernels.tiled import TileConfig
-from numba_gemm.reference import LAYOUTS, to_host, reference, relative_error, tolerance, triple_reference
+from numba_gemm.reference import (
+    LAYOUTS,
+    reference,
+    relative_error,
+    to_host,
+    tolerance,
+    triple_reference,
+)
 
 # Tuned tiles the tests plan with where they stand in for a GPU (numba_gemm/tuned.json): the
 # H100's from 2048^3, the same transposed (as tiled.for_edge_tiles runs them on edge tiles),
@@ -51,7 +58,9 @@ def assert_triple(out, a, b, c, dtype) -> None:
     a, b, c = (to_host(x).astype(np.float64) for x in (a, b, c))  # one device-to-host copy each
     ref = triple_reference(a, b, c)
     K1, K2 = b.shape
-    scale = max(np.linalg.norm(ref), np.linalg.norm((abs(a) @ abs(b)) @ abs(c)) / math.sqrt(K1 * K2))
+    scale = max(
+        np.linalg.norm(ref), np.linalg.norm((abs(a) @ abs(b)) @ abs(c)) / math.sqrt(K1 * K2)
+    )
     error = float(np.linalg.norm(to_host(out).astype(np.float64) - ref) / scale)
     bound = tolerance(dtype, K1) + tolerance(dtype, K2)
     assert error <= bound, f"relative error {error:.3e} > {bound:.3e}"

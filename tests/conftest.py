@@ -33,6 +33,7 @@ def poisoned_fresh_outputs(monkeypatch):
 def benchmark_module():
     """``load(name)``: the module ``benchmarks/<name>.py`` (the benchmarks are scripts, not a
     package), imported from its file."""
+
     def load(name):
         path = Path(__file__).parents[1] / "benchmarks" / f"{name}.py"
         spec = importlib.util.spec_from_file_location(name, path)

@@ -6,14 +6,23 @@ import sys
 
 
 def run(*args, **env):
-    return subprocess.run([sys.executable, "-m", "numba_gemm", *args], capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "numba_gemm", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=600,
+    )
 
 
 def test_model_prints_the_twelve_cases_and_checks_them():
     result = run("model", "--M", "3", "--N", "4", "--K", "5", "--simulate")
     assert result.returncode == 0, result.stderr
-    rows = [line for line in result.stdout.splitlines() if line.split()[:1] in (["mnk"], ["nmk"], ["kmn"], ["knm"])]
+    rows = [
+        line
+        for line in result.stdout.splitlines()
+        if line.split()[:1] in (["mnk"], ["nmk"], ["kmn"], ["knm"])
+    ]
     assert len(rows) == 12
     assert "agrees with every row" in result.stdout
 
@@ -23,8 +32,12 @@ def test_demo_on_the_simulator():
     assert result.returncode == 0, result.stdout + result.stderr
     assert "simulator" in result.stdout and "FAILED" not in result.stdout
     lines = result.stdout.splitlines()
-    assert sum(line.startswith(("auto", "tiled", "mnk", "nmk", "kmn", "knm")) for line in lines) == 28
-    triple_rows = [line for line in lines if line.startswith(("auto:fused", "naive", "fused", "unfused"))]
+    assert (
+        sum(line.startswith(("auto", "tiled", "mnk", "nmk", "kmn", "knm")) for line in lines) == 28
+    )
+    triple_rows = [
+        line for line in lines if line.startswith(("auto:fused", "naive", "fused", "unfused"))
+    ]
     assert len(triple_rows) == 16  # 4 algorithms x 2 orders x 2 layouts, each checked
 
 

@@ -9,7 +9,13 @@ from numba_gemm.descriptor import cai_metadata
 
 def test_row_major():
     d = numba_gemm.describe(np.zeros((3, 5), np.float32), "a")
-    assert (d.shape, d.strides, d.dtype, d.layout, d.span) == ((3, 5), (5, 1), np.float32, "row", 15)
+    assert (d.shape, d.strides, d.dtype, d.layout, d.span) == (
+        (3, 5),
+        (5, 1),
+        np.float32,
+        "row",
+        15,
+    )
     assert not d.on_device
 
 
@@ -54,17 +60,28 @@ def test_cuda_array_interface_metadata():
         cai_metadata("a", dict(cai, mask=object()))
 
 
-@pytest.mark.parametrize("bad, exc, message", [
-    (np.zeros(4, np.float32), ValueError, "a must be 2-D"),
-    (np.zeros((2, 2, 2), np.float32), ValueError, "a must be 2-D"),
-    (np.zeros((2, 2), np.int32), TypeError, "a has dtype int32"),
-    (np.zeros((2, 2), np.float16), TypeError, "a has dtype float16"),
-    (np.zeros((0, 3), np.float32), ValueError, "a is empty"),
-    (np.zeros((3, 3), np.float32)[::-1], ValueError, "a has stride -3 on axis 0"),
-    (np.broadcast_to(np.zeros((1, 3), np.float32), (4, 3)), ValueError, "a has stride 0 on axis 0"),
-    (np.zeros((3, 9), np.uint8)[:, 1:5].view(np.float32), ValueError, "not multiples of its item size"),
-    ([[1.0, 2.0]], TypeError, "a must be a NumPy array or a CUDA array"),
-])
+@pytest.mark.parametrize(
+    "bad, exc, message",
+    [
+        (np.zeros(4, np.float32), ValueError, "a must be 2-D"),
+        (np.zeros((2, 2, 2), np.float32), ValueError, "a must be 2-D"),
+        (np.zeros((2, 2), np.int32), TypeError, "a has dtype int32"),
+        (np.zeros((2, 2), np.float16), TypeError, "a has dtype float16"),
+        (np.zeros((0, 3), np.float32), ValueError, "a is empty"),
+        (np.zeros((3, 3), np.float32)[::-1], ValueError, "a has stride -3 on axis 0"),
+        (
+            np.broadcast_to(np.zeros((1, 3), np.float32), (4, 3)),
+            ValueError,
+            "a has stride 0 on axis 0",
+        ),
+        (
+            np.zeros((3, 9), np.uint8)[:, 1:5].view(np.float32),
+            ValueError,
+            "not multiples of its item size",
+        ),
+        ([[1.0, 2.0]], TypeError, "a must be a NumPy array or a CUDA array"),
+    ],
+)
 def test_describe_rejects(bad, exc, message):
     with pytest.raises(exc, match=message):
         numba_gemm.describe(bad, "a")
@@ -87,15 +104,33 @@ def test_matmul_names_the_bad_argument():
         numba_gemm.matmul(a, b, algorithm="ijk")
 
 
-@pytest.mark.parametrize("make_out, exc, message", [
-    (lambda a, b: np.empty((4, 3), np.float32), ValueError, r"out has shape \(4, 3\); the product needs \(3, 4\)"),
-    (lambda a, b: np.empty((3, 4), np.float64), TypeError, "out is float64; the product is float32"),
-    (lambda a, b: np.broadcast_to(np.empty((1, 4), np.float32), (3, 4)), ValueError, "out has stride 0"),
-    (lambda a, b: np.lib.stride_tricks.as_strided(np.empty(8, np.float32), (3, 4), (4, 4)),
-     ValueError, "distinct elements share memory"),
-    (lambda a, b: a[:, :4], ValueError, "out overlaps a"),
-    (lambda a, b: b[:3], ValueError, "out overlaps b"),
-])
+@pytest.mark.parametrize(
+    "make_out, exc, message",
+    [
+        (
+            lambda a, b: np.empty((4, 3), np.float32),
+            ValueError,
+            r"out has shape \(4, 3\); the product needs \(3, 4\)",
+        ),
+        (
+            lambda a, b: np.empty((3, 4), np.float64),
+            TypeError,
+            "out is float64; the product is float32",
+        ),
+        (
+            lambda a, b: np.broadcast_to(np.empty((1, 4), np.float32), (3, 4)),
+            ValueError,
+            "out has stride 0",
+        ),
+        (
+            lambda a, b: np.lib.stride_tricks.as_strided(np.empty(8, np.float32), (3, 4), (4, 4)),
+            ValueError,
+            "distinct elements share memory",
+        ),
+        (lambda a, b: a[:, :4], ValueError, "out overlaps a"),
+        (lambda a, b: b[:3], ValueError, "out overlaps b"),
+    ],
+)
 def test_matmul_rejects_bad_out(make_out, exc, message):
     a, b = _ab()
     out = make_out(a, b)

@@ -13,7 +13,6 @@ pytestmark = pytest.mark.gpu
 SHAPES = [(1024, 1024, 1024), (1000, 1023, 517), (1, 1024, 997), (997, 1, 1024), (257, 129, 3)]
 
 
-
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("algorithm", numba_gemm.ALGORITHMS)
@@ -28,10 +27,15 @@ def test_loop_orders_on_gpu(algorithm, shape, layout, rng):
 
 
 @pytest.mark.parametrize("layout", ["row", "b_col"])  # cp.async copies; register-staged B
-@pytest.mark.parametrize("config", [numba_gemm.TileConfig(32, 64, 16, 4, 4, 3, 1, split_k=4),
-                                    numba_gemm.TileConfig(64, 128, 16, 4, 8, 3, 8, split_k=2),
-                                    numba_gemm.TileConfig(16, 32, 16, 4, 4, 2, 1, split_k=4)],
-                         ids=lambda c: c.label())
+@pytest.mark.parametrize(
+    "config",
+    [
+        numba_gemm.TileConfig(32, 64, 16, 4, 4, 3, 1, split_k=4),
+        numba_gemm.TileConfig(64, 128, 16, 4, 8, 3, 8, split_k=2),
+        numba_gemm.TileConfig(16, 32, 16, 4, 4, 2, 1, split_k=4),
+    ],
+    ids=lambda c: c.label(),
+)
 def test_split_k_configs_on_gpu(config, layout, rng):
     # 512, 256 and 128 threads per CTA, k sliced over the groups (1: all but one group past
     # K). Groups of 128 and 256 threads meet at a hardware barrier each, groups of one warp
@@ -182,18 +186,22 @@ def test_explicit_stream_with_foreign_arrays(rng):
     ref = a.double().cpu().numpy() @ b.double().cpu().numpy()
     assert relative_error(c, ref) <= tolerance(np.float32, 200)
     a_host, b_host = a.cpu().numpy(), b.cpu().numpy()
-    assert relative_error(numba_gemm.matmul(a_host, b_host, stream=stream), ref) <= tolerance(np.float32, 200)
+    assert relative_error(numba_gemm.matmul(a_host, b_host, stream=stream), ref) <= tolerance(
+        np.float32, 200
+    )
 
 
 def _shipped_configs():
-    from numba_gemm.tuned_configs import SEARCH_SPACE
     from numba_gemm.kernels.tiled import DEFAULT_CONFIGS
+    from numba_gemm.tuned_configs import SEARCH_SPACE
 
     configs = {(dtype, config) for dtype, space in SEARCH_SPACE.items() for config in space}
     return sorted(configs | {(d, c) for d, c in DEFAULT_CONFIGS.items()}, key=str)
 
 
-@pytest.mark.parametrize("dtype, config", _shipped_configs(), ids=lambda x: getattr(x, "label", lambda: str(x))())
+@pytest.mark.parametrize(
+    "dtype, config", _shipped_configs(), ids=lambda x: getattr(x, "label", lambda: str(x))()
+)
 def test_every_shipped_config_is_correct_and_spill_free(dtype, config, rng):
     from numba_gemm.descriptor import describe
     from numba_gemm.kernels.tiled import kernel_resources
@@ -214,8 +222,8 @@ def test_every_shipped_config_is_correct_and_spill_free(dtype, config, rng):
 @pytest.mark.parametrize("layout", ["row", "a_col"])
 def test_tune_checks_times_and_stores_the_fastest(layout, tmp_path):
     from numba_gemm.autotune import tune
-    from numba_gemm.tuned_configs import _load
     from numba_gemm.kernels.tiled import TileConfig
+    from numba_gemm.tuned_configs import _load
 
     # Ragged (edge code) and small, so the prepared launches it times are the kernel's alone.
     configs = (TileConfig(64, 64, 16, 4, 4, 3, 8), TileConfig(64, 128, 16, 4, 8, 3, 8))
@@ -227,11 +235,14 @@ def test_tune_checks_times_and_stores_the_fastest(layout, tmp_path):
     assert all(r["error"] <= tolerance(np.float32, 96) and r["local_bytes"] == 0 for r in results)
     (entry,) = _load(path).values()
     assert TileConfig(**entry["config"]) == results[0]["config"]
-    assert entry["shape"] == [192, 160, 96] and entry["layout"] == ("row-row" if layout == "row" else "col-row")
+    assert entry["shape"] == [192, 160, 96] and entry["layout"] == (
+        "row-row" if layout == "row" else "col-row"
+    )
     assert lines[-1].startswith("best: ")
 
 
 # -- fresh outputs: launch.new_device_array (a stream-ordered pool) --------------------------
+
 
 def _pool_bytes_in_use() -> int:
     """Bytes of the memory pool in use, once every dropped array has gone back (collected, and
@@ -246,13 +257,16 @@ def _pool_bytes_in_use() -> int:
     gc.collect()
     cuda.synchronize()
     attribute = cu.CUmemPool_attribute.CU_MEMPOOL_ATTR_USED_MEM_CURRENT
-    error, used = cu.cuMemPoolGetAttribute(_memory_pool(cuda.current_context().device.id), attribute)
+    error, used = cu.cuMemPoolGetAttribute(
+        _memory_pool(cuda.current_context().device.id), attribute
+    )
     assert error == cu.CUresult.CUDA_SUCCESS
     return int(used)
 
 
-@pytest.mark.parametrize("shape, dtype", [((1, 1), np.float32), ((513, 77), np.float64),
-                                          ((3, 5, 7), np.float32)])
+@pytest.mark.parametrize(
+    "shape, dtype", [((1, 1), np.float32), ((513, 77), np.float64), ((3, 5, 7), np.float32)]
+)
 def test_new_device_arrays_are_row_major_distinct_and_writable(shape, dtype, rng):
     from numba_gemm.launch import new_device_array
 
@@ -329,16 +343,20 @@ def test_outputs_dropped_while_the_interpreter_exits_are_left_to_the_driver():
 def test_an_allocation_too_large_says_so():
     from numba_gemm.launch import new_device_array
 
-    with pytest.raises(RuntimeError, match=r"allocating \d+ bytes \(cuMemAllocFromPoolAsync\) failed"):
+    with pytest.raises(
+        RuntimeError, match=r"allocating \d+ bytes \(cuMemAllocFromPoolAsync\) failed"
+    ):
         new_device_array((1 << 22, 1 << 22), np.float32)  # 64 TiB
 
 
 # -- repeated calls: numba_gemm.prepared ----------------------------------------------------
 
+
 @pytest.mark.parametrize("with_out", [True, False], ids=["out", "no-out"])
 @pytest.mark.parametrize("algorithm", ["auto", "tiled", "mnk"])
-def test_repeated_matmul_calls_launch_a_prepared_plan(algorithm, with_out, rng, monkeypatch,
-                                                      poisoned_fresh_outputs):
+def test_repeated_matmul_calls_launch_a_prepared_plan(
+    algorithm, with_out, rng, monkeypatch, poisoned_fresh_outputs
+):
     from numba_gemm import api
 
     a, b = make_operands(300, 100, 200, np.float32, "sliced", rng, to_device=True)
@@ -373,7 +391,9 @@ def test_new_tuning_results_replace_prepared_plans(rng, tmp_path, monkeypatch):
     numba_gemm.matmul(a, b, out, algorithm="tiled")
     assert len(plans) == 1
     best = {"config": numba_gemm.TileConfig(32, 32, 16, 4, 4, 2, 1), "seconds": 1.0, "tflops": 1.0}
-    tuned_configs.store(tmp_path / "tuning.json", "dev", "sm_90", np.float32, "row-row", (64, 64, 64), best)
+    tuned_configs.store(
+        tmp_path / "tuning.json", "dev", "sm_90", np.float32, "row-row", (64, 64, 64), best
+    )
     numba_gemm.matmul(a, b, out, algorithm="tiled")
     assert len(plans) == 2
     assert_product(out, a, b, np.float32)

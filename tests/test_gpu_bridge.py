@@ -22,15 +22,19 @@ def f64(x):
 
 
 @pytest.mark.parametrize("lowering", jax_bridge.LOWERINGS)
-@pytest.mark.parametrize("transpose_a,transpose_b", [(False, False), (True, False), (False, True),
-                                                     (True, True)])
+@pytest.mark.parametrize(
+    "transpose_a,transpose_b", [(False, False), (True, False), (False, True), (True, True)]
+)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_matmul_on_gpu(shape, transpose_a, transpose_b, lowering, rng):
     M, N, K = shape
     a = jnp.asarray(rng.standard_normal((K, M) if transpose_a else (M, K), dtype=np.float32))
     b = jnp.asarray(rng.standard_normal((N, K) if transpose_b else (K, N), dtype=np.float32))
-    out = jax.jit(lambda x, y: jax_bridge.matmul(x, y, transpose_a=transpose_a, transpose_b=transpose_b,
-                                                 lowering=lowering))(a, b)
+    out = jax.jit(
+        lambda x, y: jax_bridge.matmul(
+            x, y, transpose_a=transpose_a, transpose_b=transpose_b, lowering=lowering
+        )
+    )(a, b)
     ref = (f64(a).T if transpose_a else f64(a)) @ (f64(b).T if transpose_b else f64(b))
     assert relative_error(out, ref) <= tolerance(np.float32, K)
 
@@ -40,7 +44,9 @@ def test_native_every_algorithm_float64(algorithm, rng):
     with jax.enable_x64(True):
         a = jnp.asarray(rng.standard_normal((300, 401)))
         b = jnp.asarray(rng.standard_normal((211, 401)))
-        out = jax.jit(lambda x, y: jax_bridge.matmul(x, y, transpose_b=True, algorithm=algorithm))(a, b)
+        out = jax.jit(lambda x, y: jax_bridge.matmul(x, y, transpose_b=True, algorithm=algorithm))(
+            a, b
+        )
         assert out.dtype == jnp.float64
         assert relative_error(out, f64(a) @ f64(b).T) <= tolerance(np.float64, 401)
 
@@ -57,8 +63,9 @@ def test_native_hlo_is_a_kernel_call_and_grad_has_no_transpose(rng):
     assert hlo.count('custom_call_target="triton_kernel_call_ffi"') == 3
     # No transpose instruction (op names in metadata say "transpose(jvp(...))": AD's transpose).
     assert not re.search(r"=\s*\S+\s+transpose\(", hlo) and "callback" not in hlo
-    expected = jax.grad(lambda x, y: jnp.sum(jnp.sin(jnp.matmul(x, y, precision="highest"))),
-                        argnums=(0, 1))(a, b)
+    expected = jax.grad(
+        lambda x, y: jnp.sum(jnp.sin(jnp.matmul(x, y, precision="highest"))), argnums=(0, 1)
+    )(a, b)
     for got, want in zip(grad(a, b), expected):
         assert relative_error(got, f64(want)) <= 1e-5
 

@@ -65,12 +65,15 @@ def poisoned_outputs(monkeypatch):
 
 # -- the mapping of dot_general onto one strided GEMM (pure Python) -------------------------
 
+
 def test_mapping_plain_and_transposed():
     assert strided_gemm((5, 7), (7, 3), (((1,), (0,)), ((), ()))) == StridedGemm(
-        1, 5, 3, 7, lhs=(0, 7, 1), rhs=(0, 3, 1), out=(0, 3, 1))
+        1, 5, 3, 7, lhs=(0, 7, 1), rhs=(0, 3, 1), out=(0, 3, 1)
+    )
     # A stored (K, M), B stored (N, K): the transposes are strides.
     assert strided_gemm((7, 5), (3, 7), (((0,), (1,)), ((), ()))) == StridedGemm(
-        1, 5, 3, 7, lhs=(0, 1, 5), rhs=(0, 1, 7), out=(0, 3, 1))
+        1, 5, 3, 7, lhs=(0, 1, 5), rhs=(0, 1, 7), out=(0, 3, 1)
+    )
 
 
 def test_mapping_folds_axes():
@@ -84,17 +87,27 @@ def test_mapping_folds_axes():
     assert (gemm.batch, gemm.lhs, gemm.rhs, gemm.out) == (4, (7, 28, 1), (21, 3, 1), (15, 3, 1))
     # rhs free axes that do not fold into n become a batch with lhs broadcast.
     gemm = strided_gemm((5, 7), (4, 7, 3), (((1,), (1,)), ((), ())))
-    assert (gemm.batch, gemm.m, gemm.n, gemm.lhs[0], gemm.rhs[0], gemm.out[0]) == (4, 5, 3, 0, 21, 3)
+    assert (gemm.batch, gemm.m, gemm.n, gemm.lhs[0], gemm.rhs[0], gemm.out[0]) == (
+        4,
+        5,
+        3,
+        0,
+        21,
+        3,
+    )
 
 
 def test_mapping_refuses_what_no_stride_expresses():
     with pytest.raises(NotImplementedError, match="contracting axes"):
-        strided_gemm((3, 4, 5), (5, 6, 4), (((1, 2), (2, 0)), ((), ())))  # k axes in opposite orders
+        strided_gemm(
+            (3, 4, 5), (5, 6, 4), (((1, 2), (2, 0)), ((), ()))
+        )  # k axes in opposite orders
     with pytest.raises(NotImplementedError, match="batch"):
         strided_gemm((2, 5, 3, 7), (3, 7, 2, 4), (((3,), (1,)), ((0, 2), (2, 0))))
 
 
 # -- values --------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("lowering", jax_bridge.LOWERINGS)
 @pytest.mark.parametrize("transpose_a,transpose_b", TRANSPOSES)
@@ -102,8 +115,11 @@ def test_mapping_refuses_what_no_stride_expresses():
 def test_matmul_under_jit(shape, transpose_a, transpose_b, lowering, rng, poisoned_outputs):
     M, N, K = shape
     a, b = operands(rng, M, N, K, transpose_a, transpose_b)
-    fn = jax.jit(lambda x, y: jax_bridge.matmul(x, y, transpose_a=transpose_a,
-                                                transpose_b=transpose_b, lowering=lowering))
+    fn = jax.jit(
+        lambda x, y: jax_bridge.matmul(
+            x, y, transpose_a=transpose_a, transpose_b=transpose_b, lowering=lowering
+        )
+    )
     ref = (f64(a).T if transpose_a else f64(a)) @ (f64(b).T if transpose_b else f64(b))
     assert_close(fn(a, b), ref, K)
 
@@ -134,10 +150,12 @@ def test_empty_operands_give_zeros(rng):
 
 # -- derivatives -----------------------------------------------------------------------------
 
+
 def loss(matmul, transpose_a, transpose_b):
     def fn(a, b):
         c = matmul(a, b, transpose_a, transpose_b)
         return jnp.sum(jnp.sin(c))  # a non-constant cotangent
+
     return fn
 
 
@@ -157,7 +175,9 @@ def test_grad_matches_jnp_and_has_no_transpose(transpose_a, transpose_b, rng):
     expected = jax.grad(loss(theirs, transpose_a, transpose_b), argnums=(0, 1))(a, b)
     for got, want, k in zip(grad(a, b), expected, (N, M)):
         assert_close(got, want, k)
-    jaxpr = str(jax.make_jaxpr(jax.grad(loss(ours, transpose_a, transpose_b), argnums=(0, 1)))(a, b))
+    jaxpr = str(
+        jax.make_jaxpr(jax.grad(loss(ours, transpose_a, transpose_b), argnums=(0, 1)))(a, b)
+    )
     assert jaxpr.count("numba_gemm_dot") == 3 and "transpose" not in jaxpr
     assert "transpose" not in grad.lower(a, b).as_text()
 
@@ -178,15 +198,18 @@ def test_jvp_and_vjp(rng):
 def test_second_order(rng):
     a, b = operands(rng, 3, 4, 5)
     hvp = jax.grad(lambda x: jnp.sum(jax.grad(lambda y: jnp.sum(jax_bridge.matmul(y, b) ** 2))(x)))
-    ref = jax.grad(lambda x: jnp.sum(jax.grad(
-        lambda y: jnp.sum(jnp.matmul(y, b, precision=HIGHEST) ** 2))(x)))
+    ref = jax.grad(
+        lambda x: jnp.sum(jax.grad(lambda y: jnp.sum(jnp.matmul(y, b, precision=HIGHEST) ** 2))(x))
+    )
     assert_close(hvp(a), ref(a), 20)
 
 
 # -- batching --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("in_axes", [(0, None), (None, 0), (0, 0), (1, 2), (2, None)],
-                         ids=lambda axes: f"in_axes={axes}")
+
+@pytest.mark.parametrize(
+    "in_axes", [(0, None), (None, 0), (0, 0), (1, 2), (2, None)], ids=lambda axes: f"in_axes={axes}"
+)
 def test_vmap_is_one_launch(in_axes, rng, poisoned_outputs):
     batch, M, N, K = 3, 5, 4, 6
     a, b = operands(rng, M, N, K)
@@ -226,8 +249,9 @@ def test_dot_general_matches_lax(case, rng, poisoned_outputs):
     ref = lax.dot_general(f64(lhs), f64(rhs), dims, precision=HIGHEST)
     assert_close(out, ref, 7)
     grads = jax.grad(lambda x, y: jnp.sum(jnp.sin(jax_bridge.dot_general(x, y, dims))), (0, 1))
-    expected = jax.grad(lambda x, y: jnp.sum(jnp.sin(lax.dot_general(x, y, dims, precision=HIGHEST))),
-                        (0, 1))
+    expected = jax.grad(
+        lambda x, y: jnp.sum(jnp.sin(lax.dot_general(x, y, dims, precision=HIGHEST))), (0, 1)
+    )
     for got, want in zip(grads(lhs, rhs), expected(lhs, rhs)):
         assert_close(got, want, 7)
 
@@ -263,6 +287,7 @@ def test_dot_general_in_a_dense_layer(rng):
 
 # -- errors at trace time, naming the argument ---------------------------------------------------
 
+
 def test_errors_name_the_argument(rng):
     a, b = random(rng, 3, 4), random(rng, 4, 2)
     with pytest.raises(ValueError, match="a must be 2-D"):
@@ -294,9 +319,16 @@ def test_cpu_without_the_simulator_says_how_to_enable_it():
     if cuda.is_available() and not cuda.config.ENABLE_CUDASIM:
         pytest.skip("a GPU is present: host buffers run on it")
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    code = "import jax.numpy as jnp, jax_bridge; jax_bridge.matmul(jnp.ones((2, 2)), jnp.ones((2, 2)))"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                            env={**env, "JAX_PLATFORMS": "cpu"})
+    code = (
+        "import jax.numpy as jnp, jax_bridge; jax_bridge.matmul(jnp.ones((2, 2)), jnp.ones((2, 2)))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**env, "JAX_PLATFORMS": "cpu"},
+    )
     assert result.returncode != 0 and "NUMBA_ENABLE_CUDASIM=1" in result.stderr
 
 
@@ -315,14 +347,18 @@ _PTX = """//
 """
 
 
-@pytest.mark.parametrize("version, newest, expected", [
-    ("9.5", (9, 0), ".version 9.0"),   # newer than the driver takes: lowered
-    ("8.8", (9, 0), ".version 8.8"),   # older: kept
-    ("9.5", None, ".version 9.5"),     # driver unknown: kept
-])
+@pytest.mark.parametrize(
+    "version, newest, expected",
+    [
+        ("9.5", (9, 0), ".version 9.0"),  # newer than the driver takes: lowered
+        ("8.8", (9, 0), ".version 8.8"),  # older: kept
+        ("9.5", None, ".version 9.5"),  # driver unknown: kept
+    ],
+)
 @pytest.mark.parametrize("nul_bytes", [0, 1, 3])
-def test_xla_ptx_lowers_the_version_strips_nuls_and_caps_registers(version, newest, expected,
-                                                                   nul_bytes):
+def test_xla_ptx_lowers_the_version_strips_nuls_and_caps_registers(
+    version, newest, expected, nul_bytes
+):
     from jax_bridge.lowering import xla_ptx
 
     ptx = _PTX.format(version=version, maxnreg="") + "\x00" * nul_bytes
@@ -331,7 +367,7 @@ def test_xla_ptx_lowers_the_version_strips_nuls_and_caps_registers(version, newe
     assert "\x00" not in fixed and fixed.endswith("}\n")
     assert expected in fixed and fixed.count(".version") == 1
     # the cap sits in the entry's header, between its parameters and its body
-    header = fixed[fixed.index(".entry"):fixed.index("{")]
+    header = fixed[fixed.index(".entry") : fixed.index("{")]
     assert header.count(".maxnreg 232") == 1
     assert xla_ptx(ptx, newest, None)[0].count(".maxnreg") == 0
 

@@ -9,13 +9,12 @@ import numpy as np
 import pytest
 
 import numba_gemm
-from numba_gemm.kernels.loop_orders import BLOCK_FAST, BLOCK_SLOW
 from checks import assert_product, check_layouts
+from numba_gemm.kernels.loop_orders import BLOCK_FAST, BLOCK_SLOW
 from numba_gemm.reference import LAYOUTS, make_operands, poisoned
 
 SHAPES = [(1, 1, 1), (1, 13, 7), (17, 1, 5), (13, 11, 17), (BLOCK_FAST + 1, BLOCK_SLOW + 1, 4)]
 ALGORITHMS = numba_gemm.ALGORITHMS
-
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -78,8 +77,9 @@ def test_k_outer_orders_need_no_zeroed_output(rng):
         assert_product(out, a, b, np.float64)
 
 
-@pytest.mark.parametrize("layout, expected", [("row", "mnk"), ("a_col", "mnk"), ("col", "nmk"),
-                                              ("b_col", "mnk")])
+@pytest.mark.parametrize(
+    "layout, expected", [("row", "mnk"), ("a_col", "mnk"), ("col", "nmk"), ("b_col", "mnk")]
+)
 def test_auto_picks_the_coalescing_order(layout, expected, rng):
     a, b = make_operands(4, 4, 4, np.float32, layout, rng)
     assert numba_gemm.choose_algorithm(numba_gemm.describe(a), numba_gemm.describe(b)) == expected

@@ -42,7 +42,8 @@ def test_seed_omits_partial_sum_reads_in_k_outer_orders(order, cache):
 
 
 def test_seed_closed_forms_spot_values():
-    """The seed's formulas as written, e.g. M-N-K: total = 2MNK + MN, MNK + MN + MK, MN + MK + KN."""
+    """The seed's formulas as written, e.g. M-N-K: total = 2MNK + MN, MNK + MN + MK,
+    MN + MK + KN."""
     M, N, K = 3, 4, 5
     assert seed_traffic("mnk", M, N, K, "none").total == 2 * M * N * K + M * N
     assert seed_traffic("mnk", M, N, K, "vector").total == M * N * K + M * N + M * K

@@ -36,8 +36,7 @@ def test_equals_the_seed_formula(grid, group, shortcut):
     # Groups of 8 and 20 cover some of these grids whole: the one-division shortcut.
     grid_m, grid_n = grid
     for pid in range(grid_m * grid_n):
-        assert (tile_of(pid, grid_m, grid_n, group, shortcut)
-                == seed_004(pid, grid_m, grid_n, group))
+        assert tile_of(pid, grid_m, grid_n, group, shortcut) == seed_004(pid, grid_m, grid_n, group)
 
 
 def test_group_of_one_is_row_major():

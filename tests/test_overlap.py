@@ -10,23 +10,29 @@ import pytest
 from numba import cuda
 
 import numba_gemm
+from checks import assert_product, assert_triple
 from numba_gemm import TileConfig, launch
 from numba_gemm.descriptor import describe
 from numba_gemm.kernels import tiled, triple_product
-from checks import assert_product, assert_triple
 from numba_gemm.reference import make_chain, make_operands, poisoned, relative_error
 
 
-@pytest.mark.parametrize("capability, enabled, expected", [
-    ((8, 0), True, False),  # no griddepcontrol before Hopper
-    ((9, 0), True, True),
-    ((10, 0), True, True),
-    ((9, 0), False, False),  # OVERLAP_LAUNCHES switched off
-])
+@pytest.mark.parametrize(
+    "capability, enabled, expected",
+    [
+        ((8, 0), True, False),  # no griddepcontrol before Hopper
+        ((9, 0), True, True),
+        ((10, 0), True, True),
+        ((9, 0), False, False),  # OVERLAP_LAUNCHES switched off
+    ],
+)
 def test_programmatic_launch_from_hopper_on(capability, enabled, expected, monkeypatch):
     monkeypatch.setattr(launch, "simulated", lambda: False)
-    monkeypatch.setattr(launch.cuda, "get_current_device",
-                        lambda: SimpleNamespace(id=0, compute_capability=capability))
+    monkeypatch.setattr(
+        launch.cuda,
+        "get_current_device",
+        lambda: SimpleNamespace(id=0, compute_capability=capability),
+    )
     monkeypatch.setattr(launch, "OVERLAP_LAUNCHES", enabled)
     assert launch.programmatic_launch() is expected
 
@@ -84,8 +90,9 @@ def test_library_launches_use_it_on_hopper(rng):
     assert launch.programmatic_launch() is hopper
     a, b = (cuda.to_device(x) for x in make_operands(64, 64, 64, np.float32, "row", rng))
     out = cuda.device_array((64, 64), np.float32)
-    plan = tiled.plan_tiled(TileConfig(32, 32, 16, 4, 4, 2, 1), describe(a, "a"), describe(b, "b"),
-                            describe(out, "out"))
+    plan = tiled.plan_tiled(
+        TileConfig(32, 32, 16, 4, 4, 2, 1), describe(a, "a"), describe(b, "b"), describe(out, "out")
+    )
     assert plan.programmatic is hopper
     assert launch.PreparedLaunch(plan).programmatic is hopper
 
@@ -126,8 +133,9 @@ def test_chain_of_triple_products_back_to_back(n, algorithm, rng):
     buffers = [cuda.to_device(x0), cuda.to_device(np.full((n, n), np.nan, np.float32))]
     b_device, c_device = cuda.to_device(b), cuda.to_device(c)
     for step in range(STEPS):
-        numba_gemm.triple(buffers[step % 2], b_device, c_device, buffers[(step + 1) % 2],
-                          algorithm=algorithm)
+        numba_gemm.triple(
+            buffers[step % 2], b_device, c_device, buffers[(step + 1) % 2], algorithm=algorithm
+        )
     assert _chain_error(buffers[STEPS % 2], x0, [b, c] * STEPS) < 1e-4
 
 
@@ -140,7 +148,7 @@ def _graph_edge_types(graph) -> list[int]:
     launch._checked(result[:1], "cuGraphGetEdges")
     result = get_edges(graph, result[-1])
     launch._checked(result[:1], "cuGraphGetEdges")
-    return [int(edge.type) for edge in result[3][:result[-1]]]
+    return [int(edge.type) for edge in result[3][: result[-1]]]
 
 
 @pytest.mark.gpu
@@ -162,8 +170,14 @@ def test_chain_of_triple_products_captured_in_a_graph(algorithm, rng):
 
     def chain():
         for step in range(STEPS):
-            numba_gemm.triple(buffers[step % 2], b_device, c_device, buffers[(step + 1) % 2],
-                              algorithm=algorithm, stream=stream)
+            numba_gemm.triple(
+                buffers[step % 2],
+                b_device,
+                c_device,
+                buffers[(step + 1) % 2],
+                algorithm=algorithm,
+                stream=stream,
+            )
 
     chain()  # compiles, allocates the counters and the intermediate, prepares each call
     stream.synchronize()

@@ -15,12 +15,15 @@ def test_a_resolved_name_is_kept_in_the_module():
 
     assert numba_gemm.matmul is api.matmul and numba_gemm.triple is triple_product.triple
     # later lookups are plain module attributes, not calls of the module's __getattr__
-    assert vars(numba_gemm)["matmul"] is api.matmul and vars(numba_gemm)["triple"] is triple_product.triple
+    assert (
+        vars(numba_gemm)["matmul"] is api.matmul
+        and vars(numba_gemm)["triple"] is triple_product.triple
+    )
 
 
 def test_an_unknown_name_is_an_attribute_error():
     with pytest.raises(AttributeError, match="has no attribute 'matmull'"):
-        numba_gemm.matmull
+        getattr(numba_gemm, "matmull")  # noqa: B009 (the attribute lookup is the test)
 
 
 def _imports_of_each_module() -> dict[str, set[str]]:
@@ -44,8 +47,10 @@ def _imports_of_each_module() -> dict[str, set[str]]:
             if isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:
-                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]
-                                    + ([base] if base else []))
+                    base = ".".join(
+                        package.split(".")[: len(package.split(".")) - node.level + 1]
+                        + ([base] if base else [])
+                    )
                 for alias in node.names:
                     target = f"{base}.{alias.name}"
                     found.add(target if target in modules else base)
@@ -57,13 +62,17 @@ def _imports_of_each_module() -> dict[str, set[str]]:
 
 def test_the_library_has_no_import_circles():
     # Package __init__ files only re-export (lazily, for numba_gemm): their edges are left out.
-    imports = {name: {m for m in targets if m not in ("numba_gemm", "jax_bridge")}
-               for name, targets in _imports_of_each_module().items()}
+    imports = {
+        name: {m for m in targets if m not in ("numba_gemm", "jax_bridge")}
+        for name, targets in _imports_of_each_module().items()
+    }
     done, path = set(), []
 
     def visit(module):
         if module in path:
-            raise AssertionError("import circle: " + " -> ".join(path[path.index(module):] + [module]))
+            raise AssertionError(
+                "import circle: " + " -> ".join(path[path.index(module) :] + [module])
+            )
         if module in done:
             return
         path.append(module)
@@ -101,10 +110,16 @@ def test_the_library_does_not_import_the_test_helpers():
     for package in ("numba_gemm", "jax_bridge"):
         for path in (root / package).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text())):
-                names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
-                         else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
-                assert not any(n in ("checks", "tests", "conftest") or n.startswith("tests.")
-                               for n in names), f"{path} imports {names}"
+                names = (
+                    [node.module or ""]
+                    if isinstance(node, ast.ImportFrom)
+                    else [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else []
+                )
+                assert not any(
+                    n in ("checks", "tests", "conftest") or n.startswith("tests.") for n in names
+                ), f"{path} imports {names}"
 
 
 def test_the_version_is_defined_once_and_installed_as_such():

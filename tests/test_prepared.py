@@ -34,8 +34,14 @@ def fresh(monkeypatch):
     made = []
 
     def new_device_array(shape, dtype, stream=0):
-        made.append(SimpleNamespace(shape=shape, dtype=np.dtype(dtype), stream=stream,
-                                    device_ctypes_pointer=SimpleNamespace(value=1000 + len(made))))
+        made.append(
+            SimpleNamespace(
+                shape=shape,
+                dtype=np.dtype(dtype),
+                stream=stream,
+                device_ctypes_pointer=SimpleNamespace(value=1000 + len(made)),
+            )
+        )
         return made[-1]
 
     monkeypatch.setattr(prepared, "_DEVICE_ARRAY", FakeArray)
@@ -51,9 +57,13 @@ def test_only_calls_on_device_arrays_are_cached(fresh):
     assert key((a, b), None, ("tiled",), 0) is not None
     assert key((a, np.ones((2, 2))), out, ("tiled",), 0) is None  # a host operand
     assert key((a, b), np.ones((2, 2)), ("tiled",), 0) is None  # a host out
-    keys = {key((a, b), out, ("tiled",), 0), key((b, a), out, ("tiled",), 0),
-            key((a, b), None, ("tiled",), 0), key((a, b), out, ("mnk",), 0),
-            key((a, b), out, ("tiled",), 7)}
+    keys = {
+        key((a, b), out, ("tiled",), 0),
+        key((b, a), out, ("tiled",), 0),
+        key((a, b), None, ("tiled",), 0),
+        key((a, b), out, ("mnk",), 0),
+        key((a, b), out, ("tiled",), 7),
+    }
     assert len(keys) == 5, "operands, out, options and stream each tell calls apart"
 
 

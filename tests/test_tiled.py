@@ -10,20 +10,21 @@ import numpy as np
 import pytest
 
 import numba_gemm
+from checks import H100_EDGE_TILES, H100_TILES, assert_product, check_layouts
 from numba_gemm import TileConfig
-from numba_gemm.tuned_configs import SIMULATOR_CONFIG
 from numba_gemm.descriptor import describe
 from numba_gemm.kernels import tiled
 from numba_gemm.kernels.tiled import for_edge_tiles, operand_modes, plan_tiled, whole_tiles
 from numba_gemm.launch import programmatic_launch
-from checks import H100_EDGE_TILES, H100_TILES, assert_product, check_layouts
 from numba_gemm.reference import LAYOUTS, make_operands, poisoned
+from numba_gemm.tuned_configs import SIMULATOR_CONFIG
 
 CONFIGS = {
     "16x16x4-t4x4-s2": SIMULATOR_CONFIG,
     # Two 16-byte runs per thread along m, three stages, a group of 2 tile-rows.
-    "32x32x8-t8x4-s3": TileConfig(block_m=32, block_n=32, block_k=8, thread_m=8, thread_n=4,
-                                  stages=3, group_m=2),
+    "32x32x8-t8x4-s3": TileConfig(
+        block_m=32, block_n=32, block_k=8, thread_m=8, thread_n=4, stages=3, group_m=2
+    ),
     # Three thread groups per CTA, each over its slice of k, summed through shared memory.
     "16x16x4-t4x4-s2-k3": TileConfig(16, 16, 4, 4, 4, 2, 1, split_k=3),
 }
@@ -32,9 +33,16 @@ CONFIGS = {
 # and (64, 32, 8): whole tiles (the kernel without edge code, whole_tiles) under some configs:
 # 16 x 16 tiles both, split-k in 3 groups the first, 32 x 32 tiles the second, with one k-tile
 # for 3 stages (the k loop's copies ahead reload it).
-SHAPES = [(1, 1, 1), (1, 17, 5), (19, 1, 7), (5, 7, 1), (33, 31, 37), (48, 40, 24), (32, 48, 24),
-          (64, 32, 8)]
-
+SHAPES = [
+    (1, 1, 1),
+    (1, 17, 5),
+    (19, 1, 7),
+    (5, 7, 1),
+    (33, 31, 37),
+    (48, 40, 24),
+    (32, 48, 24),
+    (64, 32, 8),
+]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -51,31 +59,38 @@ def test_tiled_matches_float64_reference(config, shape, layout, dtype, rng):
     assert_product(out, a, b, dtype)
 
 
-@pytest.mark.parametrize("config, shape, expected", [
-    ("16x16x4-t4x4-s2", (32, 48, 24), True),
-    ("16x16x4-t4x4-s2-k3", (32, 48, 24), True),  # 24 = 2 k-tiles for each of 3 groups
-    ("16x16x4-t4x4-s2-k3", (64, 32, 8), False),  # 8: the groups' slices would be uneven
-    ("32x32x8-t8x4-s3", (32, 48, 24), False),  # N = 48: a half tile
-    ("32x32x8-t8x4-s3", (64, 32, 8), True),
-    ("32x32x8-t8x4-s3", (64, 32, 12), False),  # K = 12: half a k-tile
-])
+@pytest.mark.parametrize(
+    "config, shape, expected",
+    [
+        ("16x16x4-t4x4-s2", (32, 48, 24), True),
+        ("16x16x4-t4x4-s2-k3", (32, 48, 24), True),  # 24 = 2 k-tiles for each of 3 groups
+        ("16x16x4-t4x4-s2-k3", (64, 32, 8), False),  # 8: the groups' slices would be uneven
+        ("32x32x8-t8x4-s3", (32, 48, 24), False),  # N = 48: a half tile
+        ("32x32x8-t8x4-s3", (64, 32, 8), True),
+        ("32x32x8-t8x4-s3", (64, 32, 12), False),  # K = 12: half a k-tile
+    ],
+)
 def test_whole_tiles_select_the_kernel_without_edge_code(config, shape, expected, rng):
     M, N, K = shape
     config = CONFIGS[config]
     assert whole_tiles(config, M, N, K) is expected
     a, b = make_operands(M, N, K, np.float32, "row", rng)
     descs = describe(a, "a"), describe(b, "b"), describe(poisoned((M, N), np.float32), "out")
-    kernel = tiled._kernel(config, np.dtype(np.float32), *operand_modes(*descs), expected,
-                           programmatic_launch())
+    kernel = tiled._kernel(
+        config, np.dtype(np.float32), *operand_modes(*descs), expected, programmatic_launch()
+    )
     assert plan_tiled(config, *descs).kernel is kernel
 
 
-@pytest.mark.parametrize("layout, expected", [
-    ("row", (("k", True), ("tile", True), ("n", True))),  # A: 16-byte loads through registers
-    ("col", (("tile", True), ("k", True), ("m", True))),
-    ("b_col", (("k", True), ("k", True), ("n", True))),
-    ("sliced", (("k", False), ("k", False), (None, False))),  # element copies
-])
+@pytest.mark.parametrize(
+    "layout, expected",
+    [
+        ("row", (("k", True), ("tile", True), ("n", True))),  # A: 16-byte loads through registers
+        ("col", (("tile", True), ("k", True), ("m", True))),
+        ("b_col", (("k", True), ("k", True), ("n", True))),
+        ("sliced", (("k", False), ("k", False), (None, False))),  # element copies
+    ],
+)
 def test_layouts_select_vector_or_element_copies(layout, expected, rng):
     a, b = make_operands(48, 40, 24, np.float32, layout, rng)
     out = poisoned((48, 40), np.float32, layout=layout)
@@ -86,7 +101,9 @@ def test_layouts_select_vector_or_element_copies(layout, expected, rng):
 def test_misaligned_rows_fall_back_to_element_copies(layout, operand, rng):
     M, N, K = (21, 22, 13) if layout == "col" else (22, 21, 13)  # 21- or 13-element strides
     a, b = make_operands(M, N, K, np.float32, layout, rng)
-    modes = operand_modes(describe(a, "a"), describe(b, "b"), describe(poisoned((M, N), np.float32), "c"))
+    modes = operand_modes(
+        describe(a, "a"), describe(b, "b"), describe(poisoned((M, N), np.float32), "c")
+    )
     assert modes[operand][1] is False
     for config in CONFIGS.values():
         assert_product(numba_gemm.matmul(a, b, algorithm="tiled", config=config), a, b, np.float32)
@@ -94,7 +111,10 @@ def test_misaligned_rows_fall_back_to_element_copies(layout, operand, rng):
 
 def test_auto_runs_the_tiled_kernel_above_tiny_sizes():
     small = describe(np.ones((8, 8), np.float32), "a")
-    big_a, big_b = describe(np.ones((64, 64), np.float32), "a"), describe(np.ones((64, 64), np.float32), "b")
+    big_a, big_b = (
+        describe(np.ones((64, 64), np.float32), "a"),
+        describe(np.ones((64, 64), np.float32), "b"),
+    )
     assert numba_gemm.choose_algorithm(big_a, big_b) == "tiled"
     assert numba_gemm.choose_algorithm(small, small) == "mnk"
 
@@ -104,15 +124,18 @@ def test_config_with_auto_runs_tiled(rng):
     assert_product(numba_gemm.matmul(a, b, config=SIMULATOR_CONFIG), a, b, np.float32)
 
 
-@pytest.mark.parametrize("config, message", [
-    (TileConfig(16, 16, 4, 2, 4, 2, 1), "thread_m = 2 must be a multiple of 4"),
-    (TileConfig(16, 20, 4, 4, 8, 2, 1), "block_n = 20 must be a multiple of thread_n = 8"),
-    (TileConfig(256, 256, 8, 4, 4, 2, 1), "4096 threads per CTA"),
-    (TileConfig(16, 16, 4, 4, 4, 1, 1), "stages must be >= 2"),
-    (TileConfig(16, 16, 4, 4, 4, 2, 0), "group_m must be a positive integer"),
-    (TileConfig(16, 16, 3, 4, 4, 2, 1), "split into whole 16-byte vectors"),
-    (TileConfig(32, 16, 8, 8, 4, 2, 1), "multiple of block_k = 8 and of the tile width 32"),
-])
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        (TileConfig(16, 16, 4, 2, 4, 2, 1), "thread_m = 2 must be a multiple of 4"),
+        (TileConfig(16, 20, 4, 4, 8, 2, 1), "block_n = 20 must be a multiple of thread_n = 8"),
+        (TileConfig(256, 256, 8, 4, 4, 2, 1), "4096 threads per CTA"),
+        (TileConfig(16, 16, 4, 4, 4, 1, 1), "stages must be >= 2"),
+        (TileConfig(16, 16, 4, 4, 4, 2, 0), "group_m must be a positive integer"),
+        (TileConfig(16, 16, 3, 4, 4, 2, 1), "split into whole 16-byte vectors"),
+        (TileConfig(32, 16, 8, 8, 4, 2, 1), "multiple of block_k = 8 and of the tile width 32"),
+    ],
+)
 def test_bad_configs_are_refused_with_the_reason(config, message, rng):
     a, b = make_operands(8, 8, 8, np.float32, "row", rng)
     with pytest.raises(ValueError, match=message):
@@ -149,14 +172,17 @@ def test_config_shared_bytes_and_threads():
 TALL, WIDE = H100_TILES, H100_EDGE_TILES  # the H100's tuned tiles from 2048^3, transposed
 
 
-@pytest.mark.parametrize("config, expected", [
-    (TALL, WIDE),  # tall, 128 elements per thread: transposed
-    (WIDE, WIDE),  # already wide
-    (TileConfig(128, 64, 16, 8, 4, 3, 8), TileConfig(128, 64, 16, 8, 4, 3, 8)),  # small blocks
-    (TileConfig(256, 128, 16, 8, 8, 3, 8), TileConfig(256, 128, 16, 8, 8, 3, 8)),
-])
+@pytest.mark.parametrize(
+    "config, expected",
+    [
+        (TALL, WIDE),  # tall, 128 elements per thread: transposed
+        (WIDE, WIDE),  # already wide
+        (TileConfig(128, 64, 16, 8, 4, 3, 8), TileConfig(128, 64, 16, 8, 4, 3, 8)),  # small blocks
+        (TileConfig(256, 128, 16, 8, 8, 3, 8), TileConfig(256, 128, 16, 8, 8, 3, 8)),
+    ],
+)
 def test_edge_tiles_run_tall_large_tiles_transposed(config, expected):
-    # H100: 128 x 256 ran 1.02-1.15x faster than 256 x 128 on ten products with edge tiles.
+    # Why: tiled.LARGE_REGISTER_TILE (docs/design/tiled-gemm.md).
     assert for_edge_tiles(config, np.float32) == expected
 
 

@@ -9,9 +9,14 @@ import pytest
 from numba_gemm.timing import results_file, write_results
 
 
-@pytest.mark.parametrize("device, slug", [("NVIDIA H100 80GB HBM3", "nvidia-h100-80gb-hbm3"),
-                                          ("NVIDIA H200", "nvidia-h200"),
-                                          ("  Odd//Name (rev 2) ", "odd-name-rev-2")])
+@pytest.mark.parametrize(
+    "device, slug",
+    [
+        ("NVIDIA H100 80GB HBM3", "nvidia-h100-80gb-hbm3"),
+        ("NVIDIA H200", "nvidia-h200"),
+        ("  Odd//Name (rev 2) ", "odd-name-rev-2"),
+    ],
+)
 def test_results_file_is_one_per_suite_and_device(tmp_path, device, slug):
     folder = tmp_path / "new" / "results"
     path, date = results_file(folder, device, "triple_product")
@@ -45,6 +50,7 @@ def _sleeper(log, name, seconds, stalls=(), stall_s=0.0):
     def fn():
         time.sleep(stall_s if log.count(name) in stalls else seconds)
         log.append(name)
+
     return fn
 
 
@@ -84,8 +90,10 @@ def test_slow_first_calls_do_not_shrink_the_rounds():
     from numba_gemm.timing import interleaved_medians
 
     log = []
-    methods = {"m": _sleeper(log, "m", 0.0005, stalls=(1, 2), stall_s=0.1),
-               "other": _sleeper(log, "other", 0.0005)}
+    methods = {
+        "m": _sleeper(log, "m", 0.0005, stalls=(1, 2), stall_s=0.1),
+        "other": _sleeper(log, "other", 0.0005),
+    }
     medians, _, calls = interleaved_medians(methods, rounds=3, round_s=0.01, warmup=1)
     rounds = _blocks(log)[-6:]
     assert [name for name, _ in rounds] == ["m", "other"] * 3
@@ -107,8 +115,9 @@ def test_stack_versions():
     assert found["no-such-distribution"] is None
 
 
-@pytest.mark.skipif(not __import__("numba").cuda.config.ENABLE_CUDASIM,
-                    reason="names the simulator as the device")
+@pytest.mark.skipif(
+    not __import__("numba").cuda.config.ENABLE_CUDASIM, reason="names the simulator as the device"
+)
 def test_l2_ordering_summary_names_its_results_file(tmp_path, benchmark_module):
     # benchmarks/l2_ordering.py summarize: ncu's CSV (a compile launch, then the profiled one,
     # per case) paired with the cases, written where every benchmark writes its results.
@@ -130,8 +139,9 @@ def test_l2_ordering_summary_names_its_results_file(tmp_path, benchmark_module):
     payload = json.loads(written.read_text())
     assert payload["device"] == "simulator" and payload["versions"]["numba-cuda"]
     rows = payload["rows"]
-    assert [(r["M"], r["N"], r["K"], r["group_m"]) for r in rows] == \
-        [(*shape, group) for shape, group in l2.CASES]
+    assert [(r["M"], r["N"], r["K"], r["group_m"]) for r in rows] == [
+        (*shape, group) for shape, group in l2.CASES
+    ]
     # Each case's figures come from its profiled (odd) launch, not its compile launch.
     assert [r["l2_hit_pct"] for r in rows] == [1000.0 * (2 * i + 1) for i in range(len(rows))]
     assert rows[0]["kernel_s"] == pytest.approx(1003e-9)

@@ -6,10 +6,14 @@ from tools.sass import CLOSE, LOOP_MIN, instructions, k_loops, load_to_use
 
 
 def _sass(body: list[str], loop_back: bool = True) -> str:
-    lines = ["\t.text.kernel:", "        /*0000*/                   MOV R1, c[0x0][0x28] ;",
-             ".L_x_1:"]
-    lines += [f"        /*{16 * (i + 1):04x}*/                   {text} ;"
-              for i, text in enumerate(body)]
+    lines = [
+        "\t.text.kernel:",
+        "        /*0000*/                   MOV R1, c[0x0][0x28] ;",
+        ".L_x_1:",
+    ]
+    lines += [
+        f"        /*{16 * (i + 1):04x}*/                   {text} ;" for i, text in enumerate(body)
+    ]
     if loop_back:
         lines.append(f"        /*{16 * (len(body) + 1):04x}*/              @P0 BRA `(.L_x_1) ;")
     lines.append(f"        /*{16 * (len(body) + 2):04x}*/                   EXIT ;")
@@ -25,8 +29,11 @@ def test_instructions_and_labels():
 @pytest.mark.parametrize("gap, predicate", [(1, ""), (4, "@!P1 "), (9, "@P2 ")])
 def test_load_to_use_counts_instructions_to_the_first_ffma_reading_the_load(gap, predicate):
     # R6 is the third register of the 16-byte load into R4..R7; R8 and R40 are not its.
-    loop = ([f"{predicate}LDS.128 R4, [R2+0x10]"] + ["IADD3 R9, R9, 0x1, RZ"] * (gap - 1)
-            + ["FFMA R6, R40, R41, R6", "FFMA R8, R6, R41, R8", "FFMA R9, R40, R7, R9"])
+    loop = (
+        [f"{predicate}LDS.128 R4, [R2+0x10]"]
+        + ["IADD3 R9, R9, 0x1, RZ"] * (gap - 1)
+        + ["FFMA R6, R40, R41, R6", "FFMA R8, R6, R41, R8", "FFMA R9, R40, R7, R9"]
+    )
     # the first FFMA writes R6 but reads R40, R41, R6: it reads the load (R6) too
     assert load_to_use(loop) == [gap]
     assert load_to_use(["LDS R4, [R2]", "FFMA R8, R40, R41, R8", "FFMA R8, R44, R4, R8"]) == [2]
@@ -52,15 +59,18 @@ def test_dump_writes_each_launchs_sass(tmp_path, monkeypatch, capsys):
     import tools.sass as sass
 
     def launch(name):
-        return SimpleNamespace(kernel=SimpleNamespace(py_func=SimpleNamespace(__name__=name)),
-                               grid=(128,), block=256)
+        return SimpleNamespace(
+            kernel=SimpleNamespace(py_func=SimpleNamespace(__name__=name)), grid=(128,), block=256
+        )
 
     texts = {"tiled_kernel": _sass(["FFMA R8, R4, R5, R8"]), "fused_kernel": _sass(["EXIT"])}
     monkeypatch.setattr(sass, "_fake_h100", lambda: None)
-    monkeypatch.setattr(sass, "_launches", lambda args: [launch("tiled_kernel"),
-                                                          launch("fused_kernel")])
-    monkeypatch.setattr(sass, "compile_launch",
-                        lambda one: (texts[one.kernel.py_func.__name__], 96, 0, 4096))
+    monkeypatch.setattr(
+        sass, "_launches", lambda args: [launch("tiled_kernel"), launch("fused_kernel")]
+    )
+    monkeypatch.setattr(
+        sass, "compile_launch", lambda one: (texts[one.kernel.py_func.__name__], 96, 0, 4096)
+    )
     sass.main(["triple", "512", "--dump", str(tmp_path / "out")])
     assert (tmp_path / "out" / "0-tiled_kernel.sass").read_text() == texts["tiled_kernel"]
     assert (tmp_path / "out" / "1-fused_kernel.sass").read_text() == texts["fused_kernel"]

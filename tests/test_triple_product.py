@@ -9,21 +9,32 @@ import numpy as np
 import pytest
 
 import numba_gemm
-import numba_gemm.triple_product as triple_product
 import numba_gemm.kernels.triple_product as triple_kernels
-from numba_gemm import TileConfig
-from numba_gemm.triple_product import (_COUNTERS, _INTERMEDIATES, INTERMEDIATES_KEPT,
-                              SIMULATOR_FUSED_CONFIG, SMALL_FUSED_CONFIGS, choose_order,
-                              choose_triple_algorithm, fused_ctas_per_sm, fused_tiles,
-                              fusion_changes_tiles)
-from numba_gemm.descriptor import MatrixDesc, describe
-from numba_gemm.launch import (at_most_on_multiprocessor, shared_memory_per_multiprocessor,
-                              simulated)
-from numba_gemm.kernels.tiled import for_edge_tiles, whole_tiles
-from numba_gemm.kernels.triple_product import (intermediate_row_major, intermediate_shape,
-                                       intermediate_view, large_register_tiles)
+import numba_gemm.triple_product as triple_product
 from checks import H100_EDGE_TILES, H100_TILES, H200_TILES, assert_triple
+from numba_gemm import TileConfig
+from numba_gemm.descriptor import MatrixDesc, describe
+from numba_gemm.kernels.tiled import for_edge_tiles, whole_tiles
+from numba_gemm.kernels.triple_product import (
+    intermediate_row_major,
+    intermediate_shape,
+    intermediate_view,
+    large_register_tiles,
+)
+from numba_gemm.launch import at_most_on_multiprocessor, shared_memory_per_multiprocessor, simulated
 from numba_gemm.reference import CHAIN_LAYOUTS, make_chain, poisoned
+from numba_gemm.triple_product import (
+    _COUNTERS,
+    _INTERMEDIATES,
+    INTERMEDIATES_KEPT,
+    SIMULATOR_FUSED_CONFIG,
+    SMALL_FUSED_CONFIGS,
+    choose_order,
+    choose_triple_algorithm,
+    fused_ctas_per_sm,
+    fused_tiles,
+    fusion_changes_tiles,
+)
 
 ALGORITHMS = ["naive", "fused", "unfused"]
 # (M, K1, K2, N): ones, primes, a middle dimension smaller than every tile, and shapes with
@@ -85,18 +96,22 @@ def _record_fused_kernels(monkeypatch) -> list:
     return compiled
 
 
-@pytest.mark.parametrize("shape, split_k, left, right", [
-    # whole 16 x 16 tiles and 4-deep k-tiles everywhere, also for each of 2 split-k groups
-    ((32, 16, 48, 32), 1, (True, True), (True, True)),
-    ((32, 16, 48, 32), 2, (True, True), (True, True)),
-    # N = 20 cuts D's last n-tile (and, in the right order, both products' last row block)
-    ((32, 16, 48, 20), 1, (True, False), (False, False)),
-    # K1 = 8 is 2 k-tiles, which 3 split-k groups cannot share evenly
-    ((32, 8, 48, 32), 3, (False, True), (False, False)),
-])
+@pytest.mark.parametrize(
+    "shape, split_k, left, right",
+    [
+        # whole 16 x 16 tiles and 4-deep k-tiles everywhere, also for each of 2 split-k groups
+        ((32, 16, 48, 32), 1, (True, True), (True, True)),
+        ((32, 16, 48, 32), 2, (True, True), (True, True)),
+        # N = 20 cuts D's last n-tile (and, in the right order, both products' last row block)
+        ((32, 16, 48, 20), 1, (True, False), (False, False)),
+        # K1 = 8 is 2 k-tiles, which 3 split-k groups cannot share evenly
+        ((32, 8, 48, 32), 3, (False, True), (False, False)),
+    ],
+)
 @pytest.mark.parametrize("order", ["left", "right"])
-def test_fused_without_edge_code_where_tiles_are_whole(shape, split_k, left, right, order, rng,
-                                                       monkeypatch):
+def test_fused_without_edge_code_where_tiles_are_whole(
+    shape, split_k, left, right, order, rng, monkeypatch
+):
     # Each product compiles without edge code where its tiles and k-slices are whole
     # (tiled.whole_tiles); the right order is the left order of the transposed chain.
     compiled = _record_fused_kernels(monkeypatch)
@@ -142,13 +157,17 @@ def test_fused_with_row_major_intermediate(order, layout, rng, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("shape, shared, one_site", [
-    ((32, 16, 48, 32), True, False),  # whole tiles, every operand row-major and aligned
-    ((32, 16, 48, 20), False, False),  # N = 20 cuts D's tiles: D's tile function has edge code
-    ((20, 16, 48, 20), True, True),  # M = 20 cuts both products' tiles: both have edge code
-])
-def test_fused_kernel_where_both_products_compile_to_one_tile_function(shape, shared, one_site,
-                                                                        dtype, rng, monkeypatch):
+@pytest.mark.parametrize(
+    "shape, shared, one_site",
+    [
+        ((32, 16, 48, 32), True, False),  # whole tiles, every operand row-major and aligned
+        ((32, 16, 48, 20), False, False),  # N = 20 cuts D's tiles: D's tile function has edge code
+        ((20, 16, 48, 20), True, True),  # M = 20 cuts both products' tiles: both have edge code
+    ],
+)
+def test_fused_kernel_where_both_products_compile_to_one_tile_function(
+    shape, shared, one_site, dtype, rng, monkeypatch
+):
     # With T row-major (forced: the simulator's 4 x 4 register tiles keep it column-major), T
     # is stored as D is and read as A is: where the tiles are also alike (whole, or both with
     # edges), both products compile to one tile function. With whole tiles the kernel calls it
@@ -161,27 +180,30 @@ def test_fused_kernel_where_both_products_compile_to_one_tile_function(shape, sh
     out = poisoned((shape[0], shape[3]), dtype, layout="row")
     numba_gemm.triple(a, b, c, out, algorithm="fused", order="left", config=config)
     assert_triple(out, a, b, c, dtype)
-    (config, dtype, interiors, modes, _), = compiled
+    ((config, dtype, interiors, modes, _),) = compiled
     ab, tc = triple_kernels._products(config, dtype, interiors, modes)[:2]
     assert (ab.compute_tile is tc.compute_tile) == shared  # the case this shape stands for
     assert triple_kernels.one_call_site(interiors, modes) == one_site
 
 
-@pytest.mark.parametrize("config, shape, layout, row_major", [
-    (TileConfig(128, 128, 16, 8, 8, 3, 8), (2048,) * 4, "row", False),  # 8 x 8 per thread
-    (TALL, (2048,) * 4, "row", True),  # whole tiles
-    (TALL, (2048,) * 4, "col", True),  # whole, two functions
-    (TALL_TRANSPOSED, (1800,) * 4, "row", True),  # edges, one function
-    (TALL_TRANSPOSED, (2047,) * 4, "row", False),  # A's rows unaligned: two functions
-    (TALL_TRANSPOSED, (1800,) * 4, "col", False),  # A column-major: two functions
-    (TALL_TRANSPOSED, (2048, 2048, 2048, 1800), "row", True),  # T's tiles whole
-    (TALL_TRANSPOSED, (2048, 2047, 2048, 2048), "row", True),  # D's tiles whole
-    (TALL_TRANSPOSED, (2047, 2048, 2048, 2048), "row", True),  # both edged, one function
-    (TileConfig(32, 64, 16, 8, 4, 2, 1, split_k=4), (768,) * 4, "row", True),  # split-k, whole
-    (TileConfig(32, 64, 16, 8, 4, 2, 1, split_k=4), (768,) * 4, "col", True),
-    (TileConfig(32, 64, 16, 8, 4, 2, 1, split_k=4), (700,) * 4, "row", False),  # edges
-    (TileConfig(64, 64, 16, 8, 4, 2, 1, split_k=2), (1024, 1024, 1024, 1000), "row", False),
-])
+@pytest.mark.parametrize(
+    "config, shape, layout, row_major",
+    [
+        (TileConfig(128, 128, 16, 8, 8, 3, 8), (2048,) * 4, "row", False),  # 8 x 8 per thread
+        (TALL, (2048,) * 4, "row", True),  # whole tiles
+        (TALL, (2048,) * 4, "col", True),  # whole, two functions
+        (TALL_TRANSPOSED, (1800,) * 4, "row", True),  # edges, one function
+        (TALL_TRANSPOSED, (2047,) * 4, "row", False),  # A's rows unaligned: two functions
+        (TALL_TRANSPOSED, (1800,) * 4, "col", False),  # A column-major: two functions
+        (TALL_TRANSPOSED, (2048, 2048, 2048, 1800), "row", True),  # T's tiles whole
+        (TALL_TRANSPOSED, (2048, 2047, 2048, 2048), "row", True),  # D's tiles whole
+        (TALL_TRANSPOSED, (2047, 2048, 2048, 2048), "row", True),  # both edged, one function
+        (TileConfig(32, 64, 16, 8, 4, 2, 1, split_k=4), (768,) * 4, "row", True),  # split-k, whole
+        (TileConfig(32, 64, 16, 8, 4, 2, 1, split_k=4), (768,) * 4, "col", True),
+        (TileConfig(32, 64, 16, 8, 4, 2, 1, split_k=4), (700,) * 4, "row", False),  # edges
+        (TileConfig(64, 64, 16, 8, 4, 2, 1, split_k=2), (1024, 1024, 1024, 1000), "row", False),
+    ],
+)
 def test_intermediate_layout_choice(config, shape, layout, row_major):
     # Row-major T under split-k tiles with whole tiles in both products, and under large
     # register tiles unless both products have edge code and it would not make them one tile
@@ -191,29 +213,31 @@ def test_intermediate_layout_choice(config, shape, layout, row_major):
         return MatrixDesc(name, (rows, cols), strides, np.dtype(np.float32), None, True, 0, None)
 
     M, K1, K2, N = shape
-    a, b, c, d = (operand(name, rows, cols) for name, rows, cols in
-                  (("a", M, K1), ("b", K1, K2), ("c", K2, N), ("d", M, N)))
+    a, b, c, d = (
+        operand(name, rows, cols)
+        for name, rows, cols in (("a", M, K1), ("b", K1, K2), ("c", K2, N), ("d", M, N))
+    )
     assert intermediate_row_major(config, a, b, c, d) == row_major
 
 
 def test_split_k_tiles_keep_t_column_major_in_float64():
     # Row-major T under split-k tiles was measured in float32 only.
     config = SMALL_FUSED_CONFIGS[np.dtype(np.float64)][0]
-    a, b, c, d = (MatrixDesc(name, (768, 768), (768, 1), np.dtype(np.float64), None, True, 0, None)
-                  for name in "abcd")
+    a, b, c, d = (
+        MatrixDesc(name, (768, 768), (768, 1), np.dtype(np.float64), None, True, 0, None)
+        for name in "abcd"
+    )
     assert not intermediate_row_major(config, a, b, c, d)
 
 
 def test_intermediate_layouts():
     assert not large_register_tiles(TileConfig(128, 128, 16, 8, 8, 3, 8))
     assert large_register_tiles(WIDE)
-    buffer = describe(np.empty(intermediate_shape(5, 7, np.float32, True),
-                                                     np.float32), "scratch")
+    buffer = describe(np.empty(intermediate_shape(5, 7, np.float32, True), np.float32), "scratch")
     assert buffer.shape == (5, 8)  # rows padded to whole 16-byte vectors
     t = intermediate_view(buffer, 5, 7, True)
     assert (t.name, t.shape, t.strides) == ("t", (5, 7), (8, 1))
-    buffer = describe(np.empty(intermediate_shape(5, 7, np.float32, False),
-                                                     np.float32), "scratch")
+    buffer = describe(np.empty(intermediate_shape(5, 7, np.float32, False), np.float32), "scratch")
     assert buffer.shape == (7, 8)  # T column-major: a padded row per column of T
     t = intermediate_view(buffer, 5, 7, False)
     assert (t.shape, t.strides) == ((5, 7), (1, 8))
@@ -223,13 +247,16 @@ def _fused_operands(n=64):
     """Host descriptors of an n x n chain for ``plan_fused``: A, B, C, D, T (column-major) and
     zeroed counters."""
     a, b, c, d = (describe(np.ones((n, n), np.float32), name) for name in "abcd")
-    t = intermediate_view(describe(np.empty(intermediate_shape(n, n, np.float32, False),
-                                            np.float32), "scratch"), n, n, False)
+    t = intermediate_view(
+        describe(np.empty(intermediate_shape(n, n, np.float32, False), np.float32), "scratch"),
+        n,
+        n,
+        False,
+    )
     return a, b, c, d, t, triple_kernels.counters_desc(64, np.zeros(64, np.uint32))
 
 
-@pytest.mark.parametrize("config", [SMALL_FUSED_CONFIGS[np.dtype(np.float32)][0],
-                                    WIDE], ids=str)
+@pytest.mark.parametrize("config", [SMALL_FUSED_CONFIGS[np.dtype(np.float32)][0], WIDE], ids=str)
 @pytest.mark.parametrize("ctas_per_sm", [1, 2])
 def test_fused_launch_runs_at_most_ctas_per_sm(config, ctas_per_sm):
     # The fused kernel asks for more than 1 / (ctas_per_sm + 1) of an SM's shared memory, so
@@ -263,35 +290,40 @@ def test_fused_launch_checks_ctas_per_sm():
         triple_kernels.plan_fused(config, a, b, c, d, t, sync, (2, 2), partials, ctas_per_sm=2)
 
 
-@pytest.mark.parametrize("tuned, half", [(WIDE, TileConfig(128, 128, 16, 8, 8, 3, 8)),
-                                         (TALL, TileConfig(128, 128, 16, 8, 8, 4, 8))])
-@pytest.mark.parametrize("n, expected", [
-    (4096, "tuned"),  # 1024 tiles on 132 SMs: the last wave is 76% full
-    (2048, "tuned"),  # 256 tiles: 94% full
-    (3072, "half"),  # 576 tiles: 36% full, so half as large along the longer side
-    (1536, "half"),  # 144 tiles: 9% full
-    (512, SMALL_FUSED_CONFIGS[np.dtype(np.float32)][0]),  # 16 tiles of T even halved
-    (256, SMALL_FUSED_CONFIGS[np.dtype(np.float32)][1]),  # 32 x 64 tiles: only 32 of T
-])
+@pytest.mark.parametrize(
+    "tuned, half",
+    [(WIDE, TileConfig(128, 128, 16, 8, 8, 3, 8)), (TALL, TileConfig(128, 128, 16, 8, 8, 4, 8))],
+)
+@pytest.mark.parametrize(
+    "n, expected",
+    [
+        (4096, "tuned"),  # 1024 tiles on 132 SMs: the last wave is 76% full
+        (2048, "tuned"),  # 256 tiles: 94% full
+        (3072, "half"),  # 576 tiles: 36% full, so half as large along the longer side
+        (1536, "half"),  # 144 tiles: 9% full
+        (512, SMALL_FUSED_CONFIGS[np.dtype(np.float32)][0]),  # 16 tiles of T even halved
+        (256, SMALL_FUSED_CONFIGS[np.dtype(np.float32)][1]),  # 32 x 64 tiles: only 32 of T
+    ],
+)
 def test_fused_tiles_fit_the_fused_grid_to_the_sms(tuned, half, n, expected):
     expected = {"tuned": tuned, "half": half}.get(expected, expected)
     assert fused_tiles(tuned, n, n, n, n, 132, np.float32) == expected
 
 
 @pytest.mark.parametrize("tuned", [WIDE, TALL])
-@pytest.mark.parametrize("n, saves", [(4096, False), (2048, False), (3072, True), (1536, True),
-                                      (512, True)])
+@pytest.mark.parametrize(
+    "n, saves", [(4096, False), (2048, False), (3072, True), (1536, True), (512, True)]
+)
 def test_fusion_changes_tiles_where_fused_tiles_change(tuned, n, saves):
-    # "auto" fuses large chains only where the fused grid changes the tuned tiles (measured on
-    # an H100: 1.20-1.25x at 1536 and 3072, 0.97-1.01x at 2048 and 4096).
+    # "auto" fuses large chains only where the fused grid changes the tuned tiles, saving a
+    # ragged wave (docs/design/triple-product.md).
     assert fusion_changes_tiles(tuned, n, n, n, n, 132, np.float32) is saves
 
 
 def test_fusion_changes_tiles_leaves_out_the_transposition_of_edge_tiles():
     # The tiled GEMM runs a product with edge tiles on transposed tiles (tiled.for_edge_tiles);
     # where only T @ C has them, the fused kernel, which runs both products on one config,
-    # transposes A @ B's too. That is no saving (0.96-0.98x unfused on an H100), so it does
-    # not count.
+    # transposes A @ B's too. That saves nothing, so it does not count.
     assert fused_tiles(TALL, 2048, 2048, 2048, 2047, 132, np.float32) == TALL_TRANSPOSED
     assert not fusion_changes_tiles(TALL, 2048, 2048, 2048, 2047, 132, np.float32)
     assert not fusion_changes_tiles(WIDE, 2047, 2047, 2047, 2047, 132, np.float32)
@@ -299,23 +331,29 @@ def test_fusion_changes_tiles_leaves_out_the_transposition_of_edge_tiles():
     assert fusion_changes_tiles(TALL, 1535, 1535, 1535, 1535, 132, np.float32)  # then halved
 
 
-@pytest.mark.parametrize("shape, expected", [
-    ((1024,) * 4, "fused"),  # up to FUSED_UP_TO_MACS
-    ((2047,) * 4, "fused"),  # both products with edge tiles
-    ((2047, 2048, 2048, 2048), "fused"),  # M cuts both
-    ((1536,) * 4, "fused"),  # the fused grid's tiles save a ragged wave
-    ((2048,) * 4, "unfused"),  # whole tiles that fill the SMs
-    ((4096,) * 4, "unfused"),
-    ((2048, 2048, 2048, 1800), "unfused"),  # edge tiles in T @ C alone
-    ((2048, 2047, 2048, 2048), "unfused"),  # ... in A @ B alone
-])
+@pytest.mark.parametrize(
+    "shape, expected",
+    [
+        ((1024,) * 4, "fused"),  # up to FUSED_UP_TO_MACS
+        ((2047,) * 4, "fused"),  # both products with edge tiles
+        ((2047, 2048, 2048, 2048), "fused"),  # M cuts both
+        ((1536,) * 4, "fused"),  # the fused grid's tiles save a ragged wave
+        ((2048,) * 4, "unfused"),  # whole tiles that fill the SMs
+        ((4096,) * 4, "unfused"),
+        ((2048, 2048, 2048, 1800), "unfused"),  # edge tiles in T @ C alone
+        ((2048, 2047, 2048, 2048), "unfused"),  # ... in A @ B alone
+    ],
+)
 def test_auto_on_an_h100(shape, expected, monkeypatch):
     # As on an H100 80GB HBM3: 132 SMs, and the tiled GEMM's tiles from 2048 256 x 128,
     # transposed where the product has edge tiles (as tuned_configs.config_for_shape gives them).
     monkeypatch.setattr(triple_product, "simulated", lambda: False)
     monkeypatch.setattr(triple_product, "multiprocessors", lambda: 132)
-    monkeypatch.setattr(triple_product, "config_for_shape", lambda M, N, K, dtype: (
-        TALL if whole_tiles(TALL, M, N, K) else for_edge_tiles(TALL, dtype)))
+    monkeypatch.setattr(
+        triple_product,
+        "config_for_shape",
+        lambda M, N, K, dtype: TALL if whole_tiles(TALL, M, N, K) else for_edge_tiles(TALL, dtype),
+    )
     assert choose_triple_algorithm(*shape) == expected
 
 
@@ -326,36 +364,44 @@ SPLIT_2 = TileConfig(64, 64, 16, 8, 4, 2, 1, split_k=2)  # the H100's tuned tile
 STACKED = TileConfig(128, 64, 16, 8, 4, 3, 8)  # SPLIT_2's groups as rows (the search space's)
 
 
-@pytest.mark.parametrize("n, tuned, expected", [
-    (1000, SPLIT_2, STACKED),  # edge tiles: not the small-chain rule
-    (512, SMALL, SMALL),  # stacked, 32 tiles of T: the fused kernel's own split-k tiles
-    (256, TileConfig(32, 32, 16, 4, 4, 2, 1, split_k=4),
-     SMALL_FUSED_CONFIGS[np.dtype(np.float32)][1]),
-])
+@pytest.mark.parametrize(
+    "n, tuned, expected",
+    [
+        (1000, SPLIT_2, STACKED),  # edge tiles: not the small-chain rule
+        (512, SMALL, SMALL),  # stacked, 32 tiles of T: the fused kernel's own split-k tiles
+        (
+            256,
+            TileConfig(32, 32, 16, 4, 4, 2, 1, split_k=4),
+            SMALL_FUSED_CONFIGS[np.dtype(np.float32)][1],
+        ),
+    ],
+)
 def test_fused_tiles_stack_the_tiled_gemms_split_k_groups_into_rows(n, tuned, expected):
     # Outside the small-chain rule the fused grid holds both products' tiles: a split-k
-    # winner of the tiled GEMM becomes the search space's config of its groups stacked (H100
-    # at 900: 126.9 us on 128 x 64 against 136.8 on 64 x 64 in 2 groups).
+    # winner of the tiled GEMM becomes the search space's config of its groups stacked.
     assert fused_tiles(tuned, n, n, n, n, 132, np.float32) == expected
 
 
-@pytest.mark.parametrize("shape, tuned, expected, ctas", [
-    ((640,) * 4, SPLIT_2, SMALL, 2),  # 200 tiles of T under the small tiles
-    ((768,) * 4, SPLIT_2, SMALL, 2),  # 64 x 64 in 2 groups: 144 tiles, 1.1 per SM
-    ((768,) * 4, TileConfig(64, 64, 16, 4, 4, 3, 8), SMALL, 2),  # tiles without split-k
-    ((960,) * 4, SPLIT_2, SMALL, 2),  # 225 tiles in 264 slots: last wave 85% full
-    ((1024,) * 4, SPLIT_2, SPLIT_2, 2),  # 256 in 264: the tuned split-k tiles stay
-    ((1024,) * 4, STACKED, SMALL, 2),
-    ((512,) * 4, SMALL, SMALL, 1),  # 128 tiles of T: under 1.5 per SM, as before
-    ((576,) * 4, SPLIT_2, SMALL, 1),  # 162 small tiles: as before (the FILL_CTAS rule)
-    ((2048, 512, 1024, 512), SPLIT_2, SPLIT_2, 2),  # 512 tiles: last wave 94% full
-    ((900,) * 4, SPLIT_2, STACKED, 1),  # edge tiles: as before
-    ((1536,) * 4, STACKED, TileConfig(64, 64, 16, 4, 4, 3, 8), 1),  # above FUSED_UP_TO_MACS
-])
+@pytest.mark.parametrize(
+    "shape, tuned, expected, ctas",
+    [
+        ((640,) * 4, SPLIT_2, SMALL, 2),  # 200 tiles of T under the small tiles
+        ((768,) * 4, SPLIT_2, SMALL, 2),  # 64 x 64 in 2 groups: 144 tiles, 1.1 per SM
+        ((768,) * 4, TileConfig(64, 64, 16, 4, 4, 3, 8), SMALL, 2),  # tiles without split-k
+        ((960,) * 4, SPLIT_2, SMALL, 2),  # 225 tiles in 264 slots: last wave 85% full
+        ((1024,) * 4, SPLIT_2, SPLIT_2, 2),  # 256 in 264: the tuned split-k tiles stay
+        ((1024,) * 4, STACKED, SMALL, 2),
+        ((512,) * 4, SMALL, SMALL, 1),  # 128 tiles of T: under 1.5 per SM, as before
+        ((576,) * 4, SPLIT_2, SMALL, 1),  # 162 small tiles: as before (the FILL_CTAS rule)
+        ((2048, 512, 1024, 512), SPLIT_2, SPLIT_2, 2),  # 512 tiles: last wave 94% full
+        ((900,) * 4, SPLIT_2, STACKED, 1),  # edge tiles: as before
+        ((1536,) * 4, STACKED, TileConfig(64, 64, 16, 4, 4, 3, 8), 1),  # above FUSED_UP_TO_MACS
+    ],
+)
 def test_small_chains_run_split_k_tiles_two_ctas_per_sm(shape, tuned, expected, ctas):
-    # H100, fp32 (triple_product.fused_ctas_per_sm's table): the small split-k tiles two to an SM ran
-    # 1.02-1.48x two tiled GEMMs from N = 640 to 960, the tuned 64 x 64 in 2 groups two to
-    # an SM at 1024 1.02x faster than the small tiles (0.976x unfused, against 0.933x before).
+    # The rule of triple_product.fused_ctas_per_sm (docs/design/triple-product.md): whole
+    # split-k tiles two to an SM where T has 1.5 or more per SM, the tuned 64 x 64 in 2 groups
+    # where they fill the last wave of two per SM (N = 1024), float32 only.
     config = fused_tiles(tuned, *shape, 132, np.float32)
     assert config == expected
     assert fused_ctas_per_sm(config, *shape, sms=132) == ctas
@@ -364,15 +410,23 @@ def test_small_chains_run_split_k_tiles_two_ctas_per_sm(shape, tuned, expected, 
 
 
 def test_t_in_column_order_where_it_fills_one_wave_of_two_per_sm():
-    # triple_product.COLUMN_ORDER_T_FILL's figures: H100 and H200, N = 1024, 256 T tiles in 264 slots:
-    # 0.997-1.000x unfused in column order, 0.975-0.982x in row order; it lost at 704 and 640.
+    # triple_product.COLUMN_ORDER_T_FILL: T in column order only where its tiles, two CTAs per
+    # SM, fill 95% to 100% of one wave (N = 1024: 256 tiles in 264 slots).
     assert triple_product.fused_t_column_order(SPLIT_2, 1024, 1024, 1024, 1024, sms=132)
-    assert triple_product.fused_t_column_order(SPLIT_2, 1024, 512, 1024, 2048, sms=132)  # T's tiles alike
-    assert not triple_product.fused_t_column_order(SPLIT_2, 1024, 1024, 1024, 1024, sms=120)  # 2 waves
-    assert not triple_product.fused_t_column_order(SPLIT_2, 1024, 1024, 1024, 1024, np.float64, sms=132)
+    assert triple_product.fused_t_column_order(
+        SPLIT_2, 1024, 512, 1024, 2048, sms=132
+    )  # T's tiles alike
+    assert not triple_product.fused_t_column_order(
+        SPLIT_2, 1024, 1024, 1024, 1024, sms=120
+    )  # 2 waves
+    assert not triple_product.fused_t_column_order(
+        SPLIT_2, 1024, 1024, 1024, 1024, np.float64, sms=132
+    )
     assert not triple_product.fused_t_column_order(SMALL, 704, 704, 704, 704, sms=132)  # 242: 92%
     assert not triple_product.fused_t_column_order(SMALL, 640, 640, 640, 640, sms=132)  # 200: 76%
-    assert not triple_product.fused_t_column_order(SMALL, 768, 768, 768, 768, sms=132)  # 288: 2 waves
+    assert not triple_product.fused_t_column_order(
+        SMALL, 768, 768, 768, 768, sms=132
+    )  # 288: 2 waves
     assert not triple_product.fused_t_column_order(SMALL, 512, 512, 512, 512, sms=132)  # one per SM
     assert not triple_product.fused_t_column_order(STACKED, 2048, 2048, 2048, 2048, sms=132)
 
@@ -384,8 +438,9 @@ def test_fused_launch_checks_t_column_order():
         triple_kernels.plan_fused(config, a, b, c, d, t, sync, t_column_order=1)
     partials = describe(np.empty((4, 256), np.float32), "partials")
     with pytest.raises(ValueError, match="t_column_order orders one CTA per tile"):
-        triple_kernels.plan_fused(config, a, b, c, d, t, sync, (2, 2), partials,
-                                  t_column_order=True)
+        triple_kernels.plan_fused(
+            config, a, b, c, d, t, sync, (2, 2), partials, t_column_order=True
+        )
 
 
 def test_two_ctas_per_sm_only_for_whole_split_k_tiles():
@@ -399,25 +454,33 @@ def test_two_ctas_per_sm_only_for_whole_split_k_tiles():
     assert fused_ctas_per_sm(TALL, 4096, 4096, 4096, 4096, sms=132) == 1
 
 
-@pytest.mark.parametrize("n, tuned, overlapped, expected", [
-    (256, TileConfig(32, 32, 16, 4, 4, 2, 1, split_k=4), True, "fused"),  # host-bound: one launch
-    (512, SMALL, True, "unfused"),  # the tiled GEMM's own split-k tiles, launches overlapped
-    (512, SMALL, False, "fused"),  # launches that do not overlap (before Hopper)
-    (512, TileConfig(64, 64, 32, 4, 4, 3, 8), True, "fused"),  # tiles that leave SMs idle
-    (1024, SPLIT_2, True, "unfused"),  # the fused kernel runs the tuned tiles
-    (1024, STACKED, True, "fused"),
-    (500, SMALL, True, "unfused"),  # edge tiles do not make a small chain fused
-    (768, SPLIT_2, True, "fused"),  # other tiles, two CTAs per SM
-    (960, SPLIT_2, True, "fused"),
-    (576, SPLIT_2, True, "unfused"),  # other tiles, but one CTA per SM
-    (900, SPLIT_2, True, "unfused"),  # edge tiles
-])
-def test_auto_fuses_small_chains_unless_the_tiled_gemm_splits_k_itself(n, tuned, overlapped,
-                                                                        expected, monkeypatch):
-    # H100: two overlapped launches on split-k tiles 1.11x the fused kernel at N = 512 and
-    # 1.03x at 1024 (the tuned tiles two to an SM); at 256 both are bound by the host, and one
-    # launch is 1.8x faster; from 640 to 960 the fused kernel's small tiles two to an SM won
-    # (1.02-1.48x); at 900, with edge tiles, two launches (1.08x).
+@pytest.mark.parametrize(
+    "n, tuned, overlapped, expected",
+    [
+        (
+            256,
+            TileConfig(32, 32, 16, 4, 4, 2, 1, split_k=4),
+            True,
+            "fused",
+        ),  # host-bound: one launch
+        (512, SMALL, True, "unfused"),  # the tiled GEMM's own split-k tiles, launches overlapped
+        (512, SMALL, False, "fused"),  # launches that do not overlap (before Hopper)
+        (512, TileConfig(64, 64, 32, 4, 4, 3, 8), True, "fused"),  # tiles that leave SMs idle
+        (1024, SPLIT_2, True, "unfused"),  # the fused kernel runs the tuned tiles
+        (1024, STACKED, True, "fused"),
+        (500, SMALL, True, "unfused"),  # edge tiles do not make a small chain fused
+        (768, SPLIT_2, True, "fused"),  # other tiles, two CTAs per SM
+        (960, SPLIT_2, True, "fused"),
+        (576, SPLIT_2, True, "unfused"),  # other tiles, but one CTA per SM
+        (900, SPLIT_2, True, "unfused"),  # edge tiles
+    ],
+)
+def test_auto_fuses_small_chains_unless_the_tiled_gemm_splits_k_itself(
+    n, tuned, overlapped, expected, monkeypatch
+):
+    # The rule of FUSED_UP_TO_MACS and FUSED_ALWAYS_UP_TO_MACS (docs/design/triple-product.md):
+    # where the tiled GEMM splits k itself and launches overlap, two launches, unless the
+    # fused kernel runs its own tiles two CTAs per SM (640 to 960, whole tiles); at 256, fused.
     monkeypatch.setattr(triple_product, "simulated", lambda: False)
     monkeypatch.setattr(triple_product, "multiprocessors", lambda: 132)
     monkeypatch.setattr(triple_product, "programmatic_launch", lambda: overlapped)
@@ -425,29 +488,34 @@ def test_auto_fuses_small_chains_unless_the_tiled_gemm_splits_k_itself(n, tuned,
     assert choose_triple_algorithm(n, n, n, n) == expected
 
 
-@pytest.mark.parametrize("tuned, shape, expected", [
-    (TALL, (2047,) * 4, TALL_TRANSPOSED),  # edge tiles along every axis
-    (TALL, (4095,) * 4, TALL_TRANSPOSED),
-    (TALL, (3500,) * 4, TALL_TRANSPOSED),
-    (TALL, (2048, 2047, 2048, 2048), TALL_TRANSPOSED),  # only A @ B's k has an edge
-    (TALL, (1500, 2047, 2047, 2047), TileConfig(128, 128, 16, 8, 8, 4, 8)),  # then halved
-    (TALL, (2048,) * 4, TALL),  # whole tiles: as tuned
-    (WIDE, (2047,) * 4, WIDE),  # already wide
-    (TileConfig(128, 64, 16, 8, 4, 3, 8), (1000,) * 4, TileConfig(128, 64, 16, 8, 4, 3, 8)),
-])
-def test_fused_tiles_run_tall_large_tiles_transposed_where_tiles_have_edges(tuned, shape,
-                                                                            expected):
-    # H100: 128 x 256 ran 1.00-1.12x two tiled GEMMs on 256 x 128 at N = 1800 to 4095 with edge
-    # tiles, where 256 x 128 ran 0.92-1.03x; with whole tiles 256 x 128 is faster.
+@pytest.mark.parametrize(
+    "tuned, shape, expected",
+    [
+        (TALL, (2047,) * 4, TALL_TRANSPOSED),  # edge tiles along every axis
+        (TALL, (4095,) * 4, TALL_TRANSPOSED),
+        (TALL, (3500,) * 4, TALL_TRANSPOSED),
+        (TALL, (2048, 2047, 2048, 2048), TALL_TRANSPOSED),  # only A @ B's k has an edge
+        (TALL, (1500, 2047, 2047, 2047), TileConfig(128, 128, 16, 8, 8, 4, 8)),  # then halved
+        (TALL, (2048,) * 4, TALL),  # whole tiles: as tuned
+        (WIDE, (2047,) * 4, WIDE),  # already wide
+        (TileConfig(128, 64, 16, 8, 4, 3, 8), (1000,) * 4, TileConfig(128, 64, 16, 8, 4, 3, 8)),
+    ],
+)
+def test_fused_tiles_run_tall_large_tiles_transposed_where_tiles_have_edges(tuned, shape, expected):
+    # As the tiled GEMM does (tiled.for_edge_tiles): tall large tiles transposed on edge tiles,
+    # as tuned on whole ones.
     assert fused_tiles(tuned, *shape, 132, np.float32) == expected
 
 
-@pytest.mark.parametrize("tuned, n, expected", [
-    (TALL, 1800, TALL_TRANSPOSED),  # 120 tiles of T: most SMs busy, large tiles stay
-    (TileConfig(128, 64, 16, 8, 4, 3, 8), 900, TileConfig(128, 64, 16, 8, 4, 3, 8)),  # 120
-    (TileConfig(128, 64, 16, 8, 4, 3, 8), 960, SMALL),  # 120, but the small tiles fit whole
-    (TileConfig(128, 64, 16, 8, 4, 3, 8), 704, SMALL),  # 6 x 11 = 66 tiles: too few
-])
+@pytest.mark.parametrize(
+    "tuned, n, expected",
+    [
+        (TALL, 1800, TALL_TRANSPOSED),  # 120 tiles of T: most SMs busy, large tiles stay
+        (TileConfig(128, 64, 16, 8, 4, 3, 8), 900, TileConfig(128, 64, 16, 8, 4, 3, 8)),  # 120
+        (TileConfig(128, 64, 16, 8, 4, 3, 8), 960, SMALL),  # 120, but the small tiles fit whole
+        (TileConfig(128, 64, 16, 8, 4, 3, 8), 704, SMALL),  # 6 x 11 = 66 tiles: too few
+    ],
+)
 def test_fused_tiles_keep_large_tiles_that_nearly_fill_the_sms(tuned, n, expected):
     assert fused_tiles(tuned, n, n, n, n, 132, np.float32) == expected
 
@@ -478,8 +546,9 @@ def test_float64_and_new_output(algorithm, rng):
 
 def test_fused_with_an_explicit_config(rng):
     # 32 threads, three stages, two 16-byte runs per thread along n: another specialisation.
-    config = TileConfig(block_m=16, block_n=32, block_k=8, thread_m=4, thread_n=4, stages=3,
-                        group_m=1)
+    config = TileConfig(
+        block_m=16, block_n=32, block_k=8, thread_m=4, thread_n=4, stages=3, group_m=1
+    )
     a, b, c = make_chain(21, 13, 40, 35, np.float32, "row", rng)
     out = poisoned((21, 35), np.float32)
     numba_gemm.triple(a, b, c, out, algorithm="fused", order="left", config=config)
@@ -506,9 +575,17 @@ def test_fused_leaves_its_counters_at_zero(rng):
 STREAM_K_SHAPE = (33, 21, 40, 17)
 
 
-@pytest.mark.parametrize("workers, order", [((5, 4), "left"), ((7, 11), "left"),
-                                            ((1, 1), "left"), ((5, 4), "right"),
-                                            ((5, 4), "whole tiles")], ids=str)
+@pytest.mark.parametrize(
+    "workers, order",
+    [
+        ((5, 4), "left"),
+        ((7, 11), "left"),
+        ((1, 1), "left"),
+        ((5, 4), "right"),
+        ((5, 4), "whole tiles"),
+    ],
+    ids=str,
+)
 def test_stream_k_matches_float64_reference(workers, order, rng, monkeypatch):
     monkeypatch.setattr(triple_product, "fused_workers", lambda *args: workers)
     shape = STREAM_K_SHAPE if order == "left" else STREAM_K_SHAPE[::-1]
@@ -523,10 +600,10 @@ def test_stream_k_matches_float64_reference(workers, order, rng, monkeypatch):
         assert not np.any(counters.data), "the stream-K kernel left a counter or flag non-zero"
 
 
-@pytest.mark.parametrize("variant, dtype", [("split_k", np.float64),
-                                            ("row-major T", np.float32)], ids=str)
-def test_stream_k_with_split_k_groups_and_row_major_intermediate(variant, dtype, rng,
-                                                                  monkeypatch):
+@pytest.mark.parametrize(
+    "variant, dtype", [("split_k", np.float64), ("row-major T", np.float32)], ids=str
+)
+def test_stream_k_with_split_k_groups_and_row_major_intermediate(variant, dtype, rng, monkeypatch):
     monkeypatch.setattr(triple_product, "fused_workers", lambda *args: (4, 5))
     config = SIMULATOR_FUSED_CONFIG  # (on a GPU too, where fused_config picks larger tiles)
     if variant == "split_k":
@@ -542,34 +619,42 @@ def test_stream_k_with_split_k_groups_and_row_major_intermediate(variant, dtype,
 NARROW = TileConfig(128, 128, 16, 8, 8, 3, 8)
 
 
-@pytest.mark.parametrize("config, n, expected", [
-    (NARROW, 1536, (132, 132)),  # 288 tiles on 132 SMs: 27% of 3 waves idle
-    (NARROW, 3072, None),  # 1152 tiles: 3% of 9 waves idle
-    (TileConfig(64, 128, 16, 4, 8, 3, 8), 1024, None),  # 256 tiles: 3%
-    (WIDE, 1536, None),  # 8 x 16 register tiles need every register: never stream-K
-    (SMALL_FUSED_CONFIGS[np.dtype(np.float32)][0], 512, None),  # split-k groups
-    (NARROW, 128, (8, 8)),  # 1 tile each, 8 k-iterations: one worker per k-iteration
-], ids=str)
+@pytest.mark.parametrize(
+    "config, n, expected",
+    [
+        (NARROW, 1536, (132, 132)),  # 288 tiles on 132 SMs: 27% of 3 waves idle
+        (NARROW, 3072, None),  # 1152 tiles: 3% of 9 waves idle
+        (TileConfig(64, 128, 16, 4, 8, 3, 8), 1024, None),  # 256 tiles: 3%
+        (WIDE, 1536, None),  # 8 x 16 register tiles need every register: never stream-K
+        (SMALL_FUSED_CONFIGS[np.dtype(np.float32)][0], 512, None),  # split-k groups
+        (NARROW, 128, (8, 8)),  # 1 tile each, 8 k-iterations: one worker per k-iteration
+    ],
+    ids=str,
+)
 def test_stream_k_runs_where_one_tile_per_cta_leaves_waves_idle(config, n, expected):
     assert triple_product.fused_workers(config, n, n, n, n, sms=132) == expected
 
 
-@pytest.mark.parametrize("workers, partials, message", [
-    ((0, 4), 10_000, "workers for T must be an int from 1 to 54"),
-    ((5, 61), 10_000, "workers for D must be an int from 1 to 60"),
-    ((5, 4.0), 10_000, "workers for D must be an int"),
-    ((5, 4), 100, "partials must hold 2304 float32 elements"),
-    ((5, 4), None, "got none"),
-])
+@pytest.mark.parametrize(
+    "workers, partials, message",
+    [
+        ((0, 4), 10_000, "workers for T must be an int from 1 to 54"),
+        ((5, 61), 10_000, "workers for D must be an int from 1 to 60"),
+        ((5, 4.0), 10_000, "workers for D must be an int"),
+        ((5, 4), 100, "partials must hold 2304 float32 elements"),
+        ((5, 4), None, "got none"),
+    ],
+)
 def test_stream_k_plan_errors(workers, partials, message):
     M, K1, K2, N = STREAM_K_SHAPE
     config = TileConfig(16, 16, 4, 4, 4, 2, 1)
-    a, b, c, d = (describe(np.ones(shape, np.float32), name) for name, shape in
-                  zip("abcd", ((M, K1), (K1, K2), (K2, N), (M, N))))
+    a, b, c, d = (
+        describe(np.ones(shape, np.float32), name)
+        for name, shape in zip("abcd", ((M, K1), (K1, K2), (K2, N), (M, N)))
+    )
     t = describe(np.empty((M, K2), np.float32), "t")
     sync = triple_kernels.counters_desc(256, np.zeros(256, np.uint32))
-    buffer = None if partials is None else describe(np.empty((1, partials), np.float32),
-                                                    "partials")
+    buffer = None if partials is None else describe(np.empty((1, partials), np.float32), "partials")
     with pytest.raises(ValueError, match=message):
         triple_kernels.plan_fused(config, a, b, c, d, t, sync, workers, buffer)
 
@@ -590,11 +675,14 @@ def test_calls_on_a_stream_share_their_intermediate(algorithm, rng):
     assert len(_INTERMEDIATES._buffers) <= INTERMEDIATES_KEPT
 
 
-@pytest.mark.parametrize("shape, expected", [
-    ((10, 100, 10, 100), "left"),    # (A @ B) is 10 x 10: cheap
-    ((100, 10, 100, 10), "right"),   # (B @ C) is 10 x 10: cheap
-    ((8, 8, 8, 8), "left"),          # ties go left
-])
+@pytest.mark.parametrize(
+    "shape, expected",
+    [
+        ((10, 100, 10, 100), "left"),  # (A @ B) is 10 x 10: cheap
+        ((100, 10, 100, 10), "right"),  # (B @ C) is 10 x 10: cheap
+        ((8, 8, 8, 8), "left"),  # ties go left
+    ],
+)
 def test_order_by_flop_count(shape, expected):
     M, K1, K2, N = shape
     assert choose_order(M, K1, K2, N) == expected
@@ -615,28 +703,42 @@ def _chain(M=4, K1=5, K2=6, N=7, dtype=np.float32):
 
 def test_naive_limit_points_to_fused():
     a, b, c = _chain(2, 3, 1025, 4)
-    with pytest.raises(ValueError, match=r"N <= 1024 and K2 <= 1024 \(1024 threads per block, "
-                                         r"49152 bytes of shared memory\); got K2 = 1025, N = 4; "
-                                         r"use algorithm='fused'"):
+    with pytest.raises(
+        ValueError,
+        match=r"N <= 1024 and K2 <= 1024 \(1024 threads per block, "
+        r"49152 bytes of shared memory\); got K2 = 1025, N = 4; "
+        r"use algorithm='fused'",
+    ):
         numba_gemm.triple(a, b, c, algorithm="naive", order="left")
     a, b, c = _chain(2, 3, 4, 1500)
     with pytest.raises(ValueError, match=r"got K2 = 4, N = 1500; use algorithm='fused'"):
         numba_gemm.triple(a, b, c, algorithm="naive", order="left")
 
 
-@pytest.mark.parametrize("args, kwargs, error, message", [
-    ("mismatch_ab", {}, ValueError, "a is 4x5 and b is 6x6; a's columns must equal b's rows"),
-    ("mismatch_bc", {}, ValueError, "b is 5x6 and c is 7x7; b's columns must equal c's rows"),
-    ("dtype", {}, TypeError, "b is float32 but c is float64"),
-    ("rank", {}, ValueError, "c must be 2-D"),
-    ("ok", {"algorithm": "fast"}, ValueError, "algorithm must be one of 'auto', 'naive'"),
-    ("ok", {"order": "middle"}, ValueError, "order must be one of 'auto', 'left', 'right'"),
-    ("ok", {"algorithm": "unfused", "config": TileConfig()}, ValueError,
-     "config applies to the fused triple-product kernel"),
-    ("ok", {"config": "big"}, TypeError, "config must be a numba_gemm.TileConfig"),
-    ("ok", {"algorithm": "fused", "config": TileConfig(64, 64, 16, 4, 4, 2, 1, split_k=8)},
-     ValueError, "2048 threads per CTA"),
-])
+@pytest.mark.parametrize(
+    "args, kwargs, error, message",
+    [
+        ("mismatch_ab", {}, ValueError, "a is 4x5 and b is 6x6; a's columns must equal b's rows"),
+        ("mismatch_bc", {}, ValueError, "b is 5x6 and c is 7x7; b's columns must equal c's rows"),
+        ("dtype", {}, TypeError, "b is float32 but c is float64"),
+        ("rank", {}, ValueError, "c must be 2-D"),
+        ("ok", {"algorithm": "fast"}, ValueError, "algorithm must be one of 'auto', 'naive'"),
+        ("ok", {"order": "middle"}, ValueError, "order must be one of 'auto', 'left', 'right'"),
+        (
+            "ok",
+            {"algorithm": "unfused", "config": TileConfig()},
+            ValueError,
+            "config applies to the fused triple-product kernel",
+        ),
+        ("ok", {"config": "big"}, TypeError, "config must be a numba_gemm.TileConfig"),
+        (
+            "ok",
+            {"algorithm": "fused", "config": TileConfig(64, 64, 16, 4, 4, 2, 1, split_k=8)},
+            ValueError,
+            "2048 threads per CTA",
+        ),
+    ],
+)
 def test_argument_errors(args, kwargs, error, message):
     a, b, c = _chain()
     operands = {

@@ -1,17 +1,26 @@
-"""Tuned configs: shape buckets, layout keys, storing winners and finding the nearest; tune() off a GPU."""
+"""Tuned configs: shape buckets, layout keys, storing winners and finding the nearest;
+tune() off a GPU."""
 
 import json
 
 import numpy as np
 import pytest
 
+from checks import H100_EDGE_TILES, H100_TILES
 from numba_gemm import TileConfig
 from numba_gemm.autotune import tune
-from numba_gemm.tuned_configs import (SEARCH_SPACE, SHIPPED, _load, _nearest, cache_path,
-                                      layout_key, shape_bucket, store)
 from numba_gemm.descriptor import describe, transpose_view
 from numba_gemm.launch import simulated
-from checks import H100_EDGE_TILES, H100_TILES
+from numba_gemm.tuned_configs import (
+    SEARCH_SPACE,
+    SHIPPED,
+    _load,
+    _nearest,
+    cache_path,
+    layout_key,
+    shape_bucket,
+    store,
+)
 
 
 def test_shape_buckets_round_up_to_powers_of_two_within_limits():
@@ -46,12 +55,20 @@ def test_store_then_find_the_nearest_bucket(tmp_path):
     path = tmp_path / "cache.json"
     small, big = TileConfig(64, 64, 16, 4, 4, 3, 8), TileConfig(128, 256, 16, 8, 16, 3, 8)
     for shape, config in (((1024,) * 3, small), ((8192,) * 3, big)):
-        store(path, "GPU X", "sm_90", np.float32, "row-row", shape,
-              {"config": config, "seconds": 1.0, "tflops": 2.0})
+        store(
+            path,
+            "GPU X",
+            "sm_90",
+            np.float32,
+            "row-row",
+            shape,
+            {"config": config, "seconds": 1.0, "tflops": 2.0},
+        )
     entries = _load(path)
     assert json.loads(path.read_text())["format"] == 1
     nearest = lambda bucket, device="GPU X", arch="sm_90", layout="row-row": _nearest(  # noqa: E731
-        entries, np.float32, layout, bucket, device, arch)
+        entries, np.float32, layout, bucket, device, arch
+    )
     assert TileConfig(**nearest((1024, 2048, 1024))["config"]) == small
     assert TileConfig(**nearest((4096, 8192, 8192))["config"]) == big
     assert nearest((1024,) * 3, device="GPU Y")["device"] == "GPU X"  # same architecture
@@ -102,8 +119,15 @@ def gpu_x(tmp_path, monkeypatch):
 
 
 def _store(path, shape, config):
-    store(path, "GPU X", "sm_90", np.float32, "row-row", shape,
-          {"config": config, "seconds": 1.0, "tflops": 2.0})
+    store(
+        path,
+        "GPU X",
+        "sm_90",
+        np.float32,
+        "row-row",
+        shape,
+        {"config": config, "seconds": 1.0, "tflops": 2.0},
+    )
 
 
 def test_a_winner_tuned_on_edge_tiles_serves_edge_tiles_only(gpu_x):

@@ -8,9 +8,8 @@ For each launch: registers, stack, the binary's size and its SASS instruction co
 each k loop (a backward branch over at least LOOP_MIN instructions) its length, its FFMAs and
 how many instructions after each shared-memory load the first FFMA reading it comes. It
 compiles as the GPU machines do: NVVM to LTO-IR, then nvJitLink, for sm_90, so registers and
-loops match the device's cubins (plain ``ptxas`` on the PTX gives other code). Checked against
-the H100's own compile on 2026-11-25: the fused kernel at N = 2047 241 registers and 236 KB,
-the tiled one 239 and 121 KB; at 512, 113 and 49 KB, 95 and 28-29 KB, the same here. Row-major,
+loops match the device's cubins (plain ``ptxas`` on the PTX gives other code: the registers
+and binary sizes printed here match an H100's own compile). Row-major,
 16-byte-aligned float32 operands; the tiles are the ones the call would pick on an H100 80GB
 HBM3 (``numba_gemm/tuned.json``).
 
@@ -19,9 +18,8 @@ image, and nvdisasm). It answers numba-cuda's device queries with an H100's (com
 capability 9.0, 132 SMs) and skips loading the code: internals of numba-cuda 0.30, which a
 later release may move.
 
-Read the loop figures as hints: loops whose shared loads sat 3-5 instructions before their
-FMAs ran 1-5% slower in several probes, but a clean loop is no promise (the fused kernel at
-N = 2047 capped at 232 registers has none under 6 and ran 0.92x: docs/triple_product_notes.md).
+Read the loop figures as hints: a shared load that sits a few instructions before its FMA
+stalls it, but a loop with none is no promise of speed.
 """
 
 from __future__ import annotations
@@ -38,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 LOOP_MIN = 500  # instructions: the k loops of the tiled kernels, not the epilogue's short loops
-CLOSE = 5  # a shared load this close to its FMA stalls it (H100 probes)
+CLOSE = 5  # a shared load this close to its FMA stalls it (measured on an H100)
 
 _INSTRUCTION = re.compile(r"\s*/\*([0-9a-f]+)\*/\s+(.*?)\s*;")
 _LABEL = re.compile(r"\s*(\.L_x_\d+):")
@@ -66,7 +64,7 @@ def load_to_use(loop: list[str]) -> list[int]:
         if not load:
             continue
         first = int(load.group(1)[1:])
-        registers = re.compile(r"\bR(%s)\b" % "|".join(str(first + q) for q in range(4)))
+        registers = re.compile(r"\bR(" + "|".join(str(first + q) for q in range(4)) + r")\b")
         for j in range(i + 1, len(loop)):
             if loop[j].startswith("FFMA") and registers.search(loop[j].split(",", 1)[1]):
                 distances.append(j - i)
@@ -85,16 +83,21 @@ def k_loops(sass: str) -> list[dict]:
         start = labels.get(branch.group(1)) if branch else None
         if start is None or end - start < LOOP_MIN:
             continue
-        loop = body[start:end + 1]
+        loop = body[start : end + 1]
         ffma = sum(t.startswith("FFMA") for t in loop)
         if not ffma:
             continue
         distances = sorted(load_to_use(loop))
-        loops.append({"start": start, "instructions": len(loop),
-                      "ffma": ffma,
-                      "nearest": distances[:3],
-                      "median": statistics.median(distances) if distances else None,
-                      "close": sum(d <= CLOSE for d in distances)})
+        loops.append(
+            {
+                "start": start,
+                "instructions": len(loop),
+                "ffma": ffma,
+                "nearest": distances[:3],
+                "median": statistics.median(distances) if distances else None,
+                "close": sum(d <= CLOSE for d in distances),
+            }
+        )
     return loops
 
 
@@ -121,8 +124,9 @@ def _fake_h100() -> None:
     numba.cuda.dispatcher._Kernel.bind = lambda self: None  # no driver to load the code into
     numba.cuda.codegen.CUDACodeLibrary._ensure_cc = lambda self, cc: cc or (9, 0)
     launch._device_shared_limit = lambda device_id: H100.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
-    launch._device_shared_per_multiprocessor = (
-        lambda device_id: H100.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)
+    launch._device_shared_per_multiprocessor = lambda device_id: (
+        H100.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
+    )
     launch._device_multiprocessors = lambda device_id: H100.MULTIPROCESSOR_COUNT
 
 
@@ -130,6 +134,7 @@ def _tool(name: str) -> str:
     """A CUDA binary from the wheels of the ``sass`` extra, else from PATH."""
     try:
         import nvidia.cu13
+
         folders = nvidia.cu13.__path__
     except ImportError:  # no CUDA 13 wheels: PATH only
         folders = ()
@@ -154,10 +159,15 @@ def compile_launch(launch) -> tuple[str, int, int, int]:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as file:
         file.write(cubin)
         file.flush()
-        sass = subprocess.run([_tool("nvdisasm"), "-c", file.name], capture_output=True,
-                              text=True, check=True).stdout
-        usage = subprocess.run([_tool("cuobjdump"), "-res-usage", file.name],
-                               capture_output=True, text=True, check=True).stdout
+        sass = subprocess.run(
+            [_tool("nvdisasm"), "-c", file.name], capture_output=True, text=True, check=True
+        ).stdout
+        usage = subprocess.run(
+            [_tool("cuobjdump"), "-res-usage", file.name],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
     registers = int(re.search(r"REG:(\d+)", usage).group(1))
     stack = int(re.search(r"STACK:(\d+)", usage).group(1))
     return sass, registers, stack, len(cubin)
@@ -165,36 +175,51 @@ def compile_launch(launch) -> tuple[str, int, int, int]:
 
 def _launches(args) -> list:
     from numba_gemm.api import plan
-    from numba_gemm.triple_product import plan_triple
     from numba_gemm.descriptor import MatrixDesc
+    from numba_gemm.triple_product import plan_triple
 
     def desc(name, shape):  # a device operand at an aligned address: only its layout matters
-        return MatrixDesc(name, tuple(shape), (shape[1], 1), np.dtype(np.float32), None, True,
-                          1 << 20, None)
+        return MatrixDesc(
+            name, tuple(shape), (shape[1], 1), np.dtype(np.float32), None, True, 1 << 20, None
+        )
 
     def counters(count):
-        return MatrixDesc("sync", (count, 1), (1, 1), np.dtype(np.uint32), None, True, 1 << 20,
-                          None)
+        return MatrixDesc(
+            "sync", (count, 1), (1, 1), np.dtype(np.uint32), None, True, 1 << 20, None
+        )
 
     if args.op == "matmul":
         M, N, K = args.sizes
         return [plan(desc("a", (M, K)), desc("b", (K, N)), desc("c", (M, N)), "tiled")]
     N, K1, K2, M = (args.sizes + [args.sizes[0]] * 3)[:4]
-    return plan_triple(desc("a", (M, K1)), desc("b", (K1, K2)), desc("c", (K2, N)),
-                       desc("d", (M, N)), args.algorithm, "left",
-                       scratch=lambda shape, name: desc(name, shape), counters=counters)
+    return plan_triple(
+        desc("a", (M, K1)),
+        desc("b", (K1, K2)),
+        desc("c", (K2, N)),
+        desc("d", (M, N)),
+        args.algorithm,
+        "left",
+        scratch=lambda shape, name: desc(name, shape),
+        counters=counters,
+    )
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("op", choices=("triple", "matmul"))
-    parser.add_argument("sizes", type=int, nargs="+",
-                        help="triple: N [K1 K2 M] (default: all N); matmul: M N K")
+    parser.add_argument(
+        "sizes", type=int, nargs="+", help="triple: N [K1 K2 M] (default: all N); matmul: M N K"
+    )
     parser.add_argument("--algorithm", default="fused", choices=("fused", "unfused"))
-    parser.add_argument("--max-registers", type=int,
-                        help="the fused kernel's register cap (default: the library's)")
-    parser.add_argument("--dump", type=Path, metavar="DIR",
-                        help="also write each launch's SASS to DIR/<launch>-<kernel>.sass")
+    parser.add_argument(
+        "--max-registers", type=int, help="the fused kernel's register cap (default: the library's)"
+    )
+    parser.add_argument(
+        "--dump",
+        type=Path,
+        metavar="DIR",
+        help="also write each launch's SASS to DIR/<launch>-<kernel>.sass",
+    )
     args = parser.parse_args(argv)
     if args.op == "matmul" and len(args.sizes) != 3:
         parser.error("matmul takes M N K")
@@ -203,6 +228,7 @@ def main(argv=None) -> None:
         from numba import cuda
 
         import numba_gemm.kernels.triple_product as triple_kernels
+
         triple_kernels.kernel_jit = lambda threads: cuda.jit(max_registers=args.max_registers)
     if args.dump:
         args.dump.mkdir(parents=True, exist_ok=True)
@@ -212,13 +238,17 @@ def main(argv=None) -> None:
         name = launch.kernel.py_func.__name__
         if args.dump:
             (args.dump / f"{index}-{name}.sass").write_text(sass)
-        print(f"{name}: grid {launch.grid[0]} x {launch.block} "
-              f"threads, {registers} registers, stack {stack} B, cubin {size // 1024} KB, "
-              f"{count} SASS instructions")
+        print(
+            f"{name}: grid {launch.grid[0]} x {launch.block} "
+            f"threads, {registers} registers, stack {stack} B, cubin {size // 1024} KB, "
+            f"{count} SASS instructions"
+        )
         for loop in k_loops(sass):
-            print(f"  k loop at {loop['start']}: {loop['instructions']} instructions, "
-                  f"{loop['ffma']} FFMA; shared load to FFMA: nearest {loop['nearest']}, "
-                  f"median {loop['median']}, {loop['close']} within {CLOSE}")
+            print(
+                f"  k loop at {loop['start']}: {loop['instructions']} instructions, "
+                f"{loop['ffma']} FFMA; shared load to FFMA: nearest {loop['nearest']}, "
+                f"median {loop['median']}, {loop['close']} within {CLOSE}"
+            )
 
 
 if __name__ == "__main__":

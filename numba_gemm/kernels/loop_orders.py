@@ -42,14 +42,14 @@ consecutive addresses, and cost one transaction when they touch one address
   want A and C column-major.
 - An uncoalesced operand can still be cheap: each lane's 32-byte sector holds
   8 consecutive k values, which L1 serves on the next 7 steps unless the
-  strides are powers of two and the warp's sectors evict each other (measured
-  on an H200: no cost at 2047^3, 2.4x at 2048^3; README.md).
+  strides are powers of two and the warp's sectors evict each other
+  (``docs/design/loop-orders.md``).
 - ``kmn`` / ``knm`` move C through memory at every k step: about MNK reads and
   MNK writes on top of the operand loads (the seed's "C_w = MNK"); caches absorb
   part of it, but it is never faster than the matching register order.
 
 ``numba_gemm.model.traffic`` gives the element counts of each order under the
-seed's three cache scenarios; README.md compares them with timings.
+seed's three cache scenarios; ``docs/design/loop-orders.md`` compares them with timings.
 """
 
 from __future__ import annotations
@@ -83,8 +83,23 @@ def _kernel(k_outer: bool, threads_along_n: bool):
     """Compile-time specialisation of the one loop-order kernel body."""
 
     @cuda.jit
-    def loop_order_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn,
-                          c, stride_cb, stride_cm, stride_cn, M, N, K):
+    def loop_order_kernel(
+        a,
+        stride_ab,
+        stride_am,
+        stride_ak,
+        b,
+        stride_bb,
+        stride_bk,
+        stride_bn,
+        c,
+        stride_cb,
+        stride_cm,
+        stride_cn,
+        M,
+        N,
+        K,
+    ):
         fast = cuda.blockIdx.x * BLOCK_FAST + cuda.threadIdx.x % BLOCK_FAST
         slow = cuda.blockIdx.y * BLOCK_SLOW + cuda.threadIdx.x // BLOCK_FAST
         if threads_along_n:
@@ -102,7 +117,9 @@ def _kernel(k_outer: bool, threads_along_n: bool):
             # next (an L2 load the compiler cannot replace by the value just stored).
             c[c_ij] = a[a_row] * b[b_col]
             for k in range(1, K):
-                c[c_ij] = load_from_l2(c, c_ij) + a[a_row + k * stride_ak] * b[k * stride_bk + b_col]
+                c[c_ij] = (
+                    load_from_l2(c, c_ij) + a[a_row + k * stride_ak] * b[k * stride_bk + b_col]
+                )
         else:
             # The partial sum lives in a register; C is written once.
             acc = a[a_row] * b[b_col]
@@ -123,8 +140,26 @@ def plan_loop_order(order: str, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc) -> 
     if grid[1] > MAX_GRID_YZ:
         raise ValueError(
             f"{order}: {'M' if threads_along_n else 'N'} = {slow} exceeds this kernel's limit of "
-            f"{MAX_GRID_YZ * BLOCK_SLOW} (CUDA's grid y extent of {MAX_GRID_YZ} blocks of {BLOCK_SLOW})"
+            f"{MAX_GRID_YZ * BLOCK_SLOW} (CUDA's grid y extent of {MAX_GRID_YZ} blocks of "
+            f"{BLOCK_SLOW})"
         )
-    return kernel_launch(_kernel(k_outer, threads_along_n), grid, BLOCK_FAST * BLOCK_SLOW, 0,
-                         (a, a.batch_stride, *a.strides, b, b.batch_stride, *b.strides,
-                          c, c.batch_stride, *c.strides, M, N, K))
+    return kernel_launch(
+        _kernel(k_outer, threads_along_n),
+        grid,
+        BLOCK_FAST * BLOCK_SLOW,
+        0,
+        (
+            a,
+            a.batch_stride,
+            *a.strides,
+            b,
+            b.batch_stride,
+            *b.strides,
+            c,
+            c.batch_stride,
+            *c.strides,
+            M,
+            N,
+            K,
+        ),
+    )

@@ -34,20 +34,28 @@ else:
         (numba-cuda 0.30's ``cuda.ldcg`` is not volatile: LLVM hoisted it out of
         such a loop and the kernel computed the wrong sum.)
         """
-        if not (isinstance(array, types.Array) and array.ndim == 1
-                and isinstance(array.dtype, types.Float) and isinstance(index, types.Integer)):
+        if not (
+            isinstance(array, types.Array)
+            and array.ndim == 1
+            and isinstance(array.dtype, types.Float)
+            and isinstance(index, types.Integer)
+        ):
             return None
 
         def codegen(context, builder, sig, args):
             array_type = sig.args[0]
             ary = context.make_array(array_type)(context, builder, value=args[0])
-            ptr = cgutils.get_item_pointer(context, builder, array_type, ary, [args[1]],
-                                           wraparound=False)
+            ptr = cgutils.get_item_pointer(
+                context, builder, array_type, ary, [args[1]], wraparound=False
+            )
             value_type = context.get_value_type(array_type.dtype)
             bits = array_type.dtype.bitwidth
-            asm = ir.InlineAsm(ir.FunctionType(value_type, [value_type.as_pointer()]),
-                               f"ld.global.cg.f{bits} $0, [$1];",
-                               f"={'f' if bits == 32 else 'd'},l,~{{memory}}", side_effect=True)
+            asm = ir.InlineAsm(
+                ir.FunctionType(value_type, [value_type.as_pointer()]),
+                f"ld.global.cg.f{bits} $0, [$1];",
+                f"={'f' if bits == 32 else 'd'},l,~{{memory}}",
+                side_effect=True,
+            )
             return builder.call(asm, [ptr])
 
         return array.dtype(array, index), codegen
@@ -96,6 +104,7 @@ if cuda.config.ENABLE_CUDASIM:
             """Simulator twin: a synchronous copy with the zero fill."""
             for e in range(width):
                 dst[dst_index + e] = src[src_index + e] if e < valid else 0
+
         return copy
 
     @cuda.jit(device=True)
@@ -106,6 +115,7 @@ if cuda.config.ENABLE_CUDASIM:
         @cuda.jit(device=True)
         def wait():
             """Simulator twin: copies are synchronous, nothing to wait for."""
+
         return wait
 
 else:
@@ -113,19 +123,31 @@ else:
 
     def _pointer(context, builder, array_type, array, index):
         ary = context.make_array(array_type)(context, builder, value=array)
-        return cgutils.get_item_pointer(context, builder, array_type, ary, [index], wraparound=False)
+        return cgutils.get_item_pointer(
+            context, builder, array_type, ary, [index], wraparound=False
+        )
 
     def _same_float_arrays(dst, src):
-        return (isinstance(dst, types.Array) and isinstance(src, types.Array) and dst.ndim == 1
-                and src.ndim == 1 and dst.dtype == src.dtype and isinstance(dst.dtype, types.Float))
+        return (
+            isinstance(dst, types.Array)
+            and isinstance(src, types.Array)
+            and dst.ndim == 1
+            and src.ndim == 1
+            and dst.dtype == src.dtype
+            and isinstance(dst.dtype, types.Float)
+        )
 
     def _move(kind: str):
         """Typer of ``dst[dst_index:] = src[src_index:]``: one element (``"element"``), or 16
         bytes as one vector load from ``src`` (``"load"``; ``"global load"``: from global
         memory) or one vector store to ``dst`` (``"store"``)."""
+
         def typer(typingctx, dst, dst_index, src, src_index):
-            if not (_same_float_arrays(dst, src) and isinstance(dst_index, types.Integer)
-                    and isinstance(src_index, types.Integer)):
+            if not (
+                _same_float_arrays(dst, src)
+                and isinstance(dst_index, types.Integer)
+                and isinstance(src_index, types.Integer)
+            ):
                 return None
 
             def codegen(context, builder, sig, args):
@@ -142,11 +164,14 @@ else:
                     src_vec_ptr = builder.bitcast(src_ptr, vec_ptr_t)
                     if kind == "global load":
                         src_vec_ptr = builder.addrspacecast(
-                            src_vec_ptr, ir.PointerType(vec_ptr_t.pointee, 1))
+                            src_vec_ptr, ir.PointerType(vec_ptr_t.pointee, 1)
+                        )
                     vec = builder.load(src_vec_ptr, align=16)
                     for e in range(width):
-                        builder.store(builder.extract_element(vec, ir.Constant(ir.IntType(32), e)),
-                                      builder.gep(dst_ptr, [ir.Constant(ir.IntType(64), e)]))
+                        builder.store(
+                            builder.extract_element(vec, ir.Constant(ir.IntType(32), e)),
+                            builder.gep(dst_ptr, [ir.Constant(ir.IntType(64), e)]),
+                        )
                 else:  # element loads from src, vector store into dst
                     vec = ir.Constant(ir.VectorType(elem, width), ir.Undefined)
                     for e in range(width):
@@ -156,15 +181,21 @@ else:
                 return context.get_dummy_value()
 
             return types.void(dst, dst_index, src, src_index), codegen
+
         return typer
 
     load_vector = intrinsic(_move("load"))
-    load_vector.__doc__ = "dst[dst_index:+w] = src[src_index:+w], one 16-byte load from src (aligned)."
+    load_vector.__doc__ = (
+        "dst[dst_index:+w] = src[src_index:+w], one 16-byte load from src (aligned)."
+    )
     load_global_vector = intrinsic(_move("global load"))
-    load_global_vector.__doc__ = ("dst[dst_index:+w] = src[src_index:+w], one 16-byte load from "
-                                  "global memory src (aligned).")
+    load_global_vector.__doc__ = (
+        "dst[dst_index:+w] = src[src_index:+w], one 16-byte load from global memory src (aligned)."
+    )
     store_vector = intrinsic(_move("store"))
-    store_vector.__doc__ = "dst[dst_index:+w] = src[src_index:+w], one 16-byte store to dst (aligned)."
+    store_vector.__doc__ = (
+        "dst[dst_index:+w] = src[src_index:+w], one 16-byte store to dst (aligned)."
+    )
     move_element = intrinsic(_move("element"))
     move_element.__doc__ = "dst[dst_index] = src[src_index], with no test for negative indices."
 
@@ -173,8 +204,10 @@ else:
         """``cp.async`` of ``width`` elements (whose bytes must be 4, 8 or 16) global -> shared."""
 
         def typer(typingctx, dst, dst_index, src, src_index, valid):
-            if not (_same_float_arrays(dst, src) and all(
-                    isinstance(t, types.Integer) for t in (dst_index, src_index, valid))):
+            if not (
+                _same_float_arrays(dst, src)
+                and all(isinstance(t, types.Integer) for t in (dst_index, src_index, valid))
+            ):
                 return None
             nbytes = width * dst.dtype.bitwidth // 8
             if nbytes not in (4, 8, 16):
@@ -196,7 +229,9 @@ else:
                 asm = ir.InlineAsm(
                     ir.FunctionType(ir.VoidType(), [i32, src_ptr.type, i32]),
                     f"cp.async.{cache}.shared.global [$0], [$1], {nbytes}, $2;",
-                    "r,l,r,~{memory}", side_effect=True)
+                    "r,l,r,~{memory}",
+                    side_effect=True,
+                )
                 builder.call(asm, [dst_address, src_ptr, src_bytes])
                 return context.get_dummy_value()
 
@@ -207,11 +242,14 @@ else:
     def _asm_statement(text):
         def typer(typingctx):
             def codegen(context, builder, sig, args):
-                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}",
-                                   side_effect=True)
+                asm = ir.InlineAsm(
+                    ir.FunctionType(ir.VoidType(), []), text, "~{memory}", side_effect=True
+                )
                 builder.call(asm, [])
                 return context.get_dummy_value()
+
             return types.void(), codegen
+
         return intrinsic(typer)
 
     cp_async_commit = _asm_statement("cp.async.commit_group;")
@@ -222,8 +260,15 @@ else:
         return _asm_statement(f"cp.async.wait_group {int(pending)};")
 
 
-__all__ += ["load_vector", "load_global_vector", "store_vector", "move_element", "cp_async",
-            "cp_async_commit", "cp_async_wait"]
+__all__ += [
+    "load_vector",
+    "load_global_vector",
+    "store_vector",
+    "move_element",
+    "cp_async",
+    "cp_async_commit",
+    "cp_async_wait",
+]
 
 
 # --- one CTA raising a counter that another waits on -------------------------------------------
@@ -256,30 +301,45 @@ else:
 
     def _counter_typer(result, text, constraints):
         def typer(typingctx, array, index):
-            if not (isinstance(array, types.Array) and array.ndim == 1
-                    and array.dtype == types.uint32 and isinstance(index, types.Integer)):
+            if not (
+                isinstance(array, types.Array)
+                and array.ndim == 1
+                and array.dtype == types.uint32
+                and isinstance(index, types.Integer)
+            ):
                 return None
 
             def codegen(context, builder, sig, args):
                 ptr = _pointer(context, builder, sig.args[0], args[0], args[1])
                 value_type = ir.IntType(32) if result == types.uint32 else ir.VoidType()
-                asm = ir.InlineAsm(ir.FunctionType(value_type, [ptr.type]), text, constraints,
-                                   side_effect=True)
+                asm = ir.InlineAsm(
+                    ir.FunctionType(value_type, [ptr.type]), text, constraints, side_effect=True
+                )
                 value = builder.call(asm, [ptr])
                 return value if result == types.uint32 else context.get_dummy_value()
 
             return result(array, index), codegen
+
         return typer
 
-    release_add = intrinsic(_counter_typer(
-        types.void, "fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.u32 [$0], 1;",
-        "l,~{memory}"))
-    release_add.__doc__ = ("Release: order this thread's (and, after a barrier, its CTA's) writes "
-                           "before adding 1 to ``array[index]``.")
-    load_acquire = intrinsic(_counter_typer(
-        types.uint32, "ld.acquire.gpu.global.u32 $0, [$1];", "=r,l,~{memory}"))
-    load_acquire.__doc__ = ("Acquire: ``array[index]``, with every later read of this thread (and, "
-                            "after a barrier, its CTA's) ordered after it.")
+    release_add = intrinsic(
+        _counter_typer(
+            types.void,
+            "fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.u32 [$0], 1;",
+            "l,~{memory}",
+        )
+    )
+    release_add.__doc__ = (
+        "Release: order this thread's (and, after a barrier, its CTA's) writes "
+        "before adding 1 to ``array[index]``."
+    )
+    load_acquire = intrinsic(
+        _counter_typer(types.uint32, "ld.acquire.gpu.global.u32 $0, [$1];", "=r,l,~{memory}")
+    )
+    load_acquire.__doc__ = (
+        "Acquire: ``array[index]``, with every later read of this thread (and, "
+        "after a barrier, its CTA's) ordered after it."
+    )
 
     @cuda.jit(device=True)
     def backoff():
@@ -326,10 +386,16 @@ else:
 
         def codegen(context, builder, sig, args):
             i32 = ir.IntType(32)
-            ids = [context.cast(builder, value, kind, types.int32)
-                   for value, kind in zip(args, sig.args)]
-            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32, i32]), "bar.sync $0, $1;",
-                               "r,r,~{memory}", side_effect=True)
+            ids = [
+                context.cast(builder, value, kind, types.int32)
+                for value, kind in zip(args, sig.args)
+            ]
+            asm = ir.InlineAsm(
+                ir.FunctionType(ir.VoidType(), [i32, i32]),
+                "bar.sync $0, $1;",
+                "r,r,~{memory}",
+                side_effect=True,
+            )
             builder.call(asm, ids)
             return context.get_dummy_value()
 
@@ -358,8 +424,10 @@ if cuda.config.ENABLE_CUDASIM:
 
 else:
     await_prior_grids = _asm_statement("griddepcontrol.wait;")
-    await_prior_grids.__doc__ = ("``griddepcontrol.wait``: wait until the launches this one "
-                                 "depends on have completed and their writes are visible.")
+    await_prior_grids.__doc__ = (
+        "``griddepcontrol.wait``: wait until the launches this one "
+        "depends on have completed and their writes are visible."
+    )
 
 
 __all__ += ["await_prior_grids"]

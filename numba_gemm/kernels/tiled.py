@@ -16,8 +16,7 @@ stride):
    while the CTA multiplies the oldest (register-staged operands, below: one).
    One barrier per k-tile: the CTA's, or under split-k each thread group's own (a
    hardware barrier per group, or the warp's for one-warp groups), since a group only
-   shares its own buffers; the fused triple product ran 6% faster at N = 512 (H100)
-   when its 4 groups of 2 warps stopped meeting every k-tile.
+   shares its own buffers (groups that do not meet every k-tile run faster).
 3. *Register blocking*: each thread owns a THREAD_M x THREAD_N block of C in
    registers. Per k step it reads THREAD_M values of A and THREAD_N of B from
    shared memory as 16-byte vectors and does THREAD_M * THREAD_N FMAs. Its rows
@@ -34,11 +33,9 @@ stored. No operand is padded or copied. Where every tile and k-slice lies inside
 the matrices (:func:`whole_tiles`: M, N and K multiples of the tile) a second
 specialisation has no edge code at all: no bounds tests in the copies or the
 stores, and a k loop without branches (the copies ahead of the last k-tiles
-reload the last one instead of being skipped). On an H100 two launches of it ran
-2-8% faster than the edge-handling kernel (N = 4096 to 1024), and it is half the
-code: the fused triple product, which holds two tiles' code, ran its second
-product's k loop 3% slower than the same SASS in the tiled kernel until its
-binary shrank from 207 KB to 104 KB.
+reload the last one instead of being skipped). It is faster and half the code, which
+matters most to the fused triple product, whose binary holds two tiles' code
+(``docs/design/tiled-gemm.md``).
 
 Layouts are compile-time specialisations (``_kernel``'s key), never copies:
 
@@ -67,17 +64,47 @@ import numpy as np
 from numba import cuda
 
 from ..descriptor import MatrixDesc
-from ..launch import (STATIC_SHARED_LIMIT, KernelLaunch, cdiv, kernel_launch,
-                      programmatic_launch, shared_memory_limit)
+from ..launch import (
+    STATIC_SHARED_LIMIT,
+    KernelLaunch,
+    cdiv,
+    kernel_launch,
+    programmatic_launch,
+    shared_memory_limit,
+)
 from ..ordering import tile_of
-from .ptx import (await_prior_grids, cp_async, cp_async_commit, cp_async_wait,
-                  load_global_vector, load_vector, move_element, named_barrier, store_vector,
-                  warp_barrier)
+from .ptx import (
+    await_prior_grids,
+    cp_async,
+    cp_async_commit,
+    cp_async_wait,
+    load_global_vector,
+    load_vector,
+    move_element,
+    named_barrier,
+    store_vector,
+    warp_barrier,
+)
 
-__all__ = ["TileConfig", "DEFAULT_CONFIGS", "LARGE_REGISTER_TILE", "for_edge_tiles", "valid_or",
-           "SharedLayout", "mainloop", "tile_storer", "split_k_parts", "TileFunctions",
-           "tile_computer", "whole_tiles", "kernel_jit", "overlap_launches", "plan_tiled",
-           "operand_modes", "kernel_resources"]
+__all__ = [
+    "TileConfig",
+    "DEFAULT_CONFIGS",
+    "LARGE_REGISTER_TILE",
+    "for_edge_tiles",
+    "valid_or",
+    "SharedLayout",
+    "mainloop",
+    "tile_storer",
+    "split_k_parts",
+    "TileFunctions",
+    "tile_computer",
+    "whole_tiles",
+    "kernel_jit",
+    "overlap_launches",
+    "plan_tiled",
+    "operand_modes",
+    "kernel_resources",
+]
 
 VECTOR_BYTES = 16  # one 128-bit load or store
 MAX_THREADS = 1024
@@ -140,36 +167,50 @@ class TileConfig:
                 raise ValueError(f"TileConfig.{field} must be a positive integer; got {value!r}")
         for tile, part in (("block_m", "thread_m"), ("block_n", "thread_n")):
             if getattr(self, part) % vec:
-                raise ValueError(f"TileConfig.{part} = {getattr(self, part)} must be a multiple of "
-                                 f"{vec}: each thread reads its {np.dtype(dtype)} fragments as "
-                                 f"16-byte vectors")
+                raise ValueError(
+                    f"TileConfig.{part} = {getattr(self, part)} must be a multiple of "
+                    f"{vec}: each thread reads its {np.dtype(dtype)} fragments as "
+                    f"16-byte vectors"
+                )
             if getattr(self, tile) % getattr(self, part):
-                raise ValueError(f"TileConfig.{tile} = {getattr(self, tile)} must be a multiple of "
-                                 f"{part} = {getattr(self, part)} (whole thread blocks per tile)")
+                raise ValueError(
+                    f"TileConfig.{tile} = {getattr(self, tile)} must be a multiple of "
+                    f"{part} = {getattr(self, part)} (whole thread blocks per tile)"
+                )
         if self.cta_threads > MAX_THREADS:
-            raise ValueError(f"TileConfig gives {self.cta_threads} threads per CTA ({self.threads} "
-                             f"per group x split_k = {self.split_k}); CUDA allows {MAX_THREADS}: "
-                             f"raise thread_m/thread_n, shrink the block tile or lower split_k")
+            raise ValueError(
+                f"TileConfig gives {self.cta_threads} threads per CTA ({self.threads} "
+                f"per group x split_k = {self.split_k}); CUDA allows {MAX_THREADS}: "
+                f"raise thread_m/thread_n, shrink the block tile or lower split_k"
+            )
         warp_n, warp_m = _warp_shape(self)
         if self.threads_n % warp_n or self.threads_m % warp_m:
-            raise ValueError(f"the {self.threads_m} x {self.threads_n} thread grid must split into "
-                             f"warps of {warp_m} x {warp_n} threads")
+            raise ValueError(
+                f"the {self.threads_m} x {self.threads_n} thread grid must split into "
+                f"warps of {warp_m} x {warp_n} threads"
+            )
         for tile in (self.block_m, self.block_n):
             if (self.block_k * tile) % (vec * self.threads):
-                raise ValueError(f"a {self.block_k} x {tile} operand tile must split into whole "
-                                 f"16-byte vectors per thread ({self.threads} threads)")
+                raise ValueError(
+                    f"a {self.block_k} x {tile} operand tile must split into whole "
+                    f"16-byte vectors per thread ({self.threads} threads)"
+                )
             # Every thread's copies sit a whole number of tile rows (or columns) apart, for
             # element copies along either axis (and so for vector copies too).
             if self.threads % tile or self.threads % self.block_k:
-                raise ValueError(f"{self.threads} threads must be a multiple of block_k = "
-                                 f"{self.block_k} and of the tile width {tile}, so that each "
-                                 f"thread's copies are whole tile rows apart")
+                raise ValueError(
+                    f"{self.threads} threads must be a multiple of block_k = "
+                    f"{self.block_k} and of the tile width {tile}, so that each "
+                    f"thread's copies are whole tile rows apart"
+                )
         if self.stages < 2:
             raise ValueError("TileConfig.stages must be >= 2 so that loads overlap compute")
 
     def label(self) -> str:
-        return (f"{self.block_m}x{self.block_n}x{self.block_k}/t{self.thread_m}x{self.thread_n}"
-                f"/s{self.stages}/g{self.group_m}" + (f"/k{self.split_k}" if self.split_k > 1 else ""))
+        return (
+            f"{self.block_m}x{self.block_n}x{self.block_k}/t{self.thread_m}x{self.thread_n}"
+            f"/s{self.stages}/g{self.group_m}" + (f"/k{self.split_k}" if self.split_k > 1 else "")
+        )
 
 
 # Fallbacks when the tuning caches have nothing for a device: the H200's winner at 2048^3
@@ -181,15 +222,10 @@ DEFAULT_CONFIGS = {
 
 
 # Tall tiles with large register tiles (block_m > block_n, at least LARGE_REGISTER_TILE elements
-# per thread: the H100's tuned 256 x 128 with 16 x 8) run transposed (128 x 256 with 8 x 16, the
-# H200's tuned shape) where the product has edge tiles (not whole_tiles): a row-major A goes
-# through the staging registers, whose count grows with block_m, on top of the edge code.
-# H100, fp32, row-major operands, the tiled GEMM on both tiles in one run (each result checked,
-# 11 interleaved rounds): 128 x 256 ran 1.12x faster at 1800^3, 1.15x at 1900^3, 1.11x at
-# 2000^3, 1.12x at 3500^3, 1.02x at 2047^3 and 4095^3 (rows not 16-byte aligned), 1.15x, 1.04x
-# and 1.04x with only M, N or K at 1800 (the others 4096), 1.06x at 2048 x 2048 x 2047, 1.09x at
-# 3000 x 2500 x 2048; with whole tiles 256 x 128 stays, 1.03x faster at 1792^3, 2048^3 and
-# 4096^3.
+# per thread: 256 x 128 with 16 x 8) run transposed (128 x 256 with 8 x 16) where the product
+# has edge tiles (not whole_tiles): a row-major A goes through the staging registers, whose
+# count grows with block_m, on top of the edge code; transposed they ran 2-15% faster there
+# (docs/design/tiled-gemm.md).
 LARGE_REGISTER_TILE = 128
 
 
@@ -200,8 +236,13 @@ def for_edge_tiles(config: TileConfig, dtype) -> TileConfig:
     large = config.thread_m * config.thread_n >= LARGE_REGISTER_TILE
     if config.block_m <= config.block_n or not large:
         return config
-    wide = replace(config, block_m=config.block_n, block_n=config.block_m,
-                   thread_m=config.thread_n, thread_n=config.thread_m)
+    wide = replace(
+        config,
+        block_m=config.block_n,
+        block_n=config.block_m,
+        thread_m=config.thread_n,
+        thread_n=config.thread_m,
+    )
     return valid_or(wide, config, dtype)
 
 
@@ -233,10 +274,14 @@ def operand_modes(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc) -> tuple[tuple, t
     ``"n"``, ``"m"`` or ``None``. Vectors need the other stride, the batch
     stride and the base address to be multiples of 16 bytes.
     """
+
     def vectorisable(desc: MatrixDesc, other_stride: int) -> bool:
         vec = VECTOR_BYTES // desc.dtype.itemsize
-        return (desc.address % VECTOR_BYTES == 0 and other_stride % vec == 0
-                and desc.batch_stride % vec == 0)
+        return (
+            desc.address % VECTOR_BYTES == 0
+            and other_stride % vec == 0
+            and desc.batch_stride % vec == 0
+        )
 
     def mode(desc: MatrixDesc, stride_x: int, stride_k: int, extent_x: int) -> tuple:
         if stride_x == 1 and extent_x > 1:
@@ -244,7 +289,10 @@ def operand_modes(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc) -> tuple[tuple, t
         return "k", stride_k == 1 and vectorisable(desc, stride_x)
 
     (stride_am, stride_ak), (stride_bk, stride_bn) = a.strides, b.strides
-    a_mode, b_mode = mode(a, stride_am, stride_ak, a.shape[0]), mode(b, stride_bn, stride_bk, b.shape[1])
+    a_mode, b_mode = (
+        mode(a, stride_am, stride_ak, a.shape[0]),
+        mode(b, stride_bn, stride_bk, b.shape[1]),
+    )
     stride_cm, stride_cn = c.strides
     if stride_cn == 1:
         c_mode = ("n", vectorisable(c, stride_cm))
@@ -260,8 +308,11 @@ def whole_tiles(config: TileConfig, M: int, N: int, K: int) -> bool:
     inside the matrices: M, N multiples of the block tile and K of block_k times split_k
     (each split-k group then runs whole k-tiles of its own). Kernels compiled for such
     products carry no edge code (``interior``)."""
-    return (M % config.block_m == 0 and N % config.block_n == 0
-            and K % (config.block_k * config.split_k) == 0)
+    return (
+        M % config.block_m == 0
+        and N % config.block_n == 0
+        and K % (config.block_k * config.split_k) == 0
+    )
 
 
 def _tile_loader(config: TileConfig, dtype, block_x: int, mode: tuple, interior: bool):
@@ -317,8 +368,13 @@ def _tile_loader(config: TileConfig, dtype, block_x: int, mode: tuple, interior:
                     valid = min(max(x_left, 0), width) if k_left > r * step_k else 0
                 else:
                     valid = 1 if k_left > 0 and x_left > r * step_x else 0
-                copy(smem, dst + r * dst_step, src, src_index + r * src_step if valid > 0 else 0,
-                     valid)
+                copy(
+                    smem,
+                    dst + r * dst_step,
+                    src,
+                    src_index + r * src_step if valid > 0 else 0,
+                    valid,
+                )
 
     return first, load, step_k, step_x
 
@@ -413,8 +469,9 @@ def tile_storer(config: TileConfig, dtype, mode: tuple, interior: bool = False):
                 else:
                     for e in range(vec):
                         if interior or m + e < M:
-                            c[c0 + (m + e) * stride_cm + n * stride_cn] = \
-                                acc[(v * vec + e) * thread_n + j]
+                            c[c0 + (m + e) * stride_cm + n * stride_cn] = acc[
+                                (v * vec + e) * thread_n + j
+                            ]
         else:  # piece = (row i, vector w of vec columns)
             i, w = piece // (thread_n // vec), piece % (thread_n // vec)
             m = row0 + (i // vec) * span_m + i % vec
@@ -425,11 +482,15 @@ def tile_storer(config: TileConfig, dtype, mode: tuple, interior: bool = False):
                 else:
                     for f in range(vec):
                         if interior or n + f < N:
-                            c[c0 + m * stride_cm + (n + f) * stride_cn] = \
-                                acc[i * thread_n + w * vec + f]
+                            c[c0 + m * stride_cm + (n + f) * stride_cn] = acc[
+                                i * thread_n + w * vec + f
+                            ]
 
-    return _unrolled(store_piece, thread_m * thread_n // vec,
-                     "c, c0, stride_cm, stride_cn, M, N, acc, row0, col0")
+    return _unrolled(
+        store_piece,
+        thread_m * thread_n // vec,
+        "c, c0, stride_cm, stride_cn, M, N, acc, row0, col0",
+    )
 
 
 def _unrolled(step, count: int, params: str):
@@ -441,7 +502,8 @@ def _unrolled(step, count: int, params: str):
     gives straight-line code that ptxas schedules freely.
     """
     source = f"def unrolled({params}):\n" + "".join(
-        f"    step({params}, {kk})\n" for kk in range(count))
+        f"    step({params}, {kk})\n" for kk in range(count)
+    )
     namespace = {"step": step}
     exec(compile(source, f"<unrolled {count} x {step.__name__}>", "exec"), namespace)
     return cuda.jit(device=True)(namespace["unrolled"])
@@ -468,7 +530,7 @@ class SharedLayout:
     end: int
 
     @staticmethod
-    def of(config: TileConfig, dtype) -> "SharedLayout":
+    def of(config: TileConfig, dtype) -> SharedLayout:
         vec = VECTOR_BYTES // np.dtype(dtype).itemsize
         a_row, b_row = config.block_m + vec, config.block_n + vec
         a_stage, b_stage = config.block_k * a_row, config.block_k * b_row
@@ -532,8 +594,9 @@ def _cta_barrier():
 
 
 @functools.cache
-def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple,
-             interior: bool = False):
+def mainloop(
+    config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple, interior: bool = False
+):
     """``(thread_tile, accumulate, a_registers, b_registers)``: a CTA's k loop, shared by
     every kernel that multiplies tiles (``tiled`` here, the fused triple product in
     ``triple``). ``a_registers``/``b_registers``: the lengths of the per-thread staging
@@ -569,9 +632,11 @@ def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple,
     B_BASE = layout.b_base
     multiply_k_tile = _k_tile_multiplier(config, dtype)
     A_STAGED, first_a, load_a, put_a, A_STEP_K, A_STEP_M, A_REGS = _operand_loader(
-        config, dtype, BLOCK_M, a_mode, interior)
+        config, dtype, BLOCK_M, a_mode, interior
+    )
     B_STAGED, first_b, load_b, put_b, B_STEP_K, B_STEP_N, B_REGS = _operand_loader(
-        config, dtype, BLOCK_N, b_mode, interior)
+        config, dtype, BLOCK_N, b_mode, interior
+    )
     wait_for_oldest = cp_async_wait(STAGES - 2)
     wait_for_all = cp_async_wait(0)
     k_tile_barrier = _group_barrier(config)
@@ -580,13 +645,36 @@ def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple,
     def thread_tile(tid):
         warp = tid // (WARP_M * WARP_N)
         lane = tid % (WARP_M * WARP_N)
-        return ((warp // WARPS_N) * WARP_M + lane // WARP_N,
-                (warp % WARPS_N) * WARP_N + lane % WARP_N)
+        return (
+            (warp // WARPS_N) * WARP_M + lane // WARP_N,
+            (warp % WARPS_N) * WARP_N + lane % WARP_N,
+        )
 
     @cuda.jit(device=True)
-    def accumulate(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, a, a0, stride_am,
-                   stride_ak, b, b0, stride_bk, stride_bn, m_left, n_left, K, k_tiles, thread_row,
-                   thread_col):
+    def accumulate(
+        acc,
+        a_frag,
+        b_frag,
+        a_regs,
+        b_regs,
+        smem,
+        base,
+        tid,
+        a,
+        a0,
+        stride_am,
+        stride_ak,
+        b,
+        b0,
+        stride_bk,
+        stride_bn,
+        m_left,
+        n_left,
+        K,
+        k_tiles,
+        thread_row,
+        thread_col,
+    ):
         for i in range(THREAD_M):  # nested: NVVM unrolls short loops, and a rolled loop
             for j in range(THREAD_N):  # would index acc at run time, forcing it out of registers
                 acc[i * THREAD_N + j] = 0
@@ -617,11 +705,25 @@ def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple,
             if s < k_tiles:
                 k0 = s * BLOCK_K
                 if not A_STAGED:
-                    load_a(smem, s * A_STAGE + a_dst, a, a_src + k0 * stride_ak, a_step,
-                           a_x_left, K - k0 - a_k)
+                    load_a(
+                        smem,
+                        s * A_STAGE + a_dst,
+                        a,
+                        a_src + k0 * stride_ak,
+                        a_step,
+                        a_x_left,
+                        K - k0 - a_k,
+                    )
                 if not B_STAGED:
-                    load_b(smem, s * B_STAGE + b_dst, b, b_src + k0 * stride_bk, b_step,
-                           b_x_left, K - k0 - b_k)
+                    load_b(
+                        smem,
+                        s * B_STAGE + b_dst,
+                        b,
+                        b_src + k0 * stride_bk,
+                        b_step,
+                        b_x_left,
+                        K - k0 - b_k,
+                    )
             cp_async_commit()  # one group per stage, empty or not, keeps the count simple
 
         # -- main loop: wait for k-tile t, start k-tile t + STAGES - 1, multiply k-tile t -----
@@ -637,11 +739,25 @@ def mainloop(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple,
                 ahead_stage = stage - 1 if stage > 0 else STAGES - 1  # = ahead % STAGES
                 k0 = min(ahead, last_tile) * BLOCK_K
                 if not A_STAGED:
-                    load_a(smem, ahead_stage * A_STAGE + a_dst, a, a_src + k0 * stride_ak,
-                           a_step, a_x_left, K - k0 - a_k)
+                    load_a(
+                        smem,
+                        ahead_stage * A_STAGE + a_dst,
+                        a,
+                        a_src + k0 * stride_ak,
+                        a_step,
+                        a_x_left,
+                        K - k0 - a_k,
+                    )
                 if not B_STAGED:
-                    load_b(smem, ahead_stage * B_STAGE + b_dst, b, b_src + k0 * stride_bk,
-                           b_step, b_x_left, K - k0 - b_k)
+                    load_b(
+                        smem,
+                        ahead_stage * B_STAGE + b_dst,
+                        b,
+                        b_src + k0 * stride_bk,
+                        b_step,
+                        b_x_left,
+                        K - k0 - b_k,
+                    )
             cp_async_commit()
             # Register-staged operands: load k-tile t + 1 now, store it after the FMAs.
             next_k0 = min(t + 1, last_tile) * BLOCK_K
@@ -736,8 +852,14 @@ class TileFunctions(NamedTuple):
 
 
 @functools.cache
-def tile_computer(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple,
-                  c_mode: tuple, interior: bool = False) -> TileFunctions:
+def tile_computer(
+    config: TileConfig,
+    dtype: np.dtype,
+    a_mode: tuple,
+    b_mode: tuple,
+    c_mode: tuple,
+    interior: bool = False,
+) -> TileFunctions:
     """One C tile, from the k loop to the store, as every kernel that multiplies tiles runs it
     (the tiled kernel here, both products of the fused triple product in ``triple``).
 
@@ -762,36 +884,129 @@ def tile_computer(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tu
     store_c = tile_storer(config, dtype, c_mode, interior)
 
     @cuda.jit(device=True)
-    def sum_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group, a, a0, stride_am,
-                 stride_ak, b, b0, stride_bk, stride_bn, M, N, K, m0, n0, thread_row,
-                 thread_col):
+    def sum_tile(
+        acc,
+        a_frag,
+        b_frag,
+        a_regs,
+        b_regs,
+        smem,
+        base,
+        tid,
+        group,
+        a,
+        a0,
+        stride_am,
+        stride_ak,
+        b,
+        b0,
+        stride_bk,
+        stride_bn,
+        M,
+        N,
+        K,
+        m0,
+        n0,
+        thread_row,
+        thread_col,
+    ):
         # -- k loop: acc = A[m0:, k0:] @ B[k0:, n0:] (this group's slice of k) ----------------
         k0, k_len, k_tiles = k_slice(K, group)
-        accumulate(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid,
-                   a, a0 + m0 * stride_am + k0 * stride_ak, stride_am, stride_ak,
-                   b, b0 + n0 * stride_bn + k0 * stride_bk, stride_bk, stride_bn,
-                   M - m0, N - n0, k_len, k_tiles, thread_row, thread_col)
+        accumulate(
+            acc,
+            a_frag,
+            b_frag,
+            a_regs,
+            b_regs,
+            smem,
+            base,
+            tid,
+            a,
+            a0 + m0 * stride_am + k0 * stride_ak,
+            stride_am,
+            stride_ak,
+            b,
+            b0 + n0 * stride_bn + k0 * stride_bk,
+            stride_bk,
+            stride_bn,
+            M - m0,
+            N - n0,
+            k_len,
+            k_tiles,
+            thread_row,
+            thread_col,
+        )
         if SPLIT > 1:
             sum_partials(acc, smem, tid, group)
 
     @cuda.jit(device=True)
     def store_tile(c, c0, stride_cm, stride_cn, M, N, acc, m0, n0, thread_row, thread_col):
-        store_c(c, c0, stride_cm, stride_cn, M, N, acc, m0 + thread_row * vec,
-                n0 + thread_col * vec)
+        store_c(
+            c, c0, stride_cm, stride_cn, M, N, acc, m0 + thread_row * vec, n0 + thread_col * vec
+        )
 
     @cuda.jit(device=True)
-    def compute_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group, a, a0,
-                     stride_am, stride_ak, b, b0, stride_bk, stride_bn, c, c0, stride_cm,
-                     stride_cn, M, N, K, m0, n0, thread_row, thread_col):
-        sum_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group, a, a0, stride_am,
-                 stride_ak, b, b0, stride_bk, stride_bn, M, N, K, m0, n0, thread_row,
-                 thread_col)
+    def compute_tile(
+        acc,
+        a_frag,
+        b_frag,
+        a_regs,
+        b_regs,
+        smem,
+        base,
+        tid,
+        group,
+        a,
+        a0,
+        stride_am,
+        stride_ak,
+        b,
+        b0,
+        stride_bk,
+        stride_bn,
+        c,
+        c0,
+        stride_cm,
+        stride_cn,
+        M,
+        N,
+        K,
+        m0,
+        n0,
+        thread_row,
+        thread_col,
+    ):
+        sum_tile(
+            acc,
+            a_frag,
+            b_frag,
+            a_regs,
+            b_regs,
+            smem,
+            base,
+            tid,
+            group,
+            a,
+            a0,
+            stride_am,
+            stride_ak,
+            b,
+            b0,
+            stride_bk,
+            stride_bn,
+            M,
+            N,
+            K,
+            m0,
+            n0,
+            thread_row,
+            thread_col,
+        )
         # -- epilogue: registers -> C (group 0) ---------------------------------------------
         if group == 0:
             store_tile(c, c0, stride_cm, stride_cn, M, N, acc, m0, n0, thread_row, thread_col)
 
-    return TileFunctions(thread_tile, group_of, sum_tile, store_tile, compute_tile, A_REGS,
-                         B_REGS)
+    return TileFunctions(thread_tile, group_of, sum_tile, store_tile, compute_tile, A_REGS, B_REGS)
 
 
 def overlap_launches(programmatic: bool):
@@ -799,18 +1014,13 @@ def overlap_launches(programmatic: bool):
     (``launch.programmatic_launch``) runs before it reads or writes memory: wait until the
     launch ahead on the stream has completed and its writes are visible. What needs no memory
     comes before it and runs while the launch ahead finishes: the tiled kernel decodes its tile
-    there (H100, with ``ordering.tile_of``'s one-division orders, against both before: the tiled
-    GEMM 1.010-1.016x at 512^3 and 1.002-1.004x at 2048^3, two launches at N = 512 1.004-1.009x),
-    and the fused triple product takes its ticket (``triple``). With ``programmatic`` False it
-    does nothing (and compiles to nothing).
+    there, and the fused triple product takes its ticket (``triple_product``). With
+    ``programmatic`` False it does nothing (and compiles to nothing).
 
     The kernel never releases its dependents early (``griddepcontrol.launch_dependents``): the
-    next launch starts as this one's last CTAs exit, which is where the gain is. H100, fp32,
-    back-to-back calls against the same kernels launched plainly: 1.10x for the tiled GEMM at
-    256^3, 1.05x at 512^3, 1.02x at 1024^3, level at 2048^3. A release at each CTA's start
-    (after its wait) gained nothing more; before the wait, each waiting launch released the
-    next, launches queued up on the SMs while the first ran, and the running one found its
-    CTAs doubled up on too few SMs: 0.57x at 512^3 and 1024^3."""
+    next launch starts as this one's last CTAs exit, which is where the gain is; released
+    earlier, launches queue up on the SMs and crowd the running one
+    (``docs/design/launch-and-timing.md``)."""
 
     @cuda.jit(device=True)
     def overlap():
@@ -830,8 +1040,15 @@ def kernel_jit(threads: int):
 
 
 @functools.cache
-def _kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple, c_mode: tuple,
-            interior: bool, programmatic: bool):
+def _kernel(
+    config: TileConfig,
+    dtype: np.dtype,
+    a_mode: tuple,
+    b_mode: tuple,
+    c_mode: tuple,
+    interior: bool,
+    programmatic: bool,
+):
     """Compile-time specialisation of the tiled kernel for one config, dtype, layout,
     ``interior`` (:func:`whole_tiles`) and ``programmatic`` (:func:`overlap_launches`)."""
     BLOCK_M, BLOCK_N, GROUP_M = config.block_m, config.block_n, config.group_m
@@ -845,8 +1062,23 @@ def _kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple, c
     overlap = overlap_launches(programmatic)
 
     @kernel_jit(config.cta_threads)
-    def tiled_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn,
-                     c, stride_cb, stride_cm, stride_cn, M, N, K):
+    def tiled_kernel(
+        a,
+        stride_ab,
+        stride_am,
+        stride_ak,
+        b,
+        stride_bb,
+        stride_bk,
+        stride_bn,
+        c,
+        stride_cb,
+        stride_cm,
+        stride_cn,
+        M,
+        N,
+        K,
+    ):
         smem = cuda.shared.array(0, dtype)
         acc = cuda.local.array(ACC_SIZE, SCALAR)
         a_frag = cuda.local.array(THREAD_M, SCALAR)
@@ -866,11 +1098,36 @@ def _kernel(config: TileConfig, dtype: np.dtype, a_mode: tuple, b_mode: tuple, c
         overlap()
 
         # -- C tile = A[m0:, :] @ B[:, n0:], of this product of the batch ----------------------
-        compute_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
-                     a, pid_batch * stride_ab, stride_am, stride_ak,
-                     b, pid_batch * stride_bb, stride_bk, stride_bn,
-                     c, pid_batch * stride_cb, stride_cm, stride_cn, M, N, K,
-                     pid_m * BLOCK_M, pid_n * BLOCK_N, thread_row, thread_col)
+        compute_tile(
+            acc,
+            a_frag,
+            b_frag,
+            a_regs,
+            b_regs,
+            smem,
+            base,
+            tid,
+            group,
+            a,
+            pid_batch * stride_ab,
+            stride_am,
+            stride_ak,
+            b,
+            pid_batch * stride_bb,
+            stride_bk,
+            stride_bn,
+            c,
+            pid_batch * stride_cb,
+            stride_cm,
+            stride_cn,
+            M,
+            N,
+            K,
+            pid_m * BLOCK_M,
+            pid_n * BLOCK_N,
+            thread_row,
+            thread_col,
+        )
 
     return tiled_kernel
 
@@ -882,15 +1139,36 @@ def plan_tiled(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc) 
     (M, K), N = a.shape, b.shape[1]
     shared = config.shared_bytes(a.dtype)
     if shared > STATIC_SHARED_LIMIT and shared > (limit := shared_memory_limit()):
-        raise ValueError(f"tile config {config.label()} needs {shared} bytes of shared memory per "
-                         f"block for {a.dtype}; this device allows {limit}")
+        raise ValueError(
+            f"tile config {config.label()} needs {shared} bytes of shared memory per "
+            f"block for {a.dtype}; this device allows {limit}"
+        )
     programmatic = programmatic_launch()
-    kernel = _kernel(config, a.dtype, *operand_modes(a, b, c), whole_tiles(config, M, N, K),
-                     programmatic)
+    kernel = _kernel(
+        config, a.dtype, *operand_modes(a, b, c), whole_tiles(config, M, N, K), programmatic
+    )
     grid = (cdiv(M, config.block_m) * cdiv(N, config.block_n), c.batch)
-    return kernel_launch(kernel, grid, config.cta_threads, shared,
-                         (a, a.batch_stride, *a.strides, b, b.batch_stride, *b.strides,
-                          c, c.batch_stride, *c.strides, M, N, K), programmatic)
+    return kernel_launch(
+        kernel,
+        grid,
+        config.cta_threads,
+        shared,
+        (
+            a,
+            a.batch_stride,
+            *a.strides,
+            b,
+            b.batch_stride,
+            *b.strides,
+            c,
+            c.batch_stride,
+            *c.strides,
+            M,
+            N,
+            K,
+        ),
+        programmatic,
+    )
 
 
 def kernel_resources(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc) -> dict:
@@ -898,9 +1176,17 @@ def kernel_resources(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: Matrix
     shared memory per block of the compiled specialisation for these operands (on a GPU;
     compiles it if needed)."""
     (M, K), N = a.shape, b.shape[1]
-    kernel = _kernel(config, a.dtype, *operand_modes(a, b, c), whole_tiles(config, M, N, K),
-                     programmatic_launch())
+    kernel = _kernel(
+        config,
+        a.dtype,
+        *operand_modes(a, b, c),
+        whole_tiles(config, M, N, K),
+        programmatic_launch(),
+    )
     array, index = kernel.typeof_pyval(np.empty(0, a.dtype)), kernel.typeof_pyval(np.int64(0))
     compiled = kernel.compile((array, index, index, index) * 3 + (index,) * 3)
-    return {"registers": compiled.regs_per_thread, "local_bytes": compiled.local_mem_per_thread,
-            "shared_bytes": config.shared_bytes(a.dtype)}
+    return {
+        "registers": compiled.regs_per_thread,
+        "local_bytes": compiled.local_mem_per_thread,
+        "shared_bytes": config.shared_bytes(a.dtype),
+    }

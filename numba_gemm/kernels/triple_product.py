@@ -1,134 +1,71 @@
 """The triple product D = A @ B @ C of seed 003: the seed's naive kernel and a fused one.
 
-Shapes: A (M x K1), B (K1 x K2), C (K2 x N), D (M x N); each a 1-D buffer plus
-element strides, as in ``tiled``. Any sizes >= 1; float32 or float64. These
-kernels compute the left order, (A @ B) @ C; the right order A @ (B @ C) is the
-left order of the transposed chain, D^T = (C^T @ B^T) @ A^T, which the caller
-(``numba_gemm.triple``) builds from transposed views at no cost.
+Shapes: A (M x K1), B (K1 x K2), C (K2 x N), D (M x N), T = A @ B (M x K2); each a 1-D buffer
+plus element strides, as in ``tiled``. Any sizes >= 1; float32 or float64. These kernels
+compute the left order, (A @ B) @ C; the right order A @ (B @ C) is the left order of the
+transposed chain, D^T = (C^T @ B^T) @ A^T, which the caller (``numba_gemm.triple``) builds
+from transposed views at no cost. How they perform and why they are built so:
+``docs/design/triple-product.md``.
 
-**Where the time goes** (seed 003's counts, N x N operands in float32): 2 N^3
-multiply-adds over 3 N^2 elements read and N^2 written, 16 N^2 bytes, an
-intensity of about N / 16 multiply-adds per byte. Two separate GEMMs also write
-the intermediate T = A @ B and read it back: 24 N^2 bytes. At N = 512 that is
-4 MB against 6 MB, about a microsecond either way at ~3-4 TB/s, while the 268 M
-multiply-adds take ~9 us at an H100's fp32 peak: from N of a few hundred on the
-chain is compute-bound (ridge point near 14 multiply-adds per byte), and the
-bytes fusion saves are not where the time goes. What costs at N = 512 is
-parallelism and latency: each 512^3 product, cut into tiles large enough to be
-efficient, has only 16-128 of them for 132 SMs, and two launches wait on each
-other. So the fused kernel is built for those.
+**naive** (seed 003's kernel, with strides and rectangular shapes): one block per row of D,
+one thread per column.
 
-**naive** (seed 003's kernel, with strides and rectangular shapes): one block per
-row of D, one thread per column. The block computes its row of A @ B (K2 values,
-one per thread) into shared memory, synchronises, and each thread then takes the
-dot product of that row with its column of C. Limits: max(K2, N) threads per block
-(<= 1024) and K2 elements of shared memory.
+1. The block computes its row of A @ B (K2 values, one per thread) into shared memory.
+2. After a barrier, each thread takes the dot product of that row with its column of C.
 
-**fused** (no limit on any size): one launch runs the tiles of both products, the
-tiled kernel's main loop (``tiled.mainloop``) in every CTA. T passes through L2 in
-a scratch buffer (``t``), column-major (phase 2 copies it with 16-byte ``cp.async``)
-or, under the largest register tiles unless both products have edge code and would compile
-to two tile functions anyway, and under split-k tiles with no edge code, row-major
-(``intermediate_row_major``).
+Constraints: max(K2, N) threads per block (<= 1024) and K2 elements of shared memory.
 
-1. *Ticket*: each CTA takes the next ticket from a counter (``sync[0]``). Tickets
-   ``< rows x chunks`` are T tiles (BLOCK_M x BLOCK_N of T = A @ B), the rest D
-   tiles, each product in the tiled kernel's grouped order (seed 004), or T column by
-   column (``plan_fused``'s ``t_column_order``: where T's tiles fill one wave of two per SM,
-   H100 and H200, N = 1024, 0.997-1.000x unfused against 0.975-0.982x). The counter
-   counts with ``atom.inc``, which wraps it to zero as the last ticket is taken. The ticket
-   is taken and decoded before the kernel waits for the launch ahead on the stream
-   (``tiled.overlap_launches``), so that where launches overlap it costs little: the counter
-   is written only by atomics whose reply their CTA waited for (stream-K's reset is fenced),
-   so it holds its final zero once the launch ahead has no CTA left, which is when this one
-   starts. H100, interleaved against the kernel before (the ticket after the wait, decoded in
-   ``ordering.tile_of``'s general order with four divisions where one now does), two runs:
-   0.999-1.004x at N = 512, 1.004-1.009x at 1024, 1.001-1.003x at 2048; with the one-division
-   orders alone, in an earlier run, 1.001-1.002x, 1.003-1.005x and 1.001-1.002x. Two launches
-   of the tiled GEMM gained as much or more from the same changes (1.003-1.004x at 2048), so
-   there the fused kernel fell further behind them (0.996-0.998x, from 0.998-0.999x).
-2. *T tile*: T[m0:, x0:] = A[m0:, :] @ B[:, x0:], stored; then the CTA counts
-   itself into its row block's counter (``sync[2 + pid_m]``) with a release
-   (``ptx.release_add``: a barrier, then one thread's ``fence.acq_rel.gpu`` and add).
-3. *D tile*: one thread waits (``ptx.load_acquire``) until the row block's counter
-   holds all its T tiles and a barrier holds the CTA until then; then
-   D[m0:, x0:] = T[m0:, :] @ C[:, x0:], stored: D is written once (plain stores), and
-   the result is the same bits on every run. Last, the CTA counts itself out of the
-   counter (``atom.inc`` wrapping at chunks + the row block's D tiles, so that the last
-   D tile leaves it zero), with no reply to wait for.
-4. *Split-k* (``TileConfig.split_k``, for small chains): the CTA's threads form
-   groups that each run the k loop over a slice of k with their own pipeline; group
-   0 sums the partial tiles (``tiled.split_k_parts``). A 512-chain's 32 x 64 tiles
-   then run 8 warps per SM instead of 2.
-5. *Zero again*: steps 1 and 3 leave every counter zero when the launch ends, ready for
-   the next launch on the stream, and no CTA ends waiting on an atomic's reply. Before
-   (2026-11-25) the last D tile to depart (``sync[1]`` counted them) reset the counters;
-   against that, H100, interleaved: 1.005x at N = 1024 (110.1 against 110.7 us), 1.001x at
-   2048, level at 1800 (docs/triple_product_notes.md).
+**fused** (no limit on any size): one launch runs the tiles of both products, each CTA
+through the tiled kernel's main loop (``tiled.mainloop``). T passes through L2 in a scratch
+buffer (``t``): column-major, so that phase 2 copies its tiles with 16-byte ``cp.async``, or
+row-major where :func:`intermediate_row_major` says.
 
-**stream-K** (``plan_fused`` with ``workers``; ``numba_gemm.triple_product.fused_workers`` picks it
-where one tile per CTA leaves a tenth or more of the waves idle, e.g. N = 1536: 288 tiles of
-128 x 128 on 132 SMs): one worker (CTA) per SM per product, each a range of the product's
-k-iterations, tiles times k-tiles in grouped order, cut into equal parts. A range may start
-and end inside a tile. Each CTA runs its range's segments from the last to the first: a
-segment that does not reach its tile's last k-iteration leaves its partial tile in
-``partials`` and raises its flag; the one that does adds the partial tiles of the workers
-before it (waiting on their flags) and stores the tile. D segments wait for their row block
-of T as above; how many read each row block's counter depends on where the ranges fall, so
-here the last CTA to depart (``sync[1]`` counts them) resets every counter instead of the
-counters wrapping. Waits only go to lower tickets, so the argument below holds for it too. The
-loop form costs registers: under 8 x 16 register tiles it ran 6-8% slower per tile, so it is
-not used there (``fused_workers``).
+1. *Ticket*: thread 0 takes the next ticket from a counter (``sync[0]``, ``atom.inc``, which
+   wraps it to zero as the last ticket is taken) and decodes it: tickets ``< rows x chunks``
+   are T tiles (BLOCK_M x BLOCK_N of T), the rest D tiles, each product in the tiled kernel's
+   grouped order (seed 004), or T column by column (``t_column_order``). The ticket is taken
+   before the kernel waits for the launch ahead (``tiled.overlap_launches``): the counter is
+   written only by atomics whose reply their CTA waited for, so it holds its final zero once
+   the launch ahead has no CTA left, which is when this one starts.
+2. *T tile*: T[m0:, x0:] = A[m0:, :] @ B[:, x0:], stored; then the CTA counts itself into its
+   row block's counter (``sync[2 + pid_m]``) with a release (``ptx.release_add``: a barrier,
+   then one thread's ``fence.acq_rel.gpu`` and add).
+3. *D tile*: one thread waits (``ptx.load_acquire``) until the row block's counter holds all
+   its T tiles, a barrier holds the CTA until then; then D[m0:, x0:] = T[m0:, :] @ C[:, x0:],
+   stored with plain stores (D is written once: the same bits on every run). Last, the CTA
+   counts itself out of the counter (``atom.inc`` wrapping at chunks + the row block's D
+   tiles, so the last D tile leaves it zero), with no reply to wait for.
+4. *Split-k* (``TileConfig.split_k``, for small chains): the CTA's threads form groups that
+   each run the k loop over a slice of k with their own pipeline; group 0 sums the partial
+   tiles (``tiled.split_k_parts``).
+5. *Zero again*: steps 1 and 3 leave every counter zero when the launch ends, ready for the
+   next launch on the stream.
 
-The wait in step 3 cannot deadlock, whatever order the GPU schedules CTAs in: a
-CTA only waits on tiles with smaller tickets, and a ticket is only taken by a CTA
-that is running. Against two launches of the tiled kernel this saves the second
-launch, lets D tiles of finished row blocks start while T's last tiles run, and
-(with split-k) runs the small chain's few tiles with enough warps.
+**stream-K** (``plan_fused`` with ``workers``, chosen by
+``numba_gemm.triple_product.fused_workers``): one worker (CTA) per SM per product, each a range
+of the product's k-iterations (tiles x k-tiles in grouped order, cut into equal parts); a range
+may start and end inside a tile.
 
-The launch asks for enough shared memory that at most ``ctas_per_sm`` CTAs run on one SM
-(``launch.at_most_on_multiprocessor``), whatever the compile's registers allow: XLA's compile
-of this kernel (``jax_bridge``) once used fewer registers than Numba's, fitted two 64 x 128
-tiles on an SM, and at N = 1024 ran 1.6x slower for it. One, except for split-k tiles with no
-edge code where T has at least one and a half SMs' worth (``numba_gemm.triple_product.fused_ctas_per_sm``,
-with the figures): then two. Where more CTAs fit than T has tiles for, the block scheduler
-puts T tiles two to an SM beside SMs that hold only D tiles waiting for them (at N = 512,
-32 x 64 tiles in 4 groups: 30.3 us two to an SM, 21.0 one). Where T's tiles fill the SMs
-twice, two CTAs per SM keep 16 warps on each instead of 8 (H100, N = 1024, 64 x 64 in 2
-groups: 110.2 against 121.4 us).
+1. *Ticket*: as above; the worker's range follows from it (kept in the ``plan`` slots).
+2. *Segments*, from the range's last to its first, one tile's k-iterations each: T segments
+   sum A @ B over their k-iterations; D segments first wait for their row block of T (step 3
+   above).
+3. A segment that does not reach its tile's last k-iteration leaves its partial tile in
+   ``partials`` and raises its flag; the one that does adds the partial tiles of the workers
+   before it (waiting on their flags) and stores the tile (a T tile then counts itself in).
+4. *Depart*: how many CTAs read each row block's counter depends on where the ranges fall, so
+   the last CTA to depart (``sync[1]`` counts them) resets every counter.
 
-Each product calls its tile function from its own site, with its operands fixed when
-compiling, also where both compile to the same function with whole tiles (row-major T). On
-the H100's 256 x 128 tiles (N = 2048 and 4096) one call site with the operands chosen at run
-time had run 0.986-0.989x unfused, a call per product 0.991-0.999x: its T tiles as fast as
-the tiled launch of A @ B (0.994-1.003x), its D tiles 0.985-0.995x that of T @ C until their
-departure counts moved out of registers (step 4 in the kernel). Where both compile to the
-same function *with* edge code (a ragged row-major chain), one call site serves both and
-halves the binary: H100, 128 x 256 tiles, against two tiled launches on the same tiles, it
-ran 1.014-1.016x at N = 1800 (a call per product 0.988-0.991x), 1.018x at 2000 (0.996x) and
-1.003x at 3500 (0.997x); at 2048, with whole tiles, 0.980x (0.997x).
+Why no schedule can deadlock: a CTA only waits on tiles (or workers) with smaller tickets, and
+a ticket is only taken by a CTA that is running.
 
-Both kernels compile each product without edge code where its tiles are whole
-(``tiled.whole_tiles``): that halves the binary, and at N = 2048 the D tiles, whose k loop
-sat 110-147 KB into a 207 KB binary, had run 3% slower than the same SASS in the tiled
-kernel (instruction fetch) until then.
-
-Measured (H100, ``benchmarks/triple_product.py``, README; the last three runs before the tiled
-GEMM was tuned with split-k tiles, on whose two overlapped launches it runs 0.92x at N = 512
-and 0.98x at 1024 (two CTAs per SM), so that ``auto`` runs those, and 1.48x at 768: README): at
-N = 512 1.84-1.85x faster than two tiled GEMMs on their tuned tiles of then (21.1 us with
-programmatic dependent launch, ``tiled.overlap_launches``; 22.4-22.7 us before) and 1.22-1.32x
-PyTorch's two cuBLAS kernels replayed from a CUDA graph; from 1024 to 4096 1.02-1.04x,
-1.57-1.58x (1536, stream-K), 1.02x (1800, edge tiles: one call site), 1.004-1.014x (2047: two
-tile functions with edge code, T column-major; 0.987x with T row-major), 0.996-0.998x (2048),
-1.19-1.20x and 0.999-1.002x (4096) of them, where both run 128 x 256 tiles on edge tiles
-(``tiled.for_edge_tiles``). At 2048 and 4096 the tiled GEMM's tiles already fill the SMs, and
-the fused kernel gains little more than the second launch: with the D tiles' departure counts
-read back from shared memory (step 4) it ran 0.996-0.998x unfused at 2048 and 0.999-1.000x at
-4096 in a per-phase probe, its T tiles 0.994-1.004x the tiled launch of A @ B, its D tiles
-0.992-0.996x that of T @ C. An earlier design kept T in shared memory (a CTA per row block and
-chunk of K2, adding its share into D atomically): it lost at N = 512 too (34 us with split-k),
-and from 1024 on by 20-35%, to the atomics and the repeated zeroing of D.
+Constraints (checked by :func:`plan_fused`): ``sync`` holds :func:`sync_slots` zeroed counters;
+``t`` is M x K2; under stream-K, 1 to (tiles x k-iterations) workers per product and
+:func:`partials_shape` partials; at most :data:`MAX_CTAS_PER_SM` CTAs per SM (the launch asks
+for enough shared memory that no more fit, whatever registers the compile uses). Each product
+compiles without edge code where its tiles are whole (``tiled.whole_tiles``); where both
+products compile to the same tile function with edge code, one call site serves both, halving
+the binary.
 """
 
 from __future__ import annotations
@@ -140,19 +77,46 @@ import numpy as np
 from numba import cuda
 
 from ..descriptor import MatrixDesc
-from ..launch import (STATIC_SHARED_LIMIT, KernelLaunch, at_most_on_multiprocessor, cdiv,
-                      kernel_launch, programmatic_launch, shared_memory_limit,
-                      shared_memory_per_multiprocessor)
+from ..launch import (
+    STATIC_SHARED_LIMIT,
+    KernelLaunch,
+    at_most_on_multiprocessor,
+    cdiv,
+    kernel_launch,
+    programmatic_launch,
+    shared_memory_limit,
+    shared_memory_per_multiprocessor,
+)
 from ..ordering import tile_of
 from .ptx import backoff, load_acquire, load_from_l2, move_element, release_add
-from .tiled import (VECTOR_BYTES, TileConfig, kernel_jit, operand_modes, overlap_launches,
-                    tile_computer, whole_tiles)
+from .tiled import (
+    VECTOR_BYTES,
+    TileConfig,
+    kernel_jit,
+    operand_modes,
+    overlap_launches,
+    tile_computer,
+    whole_tiles,
+)
 
-__all__ = ["NAIVE_MAX_THREADS", "SYNC_HEAD", "MAX_CTAS_PER_SM", "plan_naive", "plan_fused",
-           "counters_desc", "sync_slots", "whole_products", "one_call_site",
-           "fused_tiles_per_product",
-           "partials_shape", "ROW_MAJOR_T_FROM", "large_register_tiles", "intermediate_row_major",
-           "intermediate_shape", "intermediate_view"]
+__all__ = [
+    "NAIVE_MAX_THREADS",
+    "SYNC_HEAD",
+    "MAX_CTAS_PER_SM",
+    "plan_naive",
+    "plan_fused",
+    "counters_desc",
+    "sync_slots",
+    "whole_products",
+    "one_call_site",
+    "fused_tiles_per_product",
+    "partials_shape",
+    "ROW_MAJOR_T_FROM",
+    "large_register_tiles",
+    "intermediate_row_major",
+    "intermediate_shape",
+    "intermediate_view",
+]
 
 NAIVE_MAX_THREADS = 1024  # one thread per column of A @ B and of D
 # The fused kernels' ticket counter and stream-K's departure counter, before one counter per
@@ -190,13 +154,29 @@ PLAN_SLOTS = 12
 
 # --- naive: seed 003 -----------------------------------------------------------------------
 
+
 @functools.cache
 def _naive_kernel(dtype: np.dtype):
     SCALAR = dtype.type
 
     @cuda.jit
-    def naive_kernel(a, stride_am, stride_ak, b, stride_bk, stride_bn, c, stride_ck, stride_cn,
-                     d, stride_dm, stride_dn, K1, K2, N):
+    def naive_kernel(
+        a,
+        stride_am,
+        stride_ak,
+        b,
+        stride_bk,
+        stride_bn,
+        c,
+        stride_ck,
+        stride_cn,
+        d,
+        stride_dm,
+        stride_dn,
+        K1,
+        K2,
+        N,
+    ):
         row_ab = cuda.shared.array(0, dtype)  # this block's row of A @ B
         row = cuda.blockIdx.x
         col = cuda.threadIdx.x
@@ -224,18 +204,26 @@ def plan_naive(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, d: MatrixDesc) -> Ke
     # One thread per column of A @ B and of D; K2 elements of shared memory for the row.
     max_k2 = min(NAIVE_MAX_THREADS, STATIC_SHARED_LIMIT // a.dtype.itemsize)
     if N > NAIVE_MAX_THREADS or K2 > max_k2:
-        raise ValueError(f"algorithm='naive' runs one thread per column of A @ B and of D and "
-                         f"keeps a row of A @ B in shared memory: it needs N <= "
-                         f"{NAIVE_MAX_THREADS} and K2 <= {max_k2} ({NAIVE_MAX_THREADS} threads "
-                         f"per block, {STATIC_SHARED_LIMIT} bytes of shared memory); got K2 = "
-                         f"{K2}, N = {N}; use algorithm='fused', which has no size limit")
+        raise ValueError(
+            f"algorithm='naive' runs one thread per column of A @ B and of D and "
+            f"keeps a row of A @ B in shared memory: it needs N <= "
+            f"{NAIVE_MAX_THREADS} and K2 <= {max_k2} ({NAIVE_MAX_THREADS} threads "
+            f"per block, {STATIC_SHARED_LIMIT} bytes of shared memory); got K2 = "
+            f"{K2}, N = {N}; use algorithm='fused', which has no size limit"
+        )
     threads = cdiv(max(K2, N), WARP) * WARP
     shared = K2 * a.dtype.itemsize
-    return kernel_launch(_naive_kernel(a.dtype), M, threads, shared,
-                         (a, *a.strides, b, *b.strides, c, *c.strides, d, *d.strides, K1, K2, N))
+    return kernel_launch(
+        _naive_kernel(a.dtype),
+        M,
+        threads,
+        shared,
+        (a, *a.strides, b, *b.strides, c, *c.strides, d, *d.strides, K1, K2, N),
+    )
 
 
 # --- fused: both products' tiles in one launch, T through L2 ---------------------------------
+
 
 def counters_desc(count: int, array=None) -> MatrixDesc:
     """The fused kernel's ``sync`` buffer as a descriptor: ``count`` uint32 counters in
@@ -246,8 +234,9 @@ def counters_desc(count: int, array=None) -> MatrixDesc:
         address, on_device = array.ctypes.data, False
     else:
         address, on_device = array.__cuda_array_interface__["data"][0], True
-    return MatrixDesc("sync", (count, 1), (1, 1), np.dtype(np.uint32), array, on_device, address,
-                      array)
+    return MatrixDesc(
+        "sync", (count, 1), (1, 1), np.dtype(np.uint32), array, on_device, address, array
+    )
 
 
 def sync_slots(M: int, config: TileConfig, workers: tuple[int, int] | None = None) -> int:
@@ -258,15 +247,9 @@ def sync_slots(M: int, config: TileConfig, workers: tuple[int, int] | None = Non
 
 # T is column-major (phase 2 then copies its tiles with 16-byte cp.async, as a column-major A)
 # except under register tiles of at least this many elements per thread (large_register_tiles)
-# and under split-k tiles that cut both products whole, where row-major T (phase 2 then loads
-# it through registers, as the tiled kernel loads a row-major A) mostly measured faster (the
-# exception: intermediate_row_major). H100, fp32, benchmarks/triple_product.py configs:
-# 128x256 tiles (8x16 per thread) 1-5% faster with row-major T at N = 2048, 3072 and 4096;
-# 128x128 (8x8), 128x64 (8x4), 64x128 (4x8) and a split-k 32x64 with 4x4 register tiles 2-8%
-# faster with column-major T, N = 512 to 3072. Today's split-k tiles (8x4 register tiles),
-# interleaved probe, 2026-11-25: row-major T 0.5% faster at N = 512 (32 x 64 in 4 groups,
-# 20.9 against 21.0 us), 2.5% at 768 (the same two to an SM, 55.8 against 57.2) and 2.6% at
-# 1024 (64 x 64 in 2 groups two to an SM, 110.8 against 113.7).
+# and under split-k tiles that cut both products whole: there row-major T (loaded through
+# registers, as the tiled kernel loads a row-major A) measured faster (intermediate_row_major;
+# docs/design/triple-product.md).
 ROW_MAJOR_T_FROM = 128
 
 
@@ -278,18 +261,12 @@ def large_register_tiles(config: TileConfig) -> bool:
 
 # Under large register tiles T stays row-major, except where both products carry edge code and
 # would still compile to two tile functions (A's rows not 16-byte aligned while T's are, say):
-# there column-major T. H100 80GB HBM3, fp32, 128 x 256 tiles, interleaved against two tiled
-# launches (2026-11-25), row-major against column-major T: square chains at N = 2047 0.984-0.988x
-# against 1.005-1.006x unfused (three runs), 1999 0.996-0.998x against 1.014x; where many
-# waves hide it, column-major T cost 0-0.5% (3583 1.031x both, 4095 1.032x against 1.030x,
-# 3999 1.036x against 1.031x). Row-major T stays ahead where it makes one tile function (1800
-# 1.014x against 0.982x, 3500 1.001x against 0.976x), with whole tiles (2048 on 256 x 128:
-# 0.998x against 0.915x) and where one product's tiles are whole (M, K1, K2, N = 2048, 2048,
-# 2048, 1800: 0.963x against 0.936x; 2048, 2047, 2048, 2048: 0.978x against 0.960x).
+# there column-major T.
 
 
-def intermediate_row_major(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc,
-                           d: MatrixDesc) -> bool:
+def intermediate_row_major(
+    config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, d: MatrixDesc
+) -> bool:
     """Whether the fused kernel keeps T row-major for D = (A @ B) @ C under ``config``: under
     split-k tiles in float32 where both products lie in whole tiles (where it was measured),
     and under :func:`large_register_tiles` unless both products carry edge code and row-major
@@ -304,8 +281,9 @@ def intermediate_row_major(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: 
         return True
     # T as plan_fused would see it in an aligned row-major scratch buffer (no data needed).
     rows, cols = intermediate_shape(M, K2, a.dtype, True)
-    t = intermediate_view(MatrixDesc("t", (rows, cols), (cols, 1), a.dtype, None, True, 0, None),
-                          M, K2, True)
+    t = intermediate_view(
+        MatrixDesc("t", (rows, cols), (cols, 1), a.dtype, None, True, 0, None), M, K2, True
+    )
     return one_call_site(interiors, (*operand_modes(a, b, t), *operand_modes(t, c, d)))
 
 
@@ -377,11 +355,19 @@ def _products(config: TileConfig, dtype: np.dtype, interiors: tuple, modes: tupl
     @cuda.jit(device=True)
     def tile_counts(M, K2, N):
         """(row blocks, T tiles per row block, D tiles per row block)."""
-        return ((M + BLOCK_M - 1) // BLOCK_M, (K2 + BLOCK_N - 1) // BLOCK_N,
-                (N + BLOCK_N - 1) // BLOCK_N)
+        return (
+            (M + BLOCK_M - 1) // BLOCK_M,
+            (K2 + BLOCK_N - 1) // BLOCK_N,
+            (N + BLOCK_N - 1) // BLOCK_N,
+        )
 
-    return (ab, tc, max(ab.a_registers, tc.a_registers), max(ab.b_registers, tc.b_registers),
-            tile_counts)
+    return (
+        ab,
+        tc,
+        max(ab.a_registers, tc.a_registers),
+        max(ab.b_registers, tc.b_registers),
+        tile_counts,
+    )
 
 
 def one_call_site(interiors: tuple, modes: tuple) -> bool:
@@ -392,8 +378,14 @@ def one_call_site(interiors: tuple, modes: tuple) -> bool:
 
 
 @functools.cache
-def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, programmatic: bool,
-                  t_column_order: bool, *modes: tuple):
+def _fused_kernel(
+    config: TileConfig,
+    dtype: np.dtype,
+    interiors: tuple,
+    programmatic: bool,
+    t_column_order: bool,
+    *modes: tuple,
+):
     """Compile-time specialisation of the fused kernel (one tile per CTA) for one config,
     dtype, layout (``modes``: A, B, T stored; T, C, D), ``interiors`` (T's, D's:
     ``tiled.whole_tiles``), ``programmatic`` (``tiled.overlap_launches``) and
@@ -404,8 +396,12 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, program
     SCALAR = dtype.type
     HEAD = SYNC_HEAD
     ab, tc, A_REGS, B_REGS, tile_counts = _products(config, dtype, interiors, modes)
-    thread_tile, group_of, t_tile, d_tile = (ab.thread_tile, ab.group_of, ab.compute_tile,
-                                             tc.compute_tile)
+    thread_tile, group_of, t_tile, d_tile = (
+        ab.thread_tile,
+        ab.group_of,
+        ab.compute_tile,
+        tc.compute_tile,
+    )
     ONE_SITE = one_call_site(interiors, modes)  # the branch not taken is pruned
     tile_of_device = cuda.jit(device=True)(tile_of)
     GROUP_M = config.group_m
@@ -413,8 +409,28 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, program
     overlap = overlap_launches(programmatic)
 
     @kernel_jit(config.cta_threads)
-    def fused_kernel(a, stride_am, stride_ak, b, stride_bk, stride_bn, c, stride_ck, stride_cn,
-                     d, stride_dm, stride_dn, t, stride_tm, stride_tk, sync, M, K1, K2, N):
+    def fused_kernel(
+        a,
+        stride_am,
+        stride_ak,
+        b,
+        stride_bk,
+        stride_bn,
+        c,
+        stride_ck,
+        stride_cn,
+        d,
+        stride_dm,
+        stride_dn,
+        t,
+        stride_tm,
+        stride_tk,
+        sync,
+        M,
+        K1,
+        K2,
+        N,
+    ):
         smem = cuda.shared.array(0, dtype)
         # The CTA's ticket as (T tile?, pid_m, pid_x), and for a D tile where its row block's
         # counter wraps (step 3).
@@ -447,11 +463,14 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, program
             ticket = cuda.atomic.inc(sync, 0, np.uint32(t_tiles + rows * n_tiles - 1))
             if ticket < t_tiles:
                 tile[TILE_IS_T] = 1
-                tile[TILE_PID_M], tile[TILE_PID_X] = tile_of_device(ticket, rows, chunks,
-                                                  rows if T_COLUMNS else GROUP_M)
+                tile[TILE_PID_M], tile[TILE_PID_X] = tile_of_device(
+                    ticket, rows, chunks, rows if T_COLUMNS else GROUP_M
+                )
             else:
                 tile[TILE_IS_T] = 0
-                tile[TILE_PID_M], tile[TILE_PID_X] = tile_of_device(ticket - t_tiles, rows, n_tiles, GROUP_M)
+                tile[TILE_PID_M], tile[TILE_PID_X] = tile_of_device(
+                    ticket - t_tiles, rows, n_tiles, GROUP_M
+                )
                 tile[TILE_WRAP] = chunks + n_tiles - 1
         # Before any other memory is touched (the row blocks' counters too): the launch ahead
         # may still be running.
@@ -466,52 +485,143 @@ def _fused_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, program
             # Steps 2-4 below through one call of the products' common tile function, its
             # operands chosen here: one copy of its edge code in the binary, not two.
             if is_t:
-                lhs, stride_lm, stride_lk, rhs, stride_rk, stride_rn = (a, stride_am, stride_ak,
-                                                                       b, stride_bk, stride_bn)
+                lhs, stride_lm, stride_lk, rhs, stride_rk, stride_rn = (
+                    a,
+                    stride_am,
+                    stride_ak,
+                    b,
+                    stride_bk,
+                    stride_bn,
+                )
                 out, stride_om, stride_on, cols, inner = t, stride_tm, stride_tk, K2, K1
             else:
                 wait_for_count(sync, HEAD + pid_m, chunks, cta_tid)
-                lhs, stride_lm, stride_lk, rhs, stride_rk, stride_rn = (t, stride_tm, stride_tk,
-                                                                       c, stride_ck, stride_cn)
+                lhs, stride_lm, stride_lk, rhs, stride_rk, stride_rn = (
+                    t,
+                    stride_tm,
+                    stride_tk,
+                    c,
+                    stride_ck,
+                    stride_cn,
+                )
                 out, stride_om, stride_on, cols, inner = d, stride_dm, stride_dn, N, K2
-            t_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
-                   lhs, 0, stride_lm, stride_lk, rhs, 0, stride_rk, stride_rn,
-                   out, 0, stride_om, stride_on, M, cols, inner, m0, x0, thread_row, thread_col)
+            t_tile(
+                acc,
+                a_frag,
+                b_frag,
+                a_regs,
+                b_regs,
+                smem,
+                base,
+                tid,
+                group,
+                lhs,
+                0,
+                stride_lm,
+                stride_lk,
+                rhs,
+                0,
+                stride_rk,
+                stride_rn,
+                out,
+                0,
+                stride_om,
+                stride_on,
+                M,
+                cols,
+                inner,
+                m0,
+                x0,
+                thread_row,
+                thread_col,
+            )
             if tile[TILE_IS_T] != 0:  # the ticket comes back from shared memory, as in step 3
                 count_up(sync, HEAD + tile[TILE_PID_M], cta_tid)
             else:
                 count_out(sync, HEAD + tile[TILE_PID_M], np.uint32(tile[TILE_WRAP]), cta_tid)
         # Otherwise each product keeps its own call, its operands fixed when compiling: one
-        # call site with the operands chosen at run time cost registers and ran slower where
-        # the tiles are whole (module docstring; at N = 512 115 registers instead of 107, 1%
-        # slower).
+        # call site with the operands chosen at run time costs registers where the tiles are
+        # whole.
         elif is_t:
             # -- 2. a T tile: T[m0:, x0:] = A[m0:, :] @ B[:, x0:], then count it in ----------
-            t_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
-                   a, 0, stride_am, stride_ak, b, 0, stride_bk, stride_bn,
-                   t, 0, stride_tm, stride_tk, M, K2, K1, m0, x0, thread_row, thread_col)
+            t_tile(
+                acc,
+                a_frag,
+                b_frag,
+                a_regs,
+                b_regs,
+                smem,
+                base,
+                tid,
+                group,
+                a,
+                0,
+                stride_am,
+                stride_ak,
+                b,
+                0,
+                stride_bk,
+                stride_bn,
+                t,
+                0,
+                stride_tm,
+                stride_tk,
+                M,
+                K2,
+                K1,
+                m0,
+                x0,
+                thread_row,
+                thread_col,
+            )
             count_up(sync, HEAD + pid_m, cta_tid)
         else:
             # -- 3. a D tile: wait until the row block's T tiles are all in, then
             # D[m0:, x0:] = T[m0:, :] @ C[:, x0:], then count out of the row block's counter
             # (the last of its D tiles leaves it zero).
             wait_for_count(sync, HEAD + pid_m, chunks, cta_tid)
-            d_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
-                   t, 0, stride_tm, stride_tk, c, 0, stride_ck, stride_cn,
-                   d, 0, stride_dm, stride_dn, M, N, K2, m0, x0, thread_row, thread_col)
+            d_tile(
+                acc,
+                a_frag,
+                b_frag,
+                a_regs,
+                b_regs,
+                smem,
+                base,
+                tid,
+                group,
+                t,
+                0,
+                stride_tm,
+                stride_tk,
+                c,
+                0,
+                stride_ck,
+                stride_cn,
+                d,
+                0,
+                stride_dm,
+                stride_dn,
+                M,
+                N,
+                K2,
+                m0,
+                x0,
+                thread_row,
+                thread_col,
+            )
             # The count-out's operands come back from shared memory, not registers held
-            # across the k loop: held, such counts left ptxas fewer registers there, and it
-            # issued some of the loop's shared loads 3-5 instructions before their FMAs (the
-            # D tiles ran 0.985-0.995x the tiled launch of T @ C at N = 2048 and 4096, H100);
-            # counted out before the tile, the one-call-site kernel at N = 1800 spilled.
+            # across the k loop, which needs every register (held, they moved shared loads
+            # next to their FMAs and slowed the loop).
             count_out(sync, HEAD + tile[TILE_PID_M], np.uint32(tile[TILE_WRAP]), cta_tid)
 
     return fused_kernel
 
 
 @functools.cache
-def _stream_k_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, programmatic: bool,
-                     *modes: tuple):
+def _stream_k_kernel(
+    config: TileConfig, dtype: np.dtype, interiors: tuple, programmatic: bool, *modes: tuple
+):
     """Compile-time specialisation of the stream-K fused kernel (workers over ranges of
     k-iterations) for one config, dtype, layout, interiors and ``programmatic`` (as for
     ``_fused_kernel``)."""
@@ -537,9 +647,31 @@ def _stream_k_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, prog
         return ticket - t_workers, d_workers, n_tiles, K2
 
     @kernel_jit(config.cta_threads)
-    def stream_k_kernel(a, stride_am, stride_ak, b, stride_bk, stride_bn, c, stride_ck,
-                        stride_cn, d, stride_dm, stride_dn, t, stride_tm, stride_tk, partials,
-                        sync, M, K1, K2, N, t_workers, d_workers):
+    def stream_k_kernel(
+        a,
+        stride_am,
+        stride_ak,
+        b,
+        stride_bk,
+        stride_bn,
+        c,
+        stride_ck,
+        stride_cn,
+        d,
+        stride_dm,
+        stride_dn,
+        t,
+        stride_tm,
+        stride_tk,
+        partials,
+        sync,
+        M,
+        K1,
+        K2,
+        N,
+        t_workers,
+        d_workers,
+    ):
         overlap()  # first of all, the ticket too (unlike the one-tile kernel)
         smem = cuda.shared.array(0, dtype)
         plan = cuda.shared.array(PLAN_SLOTS, np.int64)  # thread 0's bookkeeping, for the CTA
@@ -562,8 +694,9 @@ def _stream_k_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, prog
         # each) and hands it to the CTA through shared memory.
         if cta_tid == 0:
             plan[PLAN_TICKET] = cuda.atomic.add(sync, 0, 1)
-            worker, workers, cols, inner = product_of(plan[PLAN_TICKET], t_workers, d_workers, chunks,
-                                                      n_tiles, K1, K2)
+            worker, workers, cols, inner = product_of(
+                plan[PLAN_TICKET], t_workers, d_workers, chunks, n_tiles, K1, K2
+            )
             # -- 2. the worker's share of its product's k-iterations ----------------------
             # The product's tiles (grouped order, seed 004) times their k-iterations, cut
             # into `workers` equal ranges. With one worker per tile a range is one whole
@@ -585,11 +718,19 @@ def _stream_k_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, prog
             cuda.syncthreads()  # every thread has read the last segment's plan
             if cta_tid == 0:
                 if plan[PLAN_SEGMENT_BEGIN] >= 0:
-                    plan[PLAN_END] = plan[PLAN_SEGMENT_BEGIN]  # the next segment ends where the last one began
-                ticket, begin, it, k_iters = plan[PLAN_TICKET], plan[PLAN_RANGE_BEGIN], plan[PLAN_END], plan[PLAN_K_ITERS]
+                    plan[PLAN_END] = plan[
+                        PLAN_SEGMENT_BEGIN
+                    ]  # the next segment ends where the last one began
+                ticket, begin, it, k_iters = (
+                    plan[PLAN_TICKET],
+                    plan[PLAN_RANGE_BEGIN],
+                    plan[PLAN_END],
+                    plan[PLAN_K_ITERS],
+                )
                 if it > begin:
-                    worker, workers, cols, inner = product_of(ticket, t_workers, d_workers,
-                                                              chunks, n_tiles, K1, K2)
+                    worker, workers, cols, inner = product_of(
+                        ticket, t_workers, d_workers, chunks, n_tiles, K1, K2
+                    )
                     total = plan[PLAN_TOTAL]
                     tile_index = (it - 1) // k_iters
                     tile_begin = tile_index * k_iters
@@ -597,7 +738,9 @@ def _stream_k_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, prog
                     plan[PLAN_TILE_BEGIN] = tile_begin
                     # one_group_shortcut=False, the seed's formula alone: the shortcut costs
                     # registers here (tile_of); positional, as the simulator takes no keywords
-                    plan[PLAN_PID_M], plan[PLAN_PID_X] = tile_of_device(tile_index, rows, cols, GROUP_M, False)
+                    plan[PLAN_PID_M], plan[PLAN_PID_X] = tile_of_device(
+                        tile_index, rows, cols, GROUP_M, False
+                    )
                     # earlier workers that hold part of the tile (their partials come first)
                     other = worker - 1
                     while other >= 0 and (other + 1) * total // workers > tile_begin:
@@ -605,22 +748,75 @@ def _stream_k_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, prog
                     plan[PLAN_EARLIER] = worker - 1 - other
                     plan[PLAN_SEGMENT_BEGIN] = first
                     plan[PLAN_K0] = (first - tile_begin) * BLOCK_K  # the segment's k range: k0 ...
-                    plan[PLAN_K_LEN] = min(inner - plan[PLAN_K0], (it - first) * BLOCK_K)  # ... to k0 + k_len
+                    plan[PLAN_K_LEN] = min(
+                        inner - plan[PLAN_K0], (it - first) * BLOCK_K
+                    )  # ... to k0 + k_len
             cuda.syncthreads()
             if plan[PLAN_END] <= plan[PLAN_RANGE_BEGIN]:
                 break
-            m0, x0, k0, k_len = plan[PLAN_PID_M] * BLOCK_M, plan[PLAN_PID_X] * BLOCK_N, plan[PLAN_K0], plan[PLAN_K_LEN]
+            m0, x0, k0, k_len = (
+                plan[PLAN_PID_M] * BLOCK_M,
+                plan[PLAN_PID_X] * BLOCK_N,
+                plan[PLAN_K0],
+                plan[PLAN_K_LEN],
+            )
             if plan[PLAN_TICKET] < t_workers:
                 # -- 3. T[m0:, x0:] += A[m0:, k0:] @ B[k0:, x0:] over this segment ---------
-                sum_t(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
-                      a, k0 * stride_ak, stride_am, stride_ak, b, k0 * stride_bk, stride_bk,
-                      stride_bn, M, K2, k_len, m0, x0, thread_row, thread_col)
+                sum_t(
+                    acc,
+                    a_frag,
+                    b_frag,
+                    a_regs,
+                    b_regs,
+                    smem,
+                    base,
+                    tid,
+                    group,
+                    a,
+                    k0 * stride_ak,
+                    stride_am,
+                    stride_ak,
+                    b,
+                    k0 * stride_bk,
+                    stride_bk,
+                    stride_bn,
+                    M,
+                    K2,
+                    k_len,
+                    m0,
+                    x0,
+                    thread_row,
+                    thread_col,
+                )
             else:
                 # -- 4. a D segment waits until its row block's T tiles are all in ----------
                 wait_for_count(sync, HEAD + plan[PLAN_PID_M], chunks, cta_tid)
-                sum_d(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
-                      t, k0 * stride_tk, stride_tm, stride_tk, c, k0 * stride_ck, stride_ck,
-                      stride_cn, M, N, k_len, m0, x0, thread_row, thread_col)
+                sum_d(
+                    acc,
+                    a_frag,
+                    b_frag,
+                    a_regs,
+                    b_regs,
+                    smem,
+                    base,
+                    tid,
+                    group,
+                    t,
+                    k0 * stride_tk,
+                    stride_tm,
+                    stride_tk,
+                    c,
+                    k0 * stride_ck,
+                    stride_ck,
+                    stride_cn,
+                    M,
+                    N,
+                    k_len,
+                    m0,
+                    x0,
+                    thread_row,
+                    thread_col,
+                )
             slot = plan[PLAN_TICKET]
             is_t = slot < t_workers
             if plan[PLAN_END] < plan[PLAN_TILE_BEGIN] + plan[PLAN_K_ITERS]:
@@ -638,15 +834,18 @@ def _stream_k_kernel(config: TileConfig, dtype: np.dtype, interiors: tuple, prog
                     if group == 0:
                         for e in range(ACC_SIZE):
                             acc[e] += load_from_l2(partials, other_slot * SLOT + e * THREADS + tid)
-                m0, x0 = plan[PLAN_PID_M] * BLOCK_M, plan[PLAN_PID_X] * BLOCK_N  # re-read, not kept in registers
+                m0, x0 = (
+                    plan[PLAN_PID_M] * BLOCK_M,
+                    plan[PLAN_PID_X] * BLOCK_N,
+                )  # re-read, not kept in registers
                 if is_t:
                     if group == 0:
-                        store_t(t, 0, stride_tm, stride_tk, M, K2, acc, m0, x0, thread_row,
-                                thread_col)
+                        store_t(
+                            t, 0, stride_tm, stride_tk, M, K2, acc, m0, x0, thread_row, thread_col
+                        )
                     count_up(sync, HEAD + plan[PLAN_PID_M], cta_tid)
                 elif group == 0:
-                    store_d(d, 0, stride_dm, stride_dn, M, N, acc, m0, x0, thread_row,
-                            thread_col)
+                    store_d(d, 0, stride_dm, stride_dn, M, N, acc, m0, x0, thread_row, thread_col)
 
         # -- 6. depart: the last CTA leaves every counter at zero for the next launch ---------
         depart(sync, t_workers + d_workers, flags + t_workers + d_workers, cta_tid)
@@ -672,10 +871,19 @@ def partials_shape(config: TileConfig, workers: tuple[int, int]) -> tuple[int, i
     return sum(workers), config.block_m * config.block_n
 
 
-def plan_fused(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, d: MatrixDesc,
-               t: MatrixDesc, sync: MatrixDesc, workers: tuple[int, int] | None = None,
-               partials: MatrixDesc | None = None, ctas_per_sm: int = 1,
-               t_column_order: bool = False) -> KernelLaunch:
+def plan_fused(
+    config: TileConfig,
+    a: MatrixDesc,
+    b: MatrixDesc,
+    c: MatrixDesc,
+    d: MatrixDesc,
+    t: MatrixDesc,
+    sync: MatrixDesc,
+    workers: tuple[int, int] | None = None,
+    partials: MatrixDesc | None = None,
+    ctas_per_sm: int = 1,
+    t_column_order: bool = False,
+) -> KernelLaunch:
     """The fused kernel's launch on validated operands: D = (A @ B) @ C through ``t`` (M x
     K2, any strides: see :func:`intermediate_shape` for the fast layout). ``sync``: a uint32
     buffer of at least :func:`sync_slots` counters, all zero (and zero again after).
@@ -691,20 +899,25 @@ def plan_fused(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, 
 
     ``t_column_order``: T's tiles are handed out column by column (each row block's tiles
     spread over the SMs) instead of in ``config``'s grouped order; D's keep that order
-    (``numba_gemm.triple_product.fused_t_column_order`` says where it runs faster). One CTA per tile
-    only: stream-K's workers take ranges of k-iterations in grouped order."""
+    (``numba_gemm.triple_product.fused_t_column_order`` says where it runs faster). One CTA
+    per tile only: stream-K's workers take ranges of k-iterations in grouped order."""
     config.check(a.dtype)
     if not isinstance(ctas_per_sm, int) or not 1 <= ctas_per_sm <= MAX_CTAS_PER_SM:
-        raise ValueError(f"ctas_per_sm must be an int from 1 to {MAX_CTAS_PER_SM}; "
-                         f"got {ctas_per_sm!r}")
+        raise ValueError(
+            f"ctas_per_sm must be an int from 1 to {MAX_CTAS_PER_SM}; got {ctas_per_sm!r}"
+        )
     if workers is not None and ctas_per_sm != 1:
-        raise ValueError(f"stream-K runs one worker per SM: ctas_per_sm must be 1 with workers; "
-                         f"got {ctas_per_sm}")
+        raise ValueError(
+            f"stream-K runs one worker per SM: ctas_per_sm must be 1 with workers; "
+            f"got {ctas_per_sm}"
+        )
     if not isinstance(t_column_order, bool):
         raise TypeError(f"t_column_order must be a bool; got {t_column_order!r}")
     if workers is not None and t_column_order:
-        raise ValueError("t_column_order orders one CTA per tile; stream-K's workers (workers="
-                         f"{tuple(workers)}) take ranges of k-iterations in grouped order")
+        raise ValueError(
+            "t_column_order orders one CTA per tile; stream-K's workers (workers="
+            f"{tuple(workers)}) take ranges of k-iterations in grouped order"
+        )
     (M, K1), (K2, N) = a.shape, c.shape
     if workers is not None:
         workers = tuple(workers)
@@ -712,13 +925,17 @@ def plan_fused(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, 
         for name, count, tile_count, inner in zip(("T", "D"), workers, tiles, (K1, K2)):
             most = tile_count * cdiv(inner, config.block_k)  # one k-iteration each
             if not isinstance(count, int) or not 1 <= count <= most:
-                raise ValueError(f"workers for {name} must be an int from 1 to {most} (its "
-                                 f"tiles' k-iterations), so that none is idle; got {count!r}")
+                raise ValueError(
+                    f"workers for {name} must be an int from 1 to {most} (its "
+                    f"tiles' k-iterations), so that none is idle; got {count!r}"
+                )
         needed = int(np.prod(partials_shape(config, workers)))
         if partials is None or partials.span < needed or partials.dtype != a.dtype:
             got = "none" if partials is None else f"{partials.span} {partials.dtype}"
-            raise ValueError(f"partials must hold {needed} {a.dtype} elements for {workers} "
-                             f"workers (partials_shape); got {got}")
+            raise ValueError(
+                f"partials must hold {needed} {a.dtype} elements for {workers} "
+                f"workers (partials_shape); got {got}"
+            )
     slots = sync_slots(M, config, workers)
     if sync.span < slots:
         raise ValueError(f"sync holds {sync.span} counters; the launch needs {slots}")
@@ -726,24 +943,41 @@ def plan_fused(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, 
         raise ValueError(f"t must be {M} x {K2} (A @ B); got {t.shape[0]} x {t.shape[1]}")
     shared = config.shared_bytes(a.dtype)
     if shared > STATIC_SHARED_LIMIT and shared > (limit := shared_memory_limit()):
-        raise ValueError(f"fused config {config.label()} needs {shared} bytes of shared memory per "
-                         f"block for {a.dtype}; this device allows {limit}")
+        raise ValueError(
+            f"fused config {config.label()} needs {shared} bytes of shared memory per "
+            f"block for {a.dtype}; this device allows {limit}"
+        )
     # No more CTAs per SM than asked for: where more fit, the block scheduler may put two T
-    # tiles on one SM while others hold only D tiles that wait for them (module docstring).
+    # tiles on one SM while others hold only D tiles that wait for them.
     shared = at_most_on_multiprocessor(shared, shared_memory_per_multiprocessor(), ctas_per_sm)
-    modes = (*operand_modes(a, b, t),  # T as phase 1's output ...
-             *operand_modes(t, c, d))  # ... and as phase 2's A operand
+    modes = (
+        *operand_modes(a, b, t),  # T as phase 1's output ...
+        *operand_modes(t, c, d),
+    )  # ... and as phase 2's A operand
     operands = (a, *a.strides, b, *b.strides, c, *c.strides, d, *d.strides, t, *t.strides)
     # Without edge code where the tiles fit (half the binary, and faster: tiled.whole_tiles).
     # Stream-K's segments are whole k-tiles, which split-k groups would cut unevenly.
-    interiors = tuple(whole and (workers is None or config.split_k == 1)
-                      for whole in whole_products(config, M, K1, K2, N))
+    interiors = tuple(
+        whole and (workers is None or config.split_k == 1)
+        for whole in whole_products(config, M, K1, K2, N)
+    )
     programmatic = programmatic_launch()
     if workers is None:
         kernel = _fused_kernel(config, a.dtype, interiors, programmatic, t_column_order, *modes)
-        return kernel_launch(kernel, sum(fused_tiles_per_product(config, M, K2, N)),
-                             config.cta_threads, shared, (*operands, sync, M, K1, K2, N),
-                             programmatic)
+        return kernel_launch(
+            kernel,
+            sum(fused_tiles_per_product(config, M, K2, N)),
+            config.cta_threads,
+            shared,
+            (*operands, sync, M, K1, K2, N),
+            programmatic,
+        )
     kernel = _stream_k_kernel(config, a.dtype, interiors, programmatic, *modes)
-    return kernel_launch(kernel, sum(workers), config.cta_threads, shared,
-                         (*operands, partials, sync, M, K1, K2, N, *workers), programmatic)
+    return kernel_launch(
+        kernel,
+        sum(workers),
+        config.cta_threads,
+        shared,
+        (*operands, partials, sync, M, K1, K2, N, *workers),
+        programmatic,
+    )

@@ -3,14 +3,14 @@
 Counts are in matrix elements (multiply by the item size for bytes), for
 C (M x N) = A (M x K) @ B (K x N), the nest ``C(i,j) = C(i,j) + A(i,k) * B(k,j)``:
 
-=========  ============================  ===========================  ==================================
-order      loop nest (outer -> inner)    held in a register           ``vector`` cache / ``full`` cache
-=========  ============================  ===========================  ==================================
-``mnk``    i, j, k                       C(i, j) (invariant in k)     row A(i, :) / + all of B
-``nmk``    j, i, k                       C(i, j)                      column B(:, j) / + all of A
-``kmn``    k, i, j                       A(i, k) (invariant in j)     row B(k, :) / + all of C
-``knm``    k, j, i                       B(k, j) (invariant in i)     column A(:, k) / + all of C
-=========  ============================  ===========================  ==================================
+=========  ===================  ==========================  ==================================
+order      loops, outer first   held in a register          ``vector`` cache / ``full`` cache
+=========  ===================  ==========================  ==================================
+``mnk``    i, j, k              C(i, j) (invariant in k)    row A(i, :) / + all of B
+``nmk``    j, i, k              C(i, j)                     column B(:, j) / + all of A
+``kmn``    k, i, j              A(i, k) (invariant in j)    row B(k, :) / + all of C
+``knm``    k, j, i              B(k, j) (invariant in i)    column A(:, k) / + all of C
+=========  ===================  ==========================  ==================================
 
 ``cache="none"`` holds only the register. Honest counting rules, applied
 alike by the closed forms (:func:`traffic`) and the executed nest
@@ -177,30 +177,46 @@ def seed_traffic(order: str, M: int, N: int, K: int, cache: str = "none") -> Tra
 
 
 ERRATA = (
-    ("K-M-N and K-N-M, caches none and vector",
-     "C_w = MNK, total = 2MNK+MK / 2MNK+KN (none), MNK+MK+KN (vector); no C reads",
-     "every k step after the first reads the partial sum back: C_r = MN(K-1), so the totals "
-     "are 3MNK-MN+MK / 3MNK-MN+KN (none) and 2MNK-MN+MK+KN (vector); intensity is lower than "
-     "the seed says (about 2/3 and 1 instead of 1 and 2)"),
-    ("K-N-M, cache vector, text",
-     "'B 的每个元素只需读取一次, 即 MK 次'",
-     "B is read KN times (its formula B_r = KN is right)"),
-    ("K-N-M, cache full, text",
-     "'A[K] ... 即 KN 次', 'B ... 即 MK 次'",
-     "swapped: A is read MK times and B KN times (the formulas are right)"),
-    ("N-M-K, code",
-     "for (int j = 0; j < N; n++)",
-     "the loop increments n, not j: for (int j = 0; j < N; j++)"),
-    ("M-N-K and N-M-K, column-major B listing",
-     "[..., b_{1M}, b_{2M}, ..., b_{KM}]",
-     "B has N columns: [..., b_{1N}, b_{2N}, ..., b_{KN}]"),
-    ("K-M-N and K-N-M, row-major B listing",
-     "[..., b_{K1}, b_{K2}, ..., b_{KM}]",
-     "B's last row ends at b_{KN}"),
-    ("K-M-N, caches vector and full, text",
-     "'B[j] 可以缓存', 'B 的第 j 行'",
-     "the cached vector is B's k-th row, B(k, :), the row the inner i, j loops reuse"),
-    ("N-M-K, cache full, text",
-     "'A[i] 和 B 可以缓存在缓存中'",
-     "the scenario caches all of A and the column B(:, j)"),
+    (
+        "K-M-N and K-N-M, caches none and vector",
+        "C_w = MNK, total = 2MNK+MK / 2MNK+KN (none), MNK+MK+KN (vector); no C reads",
+        "every k step after the first reads the partial sum back: C_r = MN(K-1), so the totals "
+        "are 3MNK-MN+MK / 3MNK-MN+KN (none) and 2MNK-MN+MK+KN (vector); intensity is lower than "
+        "the seed says (about 2/3 and 1 instead of 1 and 2)",
+    ),
+    (
+        "K-N-M, cache vector, text",
+        "'B 的每个元素只需读取一次, 即 MK 次'",
+        "B is read KN times (its formula B_r = KN is right)",
+    ),
+    (
+        "K-N-M, cache full, text",
+        "'A[K] ... 即 KN 次', 'B ... 即 MK 次'",
+        "swapped: A is read MK times and B KN times (the formulas are right)",
+    ),
+    (
+        "N-M-K, code",
+        "for (int j = 0; j < N; n++)",
+        "the loop increments n, not j: for (int j = 0; j < N; j++)",
+    ),
+    (
+        "M-N-K and N-M-K, column-major B listing",
+        "[..., b_{1M}, b_{2M}, ..., b_{KM}]",
+        "B has N columns: [..., b_{1N}, b_{2N}, ..., b_{KN}]",
+    ),
+    (
+        "K-M-N and K-N-M, row-major B listing",
+        "[..., b_{K1}, b_{K2}, ..., b_{KM}]",
+        "B's last row ends at b_{KN}",
+    ),
+    (
+        "K-M-N, caches vector and full, text",
+        "'B[j] 可以缓存', 'B 的第 j 行'",
+        "the cached vector is B's k-th row, B(k, :), the row the inner i, j loops reuse",
+    ),
+    (
+        "N-M-K, cache full, text",
+        "'A[i] 和 B 可以缓存在缓存中'",
+        "the scenario caches all of A and the column B(:, j)",
+    ),
 )
