@@ -43,7 +43,7 @@ test: $(STAMP)
 test-gpu: $(STAMP)-gpu
 	$(PY) -m pytest -q
 
-# On a GPU machine: the benchmark suite; writes benchmarks/results/<date>-<device>.json.
+# On a GPU machine: the pytest benchmark suites; each writes benchmarks/results/<suite>/<device>.json.
 bench: $(STAMP)-gpu
 	$(PY) -m pytest -q benchmarks
 

@@ -11,7 +11,7 @@ runs exactly this). ``run`` launches the tiled kernel once per (shape, group_m) 
 (each specialisation is compiled first, outside the profiled launch); ``summarize``
 pairs ncu's rows with the cases, adds numba_gemm.model.problem_dram_bytes (the
 seed's ideal-cache count, wave by wave) and writes
-``RESULTS_DIR/<date>-<device>-l2_ordering.json`` (``timing.results_file``, as every benchmark
+``RESULTS_DIR/l2_ordering/<device>.json`` (``timing.results_file``, as every benchmark
 names its results) with the device and the versions.
 ``--clock-control none`` leaves the GPU's clocks as they are (ncu would lock them).
 """

@@ -8,7 +8,7 @@ once with every dense layer's ``dot_general`` from ``jax_bridge`` (forward and
 backward run numba-gemm's kernels), once with ``lax.dot_general`` at
 ``precision="highest"`` (cuBLAS, true fp32). Both are jitted training steps.
 Prints the loss curves side by side and writes them to
-``<DIR>/<date>-<device>-mlp_training.json``. ``tests/test_gpu_bridge.py`` runs
+``<DIR>/mlp_training/<device>.json``. ``tests/test_gpu_bridge.py`` runs
 :func:`compare` and checks the curves agree within :data:`LOSS_TOLERANCE`.
 """
 

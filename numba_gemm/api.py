@@ -31,8 +31,8 @@ __all__ = [
 
 ALGORITHMS = ("auto", "tiled") + tuple(LOOP_ORDERS)
 
-# "auto" runs the tiled kernel from this many multiply-adds on (64^3); below it a
-# 128 x 128 tile is mostly empty and one thread per element does as well.
+# "auto" runs the tiled kernel from this many multiply-adds on (64^3); below it a large tile
+# is mostly empty and one thread per element does as well (docs/design/loop-orders.md).
 TILED_FROM_MACS = 64**3
 
 

@@ -302,7 +302,7 @@ class _Intermediates:
         return held
 
 
-INTERMEDIATES_KEPT = 8
+INTERMEDIATES_KEPT = 8  # (stream, shape, dtype) entries: a model's few chains, not every size
 _INTERMEDIATES = _Intermediates()
 
 

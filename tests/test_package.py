@@ -122,9 +122,23 @@ def test_the_library_does_not_import_the_test_helpers():
                 ), f"{path} imports {names}"
 
 
-def test_the_version_is_defined_once_and_installed_as_such():
+def test_the_version_is_defined_once():
+    import tomllib
     from importlib import metadata
+    from pathlib import Path
 
     import jax_bridge
 
-    assert numba_gemm.__version__ == metadata.version("numba-gemm") == jax_bridge.__version__
+    root = Path(numba_gemm.__file__).parents[1]
+    pyproject = tomllib.loads((root / "pyproject.toml").read_text())
+    assert "version" not in pyproject["project"] and "version" in pyproject["project"]["dynamic"]
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {
+        "attr": "numba_gemm.__version__"
+    }
+    assert jax_bridge.__version__ == numba_gemm.__version__
+    assert f"## {numba_gemm.__version__} " in (root / "CHANGELOG.md").read_text()
+    try:
+        installed = metadata.version("numba-gemm")
+    except metadata.PackageNotFoundError:  # run from a checkout on PYTHONPATH (the GPU suite)
+        installed = numba_gemm.__version__
+    assert installed == numba_gemm.__version__

@@ -83,23 +83,8 @@ def _kernel(k_outer: bool, threads_along_n: bool):
     """Compile-time specialisation of the one loop-order kernel body."""
 
     @cuda.jit
-    def loop_order_kernel(
-        a,
-        stride_ab,
-        stride_am,
-        stride_ak,
-        b,
-        stride_bb,
-        stride_bk,
-        stride_bn,
-        c,
-        stride_cb,
-        stride_cm,
-        stride_cn,
-        M,
-        N,
-        K,
-    ):
+    def loop_order_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn,
+                          c, stride_cb, stride_cm, stride_cn, M, N, K):  # fmt: skip
         fast = cuda.blockIdx.x * BLOCK_FAST + cuda.threadIdx.x % BLOCK_FAST
         slow = cuda.blockIdx.y * BLOCK_SLOW + cuda.threadIdx.x // BLOCK_FAST
         if threads_along_n:
@@ -143,23 +128,6 @@ def plan_loop_order(order: str, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc) -> 
             f"{MAX_GRID_YZ * BLOCK_SLOW} (CUDA's grid y extent of {MAX_GRID_YZ} blocks of "
             f"{BLOCK_SLOW})"
         )
-    return kernel_launch(
-        _kernel(k_outer, threads_along_n),
-        grid,
-        BLOCK_FAST * BLOCK_SLOW,
-        0,
-        (
-            a,
-            a.batch_stride,
-            *a.strides,
-            b,
-            b.batch_stride,
-            *b.strides,
-            c,
-            c.batch_stride,
-            *c.strides,
-            M,
-            N,
-            K,
-        ),
-    )
+    return kernel_launch(_kernel(k_outer, threads_along_n), grid, BLOCK_FAST * BLOCK_SLOW, 0,
+                         (a, a.batch_stride, *a.strides, b, b.batch_stride, *b.strides,
+                          c, c.batch_stride, *c.strides, M, N, K))  # fmt: skip

@@ -213,8 +213,9 @@ class TileConfig:
         )
 
 
-# Fallbacks when the tuning caches have nothing for a device: the H200's winner at 2048^3
-# to 8192^3 for float32 (numba_gemm/tuned.json holds the per-size winners).
+# Fallbacks when the tuning caches have nothing for a device or its architecture: large tiles
+# that ran within 10% of cuBLAS from 2048^3 up on an H200, in 75 KB of shared memory per CTA
+# (float32), which GPUs from sm_80 on allow (docs/design/tiled-gemm.md).
 DEFAULT_CONFIGS = {
     np.dtype(np.float32): TileConfig(128, 256, 16, 8, 16, 3, 8),
     np.dtype(np.float64): TileConfig(64, 64, 8, 4, 4, 3, 8),
@@ -651,30 +652,9 @@ def mainloop(
         )
 
     @cuda.jit(device=True)
-    def accumulate(
-        acc,
-        a_frag,
-        b_frag,
-        a_regs,
-        b_regs,
-        smem,
-        base,
-        tid,
-        a,
-        a0,
-        stride_am,
-        stride_ak,
-        b,
-        b0,
-        stride_bk,
-        stride_bn,
-        m_left,
-        n_left,
-        K,
-        k_tiles,
-        thread_row,
-        thread_col,
-    ):
+    def accumulate(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, a, a0, stride_am,
+                   stride_ak, b, b0, stride_bk, stride_bn, m_left, n_left, K, k_tiles, thread_row,
+                   thread_col):  # fmt: skip
         for i in range(THREAD_M):  # nested: NVVM unrolls short loops, and a rolled loop
             for j in range(THREAD_N):  # would index acc at run time, forcing it out of registers
                 acc[i * THREAD_N + j] = 0
@@ -884,58 +864,15 @@ def tile_computer(
     store_c = tile_storer(config, dtype, c_mode, interior)
 
     @cuda.jit(device=True)
-    def sum_tile(
-        acc,
-        a_frag,
-        b_frag,
-        a_regs,
-        b_regs,
-        smem,
-        base,
-        tid,
-        group,
-        a,
-        a0,
-        stride_am,
-        stride_ak,
-        b,
-        b0,
-        stride_bk,
-        stride_bn,
-        M,
-        N,
-        K,
-        m0,
-        n0,
-        thread_row,
-        thread_col,
-    ):
+    def sum_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group, a, a0, stride_am,
+                 stride_ak, b, b0, stride_bk, stride_bn, M, N, K, m0, n0, thread_row,
+                 thread_col):  # fmt: skip
         # -- k loop: acc = A[m0:, k0:] @ B[k0:, n0:] (this group's slice of k) ----------------
         k0, k_len, k_tiles = k_slice(K, group)
-        accumulate(
-            acc,
-            a_frag,
-            b_frag,
-            a_regs,
-            b_regs,
-            smem,
-            base,
-            tid,
-            a,
-            a0 + m0 * stride_am + k0 * stride_ak,
-            stride_am,
-            stride_ak,
-            b,
-            b0 + n0 * stride_bn + k0 * stride_bk,
-            stride_bk,
-            stride_bn,
-            M - m0,
-            N - n0,
-            k_len,
-            k_tiles,
-            thread_row,
-            thread_col,
-        )
+        accumulate(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid,
+                   a, a0 + m0 * stride_am + k0 * stride_ak, stride_am, stride_ak,
+                   b, b0 + n0 * stride_bn + k0 * stride_bk, stride_bk, stride_bn,
+                   M - m0, N - n0, k_len, k_tiles, thread_row, thread_col)  # fmt: skip
         if SPLIT > 1:
             sum_partials(acc, smem, tid, group)
 
@@ -946,62 +883,12 @@ def tile_computer(
         )
 
     @cuda.jit(device=True)
-    def compute_tile(
-        acc,
-        a_frag,
-        b_frag,
-        a_regs,
-        b_regs,
-        smem,
-        base,
-        tid,
-        group,
-        a,
-        a0,
-        stride_am,
-        stride_ak,
-        b,
-        b0,
-        stride_bk,
-        stride_bn,
-        c,
-        c0,
-        stride_cm,
-        stride_cn,
-        M,
-        N,
-        K,
-        m0,
-        n0,
-        thread_row,
-        thread_col,
-    ):
-        sum_tile(
-            acc,
-            a_frag,
-            b_frag,
-            a_regs,
-            b_regs,
-            smem,
-            base,
-            tid,
-            group,
-            a,
-            a0,
-            stride_am,
-            stride_ak,
-            b,
-            b0,
-            stride_bk,
-            stride_bn,
-            M,
-            N,
-            K,
-            m0,
-            n0,
-            thread_row,
-            thread_col,
-        )
+    def compute_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group, a, a0,
+                     stride_am, stride_ak, b, b0, stride_bk, stride_bn, c, c0, stride_cm,
+                     stride_cn, M, N, K, m0, n0, thread_row, thread_col):  # fmt: skip
+        sum_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group, a, a0, stride_am,
+                 stride_ak, b, b0, stride_bk, stride_bn, M, N, K, m0, n0, thread_row,
+                 thread_col)  # fmt: skip
         # -- epilogue: registers -> C (group 0) ---------------------------------------------
         if group == 0:
             store_tile(c, c0, stride_cm, stride_cn, M, N, acc, m0, n0, thread_row, thread_col)
@@ -1062,23 +949,8 @@ def _kernel(
     overlap = overlap_launches(programmatic)
 
     @kernel_jit(config.cta_threads)
-    def tiled_kernel(
-        a,
-        stride_ab,
-        stride_am,
-        stride_ak,
-        b,
-        stride_bb,
-        stride_bk,
-        stride_bn,
-        c,
-        stride_cb,
-        stride_cm,
-        stride_cn,
-        M,
-        N,
-        K,
-    ):
+    def tiled_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn,
+                     c, stride_cb, stride_cm, stride_cn, M, N, K):  # fmt: skip
         smem = cuda.shared.array(0, dtype)
         acc = cuda.local.array(ACC_SIZE, SCALAR)
         a_frag = cuda.local.array(THREAD_M, SCALAR)
@@ -1098,36 +970,11 @@ def _kernel(
         overlap()
 
         # -- C tile = A[m0:, :] @ B[:, n0:], of this product of the batch ----------------------
-        compute_tile(
-            acc,
-            a_frag,
-            b_frag,
-            a_regs,
-            b_regs,
-            smem,
-            base,
-            tid,
-            group,
-            a,
-            pid_batch * stride_ab,
-            stride_am,
-            stride_ak,
-            b,
-            pid_batch * stride_bb,
-            stride_bk,
-            stride_bn,
-            c,
-            pid_batch * stride_cb,
-            stride_cm,
-            stride_cn,
-            M,
-            N,
-            K,
-            pid_m * BLOCK_M,
-            pid_n * BLOCK_N,
-            thread_row,
-            thread_col,
-        )
+        compute_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
+                     a, pid_batch * stride_ab, stride_am, stride_ak,
+                     b, pid_batch * stride_bb, stride_bk, stride_bn,
+                     c, pid_batch * stride_cb, stride_cm, stride_cn, M, N, K,
+                     pid_m * BLOCK_M, pid_n * BLOCK_N, thread_row, thread_col)  # fmt: skip
 
     return tiled_kernel
 
@@ -1148,27 +995,9 @@ def plan_tiled(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc) 
         config, a.dtype, *operand_modes(a, b, c), whole_tiles(config, M, N, K), programmatic
     )
     grid = (cdiv(M, config.block_m) * cdiv(N, config.block_n), c.batch)
-    return kernel_launch(
-        kernel,
-        grid,
-        config.cta_threads,
-        shared,
-        (
-            a,
-            a.batch_stride,
-            *a.strides,
-            b,
-            b.batch_stride,
-            *b.strides,
-            c,
-            c.batch_stride,
-            *c.strides,
-            M,
-            N,
-            K,
-        ),
-        programmatic,
-    )
+    return kernel_launch(kernel, grid, config.cta_threads, shared,
+                         (a, a.batch_stride, *a.strides, b, b.batch_stride, *b.strides,
+                          c, c.batch_stride, *c.strides, M, N, K), programmatic)  # fmt: skip
 
 
 def kernel_resources(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc) -> dict:

@@ -160,23 +160,8 @@ def _naive_kernel(dtype: np.dtype):
     SCALAR = dtype.type
 
     @cuda.jit
-    def naive_kernel(
-        a,
-        stride_am,
-        stride_ak,
-        b,
-        stride_bk,
-        stride_bn,
-        c,
-        stride_ck,
-        stride_cn,
-        d,
-        stride_dm,
-        stride_dn,
-        K1,
-        K2,
-        N,
-    ):
+    def naive_kernel(a, stride_am, stride_ak, b, stride_bk, stride_bn, c, stride_ck, stride_cn,
+                     d, stride_dm, stride_dn, K1, K2, N):  # fmt: skip
         row_ab = cuda.shared.array(0, dtype)  # this block's row of A @ B
         row = cuda.blockIdx.x
         col = cuda.threadIdx.x
@@ -409,28 +394,9 @@ def _fused_kernel(
     overlap = overlap_launches(programmatic)
 
     @kernel_jit(config.cta_threads)
-    def fused_kernel(
-        a,
-        stride_am,
-        stride_ak,
-        b,
-        stride_bk,
-        stride_bn,
-        c,
-        stride_ck,
-        stride_cn,
-        d,
-        stride_dm,
-        stride_dn,
-        t,
-        stride_tm,
-        stride_tk,
-        sync,
-        M,
-        K1,
-        K2,
-        N,
-    ):
+    def fused_kernel(a, stride_am, stride_ak, b, stride_bk, stride_bn, c, stride_ck, stride_cn,
+                     d, stride_dm, stride_dn, t, stride_tm, stride_tk, sync,
+                     M, K1, K2, N):  # fmt: skip
         smem = cuda.shared.array(0, dtype)
         # The CTA's ticket as (T tile?, pid_m, pid_x), and for a D tile where its row block's
         # counter wraps (step 3).
@@ -505,36 +471,10 @@ def _fused_kernel(
                     stride_cn,
                 )
                 out, stride_om, stride_on, cols, inner = d, stride_dm, stride_dn, N, K2
-            t_tile(
-                acc,
-                a_frag,
-                b_frag,
-                a_regs,
-                b_regs,
-                smem,
-                base,
-                tid,
-                group,
-                lhs,
-                0,
-                stride_lm,
-                stride_lk,
-                rhs,
-                0,
-                stride_rk,
-                stride_rn,
-                out,
-                0,
-                stride_om,
-                stride_on,
-                M,
-                cols,
-                inner,
-                m0,
-                x0,
-                thread_row,
-                thread_col,
-            )
+            t_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
+                   lhs, 0, stride_lm, stride_lk, rhs, 0, stride_rk, stride_rn,
+                   out, 0, stride_om, stride_on, M, cols, inner,
+                   m0, x0, thread_row, thread_col)  # fmt: skip
             if tile[TILE_IS_T] != 0:  # the ticket comes back from shared memory, as in step 3
                 count_up(sync, HEAD + tile[TILE_PID_M], cta_tid)
             else:
@@ -544,72 +484,20 @@ def _fused_kernel(
         # whole.
         elif is_t:
             # -- 2. a T tile: T[m0:, x0:] = A[m0:, :] @ B[:, x0:], then count it in ----------
-            t_tile(
-                acc,
-                a_frag,
-                b_frag,
-                a_regs,
-                b_regs,
-                smem,
-                base,
-                tid,
-                group,
-                a,
-                0,
-                stride_am,
-                stride_ak,
-                b,
-                0,
-                stride_bk,
-                stride_bn,
-                t,
-                0,
-                stride_tm,
-                stride_tk,
-                M,
-                K2,
-                K1,
-                m0,
-                x0,
-                thread_row,
-                thread_col,
-            )
+            t_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
+                   a, 0, stride_am, stride_ak, b, 0, stride_bk, stride_bn,
+                   t, 0, stride_tm, stride_tk, M, K2, K1,
+                   m0, x0, thread_row, thread_col)  # fmt: skip
             count_up(sync, HEAD + pid_m, cta_tid)
         else:
             # -- 3. a D tile: wait until the row block's T tiles are all in, then
             # D[m0:, x0:] = T[m0:, :] @ C[:, x0:], then count out of the row block's counter
             # (the last of its D tiles leaves it zero).
             wait_for_count(sync, HEAD + pid_m, chunks, cta_tid)
-            d_tile(
-                acc,
-                a_frag,
-                b_frag,
-                a_regs,
-                b_regs,
-                smem,
-                base,
-                tid,
-                group,
-                t,
-                0,
-                stride_tm,
-                stride_tk,
-                c,
-                0,
-                stride_ck,
-                stride_cn,
-                d,
-                0,
-                stride_dm,
-                stride_dn,
-                M,
-                N,
-                K2,
-                m0,
-                x0,
-                thread_row,
-                thread_col,
-            )
+            d_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
+                   t, 0, stride_tm, stride_tk, c, 0, stride_ck, stride_cn,
+                   d, 0, stride_dm, stride_dn, M, N, K2,
+                   m0, x0, thread_row, thread_col)  # fmt: skip
             # The count-out's operands come back from shared memory, not registers held
             # across the k loop, which needs every register (held, they moved shared loads
             # next to their FMAs and slowed the loop).
@@ -647,31 +535,9 @@ def _stream_k_kernel(
         return ticket - t_workers, d_workers, n_tiles, K2
 
     @kernel_jit(config.cta_threads)
-    def stream_k_kernel(
-        a,
-        stride_am,
-        stride_ak,
-        b,
-        stride_bk,
-        stride_bn,
-        c,
-        stride_ck,
-        stride_cn,
-        d,
-        stride_dm,
-        stride_dn,
-        t,
-        stride_tm,
-        stride_tk,
-        partials,
-        sync,
-        M,
-        K1,
-        K2,
-        N,
-        t_workers,
-        d_workers,
-    ):
+    def stream_k_kernel(a, stride_am, stride_ak, b, stride_bk, stride_bn, c, stride_ck,
+                        stride_cn, d, stride_dm, stride_dn, t, stride_tm, stride_tk, partials,
+                        sync, M, K1, K2, N, t_workers, d_workers):  # fmt: skip
         overlap()  # first of all, the ticket too (unlike the one-tile kernel)
         smem = cuda.shared.array(0, dtype)
         plan = cuda.shared.array(PLAN_SLOTS, np.int64)  # thread 0's bookkeeping, for the CTA
@@ -762,61 +628,15 @@ def _stream_k_kernel(
             )
             if plan[PLAN_TICKET] < t_workers:
                 # -- 3. T[m0:, x0:] += A[m0:, k0:] @ B[k0:, x0:] over this segment ---------
-                sum_t(
-                    acc,
-                    a_frag,
-                    b_frag,
-                    a_regs,
-                    b_regs,
-                    smem,
-                    base,
-                    tid,
-                    group,
-                    a,
-                    k0 * stride_ak,
-                    stride_am,
-                    stride_ak,
-                    b,
-                    k0 * stride_bk,
-                    stride_bk,
-                    stride_bn,
-                    M,
-                    K2,
-                    k_len,
-                    m0,
-                    x0,
-                    thread_row,
-                    thread_col,
-                )
+                sum_t(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
+                      a, k0 * stride_ak, stride_am, stride_ak, b, k0 * stride_bk, stride_bk,
+                      stride_bn, M, K2, k_len, m0, x0, thread_row, thread_col)  # fmt: skip
             else:
                 # -- 4. a D segment waits until its row block's T tiles are all in ----------
                 wait_for_count(sync, HEAD + plan[PLAN_PID_M], chunks, cta_tid)
-                sum_d(
-                    acc,
-                    a_frag,
-                    b_frag,
-                    a_regs,
-                    b_regs,
-                    smem,
-                    base,
-                    tid,
-                    group,
-                    t,
-                    k0 * stride_tk,
-                    stride_tm,
-                    stride_tk,
-                    c,
-                    k0 * stride_ck,
-                    stride_ck,
-                    stride_cn,
-                    M,
-                    N,
-                    k_len,
-                    m0,
-                    x0,
-                    thread_row,
-                    thread_col,
-                )
+                sum_d(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
+                      t, k0 * stride_tk, stride_tm, stride_tk, c, k0 * stride_ck, stride_ck,
+                      stride_cn, M, N, k_len, m0, x0, thread_row, thread_col)  # fmt: skip
             slot = plan[PLAN_TICKET]
             is_t = slot < t_workers
             if plan[PLAN_END] < plan[PLAN_TILE_BEGIN] + plan[PLAN_K_ITERS]:
@@ -871,19 +691,10 @@ def partials_shape(config: TileConfig, workers: tuple[int, int]) -> tuple[int, i
     return sum(workers), config.block_m * config.block_n
 
 
-def plan_fused(
-    config: TileConfig,
-    a: MatrixDesc,
-    b: MatrixDesc,
-    c: MatrixDesc,
-    d: MatrixDesc,
-    t: MatrixDesc,
-    sync: MatrixDesc,
-    workers: tuple[int, int] | None = None,
-    partials: MatrixDesc | None = None,
-    ctas_per_sm: int = 1,
-    t_column_order: bool = False,
-) -> KernelLaunch:
+def plan_fused(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, d: MatrixDesc,
+               t: MatrixDesc, sync: MatrixDesc, workers: tuple[int, int] | None = None,
+               partials: MatrixDesc | None = None, ctas_per_sm: int = 1,
+               t_column_order: bool = False) -> KernelLaunch:  # fmt: skip
     """The fused kernel's launch on validated operands: D = (A @ B) @ C through ``t`` (M x
     K2, any strides: see :func:`intermediate_shape` for the fast layout). ``sync``: a uint32
     buffer of at least :func:`sync_slots` counters, all zero (and zero again after).
