@@ -106,7 +106,13 @@ def _demo_triple(size: int, rng, simulated: bool, reps: int) -> int:
     import numpy as np
 
     from . import triple
-    from .reference import make_chain, poisoned, relative_error, tolerance, triple_reference
+    from .reference import (
+        make_triple_operands,
+        poisoned,
+        relative_error,
+        tolerance,
+        triple_reference,
+    )
     from .timing import median_seconds
     from .triple_product import TRIPLE_ALGORITHMS, choose_order, choose_triple_algorithm
 
@@ -122,7 +128,9 @@ def _demo_triple(size: int, rng, simulated: bool, reps: int) -> int:
     for algorithm in TRIPLE_ALGORITHMS:
         for order in ("left", "right"):
             for layout in ("row", "mixed"):
-                a, b, c = make_chain(M, K1, K2, N, np.float32, layout, rng, to_device=not simulated)
+                a, b, c = make_triple_operands(
+                    M, K1, K2, N, np.float32, layout, rng, to_device=not simulated
+                )
                 out = poisoned((M, N), np.float32, to_device=not simulated)
                 try:
                     run = functools.partial(triple, a, b, c, out, algorithm=algorithm, order=order)

@@ -14,9 +14,9 @@ from .descriptor import transpose_view
 
 __all__ = [
     "LAYOUTS",
-    "CHAIN_LAYOUTS",
+    "TRIPLE_LAYOUTS",
     "make_operands",
-    "make_chain",
+    "make_triple_operands",
     "poisoned",
     "reference",
     "triple_reference",
@@ -73,7 +73,7 @@ def make_operands(
 
 
 # Layouts of A, B, C of a triple product (and of D: the last entry of LAYOUTS[name] or row).
-CHAIN_LAYOUTS = {
+TRIPLE_LAYOUTS = {
     "row": ("row", "row", "row"),
     "col": ("col", "col", "col"),
     "sliced": ("sliced", "sliced", "sliced"),
@@ -81,7 +81,7 @@ CHAIN_LAYOUTS = {
 }
 
 
-def make_chain(
+def make_triple_operands(
     M: int,
     K1: int,
     K2: int,
@@ -91,11 +91,11 @@ def make_chain(
     rng: np.random.Generator | None = None,
     to_device: bool = False,
 ):
-    """Fresh random A (M x K1), B (K1 x K2), C (K2 x N) in one of :data:`CHAIN_LAYOUTS`."""
+    """Fresh random A (M x K1), B (K1 x K2), C (K2 x N) in one of :data:`TRIPLE_LAYOUTS`."""
     rng = np.random.default_rng() if rng is None else rng
     return tuple(
         _view(rows, cols, view, rng.standard_normal, dtype, to_device)
-        for (rows, cols), view in zip(((M, K1), (K1, K2), (K2, N)), CHAIN_LAYOUTS[layout])
+        for (rows, cols), view in zip(((M, K1), (K1, K2), (K2, N)), TRIPLE_LAYOUTS[layout])
     )
 
 

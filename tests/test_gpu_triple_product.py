@@ -10,7 +10,7 @@ import numba_gemm.triple_product as triple_product
 from checks import assert_triple
 from numba_gemm.kernels.tiled import TileConfig
 from numba_gemm.launch import multiprocessors
-from numba_gemm.reference import make_chain, poisoned, relative_error
+from numba_gemm.reference import make_triple_operands, poisoned, relative_error
 from numba_gemm.triple_product import _COUNTERS, SMALL_FUSED_CONFIGS
 
 pytestmark = pytest.mark.gpu
@@ -36,14 +36,14 @@ RECTANGULAR = [
     ],
 )  # its limit
 def test_square(n, algorithm, rng):
-    a, b, c = make_chain(n, n, n, n, np.float32, "row", rng, to_device=True)
+    a, b, c = make_triple_operands(n, n, n, n, np.float32, "row", rng, to_device=True)
     out = poisoned((n, n), np.float32, to_device=True)
     numba_gemm.triple(a, b, c, out, algorithm=algorithm)
     assert_triple(out, a, b, c, np.float32)
 
 
 def test_naive_refuses_past_its_limit(rng):
-    a, b, c = make_chain(1025, 1025, 1025, 1025, np.float32, "row", rng, to_device=True)
+    a, b, c = make_triple_operands(1025, 1025, 1025, 1025, np.float32, "row", rng, to_device=True)
     with pytest.raises(ValueError, match="use algorithm='fused'"):
         numba_gemm.triple(a, b, c, algorithm="naive")
 
@@ -53,7 +53,7 @@ def test_naive_refuses_past_its_limit(rng):
 @pytest.mark.parametrize("shape", RECTANGULAR, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("algorithm", ["fused", "unfused"])
 def test_rectangular(algorithm, shape, order, layout, rng):
-    a, b, c = make_chain(*shape, np.float32, layout, rng, to_device=True)
+    a, b, c = make_triple_operands(*shape, np.float32, layout, rng, to_device=True)
     out = poisoned(
         (shape[0], shape[3]),
         np.float32,
@@ -81,7 +81,7 @@ def test_stream_k_rectangular(shape, order, rng, monkeypatch):
     config = TileConfig(64, 128, 16, 4, 8, 3, 8)
     M, K1, K2, N = shape if order == "left" else shape[::-1]
     assert triple_product.fused_workers(config, M, K1, K2, N) is not None
-    a, b, c = make_chain(*shape, np.float32, "mixed", rng, to_device=True)
+    a, b, c = make_triple_operands(*shape, np.float32, "mixed", rng, to_device=True)
     out = poisoned((shape[0], shape[3]), np.float32, to_device=True, layout="col")
     for _ in range(2):  # the counters and flags are zero again for the second launch
         numba_gemm.triple(a, b, c, out, algorithm="fused", order=order, config=config)
@@ -106,7 +106,7 @@ def test_small_chains_two_ctas_per_sm(n, layout, rng, monkeypatch):
     monkeypatch.setattr(
         triple_product, "plan_fused", lambda *args: launched.append(args) or plan_fused(*args)
     )
-    a, b, c = make_chain(n, n, n, n, np.float32, layout, rng, to_device=True)
+    a, b, c = make_triple_operands(n, n, n, n, np.float32, layout, rng, to_device=True)
     results = []
     for _ in range(2):
         out = poisoned((n, n), np.float32, to_device=True)
@@ -135,7 +135,7 @@ def test_every_fused_config(config, rng):
         3 * config.block_n,
     )
     for M, K1, K2, N in [(700, 333, 1000, 517), whole]:
-        a, b, c = make_chain(M, K1, K2, N, np.float32, "mixed", rng, to_device=True)
+        a, b, c = make_triple_operands(M, K1, K2, N, np.float32, "mixed", rng, to_device=True)
         out = poisoned((M, N), np.float32, to_device=True)
         numba_gemm.triple(a, b, c, out, algorithm="fused", order="left", config=config)
         assert_triple(out, a, b, c, np.float32)
@@ -143,14 +143,14 @@ def test_every_fused_config(config, rng):
 
 @pytest.mark.parametrize("algorithm", ["naive", "fused", "unfused"])
 def test_float64(algorithm, rng):
-    a, b, c = make_chain(300, 211, 401, 150, np.float64, "sliced", rng, to_device=True)
+    a, b, c = make_triple_operands(300, 211, 401, 150, np.float64, "sliced", rng, to_device=True)
     assert_triple(numba_gemm.triple(a, b, c, algorithm=algorithm), a, b, c, np.float64)
 
 
 def test_repeated_launches_keep_counters_zero(rng):
     """Back-to-back launches of different shapes on one stream reuse the counters."""
     chains = [
-        make_chain(*s, np.float32, "row", rng, to_device=True)
+        make_triple_operands(*s, np.float32, "row", rng, to_device=True)
         for s in [(1000, 64, 1000, 1000), (130, 500, 70, 900), (2048, 32, 512, 64)]
     ]
     outs = [numba_gemm.triple(*abc, algorithm="fused", order="left") for abc in chains * 3]
@@ -161,7 +161,7 @@ def test_repeated_launches_keep_counters_zero(rng):
 
 
 def test_host_arrays_on_gpu(rng):
-    a, b, c = make_chain(129, 65, 200, 33, np.float32, "sliced", rng)
+    a, b, c = make_triple_operands(129, 65, 200, 33, np.float32, "sliced", rng)
     out = poisoned((129, 33), np.float32, layout="sliced")
     assert numba_gemm.triple(a, b, c, out, algorithm="fused") is out
     assert_triple(out, a, b, c, np.float32)
@@ -183,7 +183,8 @@ def test_jax_bridge_native(algorithm, kernel_calls, rng):
 
     n = 1000 if algorithm == "naive" else 1025
     a, b, c = (
-        jax.device_put(x) for x in make_chain(n, n - 7, n + 3, n - 1, np.float32, "row", rng)
+        jax.device_put(x)
+        for x in make_triple_operands(n, n - 7, n + 3, n - 1, np.float32, "row", rng)
     )
     f = jax.jit(lambda a, b, c: jax_bridge.triple(a, b, c, algorithm=algorithm, order="left"))
     hlo = f.lower(a, b, c).compile().as_text()
@@ -203,7 +204,7 @@ def test_jax_bridge_fused_variants(n, rng):
     jax = pytest.importorskip("jax")
     import jax_bridge
 
-    a, b, c = (jax.device_put(x) for x in make_chain(n, n, n, n, np.float32, "row", rng))
+    a, b, c = (jax.device_put(x) for x in make_triple_operands(n, n, n, n, np.float32, "row", rng))
     f = jax.jit(lambda a, b, c: jax_bridge.triple(a, b, c, algorithm="fused", order="left"))
     assert f.lower(a, b, c).compile().as_text().count("triton_kernel_call_ffi") == 1
     for _ in range(2):
@@ -218,7 +219,9 @@ def test_jax_bridge_grad_and_right_order(rng):
 
     import jax_bridge
 
-    a, b, c = (jax.device_put(x) for x in make_chain(300, 20, 400, 10, np.float32, "row", rng))
+    a, b, c = (
+        jax.device_put(x) for x in make_triple_operands(300, 20, 400, 10, np.float32, "row", rng)
+    )
     d = jax.jit(jax_bridge.triple)(a, b, c)  # auto: the right order is cheaper
     assert_triple(np.asarray(d), np.asarray(a), np.asarray(b), np.asarray(c), np.float32)
     # A weighted sum: its gradients are products of the operands only (a loss like sum(sin(d))
@@ -240,7 +243,7 @@ def test_repeated_calls_reuse_a_prepared_launch(algorithm, rng, monkeypatch):
 
     from numba_gemm import triple_product
 
-    a, b, c = make_chain(300, 200, 500, 100, np.float32, "row", rng, to_device=True)
+    a, b, c = make_triple_operands(300, 200, 500, 100, np.float32, "row", rng, to_device=True)
     out = poisoned((300, 100), np.float32, to_device=True)
     plans = []
     plan_triple = triple_product.plan_triple
@@ -268,7 +271,7 @@ def test_repeated_calls_without_out_launch_into_a_fresh_output(
 ):
     from numba_gemm import triple_product
 
-    a, b, c = make_chain(300, 200, 500, 100, np.float32, "row", rng, to_device=True)
+    a, b, c = make_triple_operands(300, 200, 500, 100, np.float32, "row", rng, to_device=True)
     plans = []
     plan_triple = triple_product.plan_triple
     monkeypatch.setattr(

@@ -14,7 +14,7 @@ from checks import assert_product, assert_triple
 from numba_gemm import TileConfig, launch
 from numba_gemm.descriptor import describe
 from numba_gemm.kernels import tiled, triple_product
-from numba_gemm.reference import make_chain, make_operands, poisoned, relative_error
+from numba_gemm.reference import make_operands, make_triple_operands, poisoned, relative_error
 
 
 @pytest.mark.parametrize(
@@ -59,7 +59,7 @@ def test_kernels_built_for_programmatic_launch(layout, rng, monkeypatch):
     assert tiled.plan_tiled(config, *descs).programmatic is True
     numba_gemm.matmul(a, b, out, algorithm="tiled", config=config)
     assert_product(out, a, b, np.float32)
-    a, b, c = make_chain(19, 9, 21, 17, np.float32, layout, rng)
+    a, b, c = make_triple_operands(19, 9, 21, 17, np.float32, layout, rng)
     out = poisoned((19, 17), np.float32, layout=layout)
     numba_gemm.triple(a, b, c, out, algorithm="fused", config=config)
     assert_triple(out, a, b, c, np.float32)

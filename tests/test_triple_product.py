@@ -22,7 +22,7 @@ from numba_gemm.kernels.triple_product import (
     large_register_tiles,
 )
 from numba_gemm.launch import at_most_on_multiprocessor, shared_memory_per_multiprocessor, simulated
-from numba_gemm.reference import CHAIN_LAYOUTS, make_chain, poisoned
+from numba_gemm.reference import TRIPLE_LAYOUTS, make_triple_operands, poisoned
 from numba_gemm.triple_product import (
     _COUNTERS,
     _INTERMEDIATES,
@@ -52,18 +52,18 @@ def _ids(shape):
 @pytest.mark.parametrize("shape", SHAPES, ids=_ids)
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_triple_matches_float64_reference(algorithm, shape, order, rng):
-    a, b, c = make_chain(*shape, np.float32, "mixed", rng)
+    a, b, c = make_triple_operands(*shape, np.float32, "mixed", rng)
     out = poisoned((shape[0], shape[3]), np.float32, layout="col")  # NaN shows unwritten elements
     assert numba_gemm.triple(a, b, c, out, algorithm=algorithm, order=order) is out
     assert_triple(out, a, b, c, np.float32)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("layout", list(CHAIN_LAYOUTS))
+@pytest.mark.parametrize("layout", list(TRIPLE_LAYOUTS))
 @pytest.mark.parametrize("order", ["left", "right"])
 def test_fused_layouts_and_dtypes(order, layout, dtype, rng):
     shape = (19, 9, 20, 17)
-    a, b, c = make_chain(*shape, dtype, layout, rng)
+    a, b, c = make_triple_operands(*shape, dtype, layout, rng)
     out = poisoned((shape[0], shape[3]), dtype, layout=OUT_LAYOUT[layout])
     numba_gemm.triple(a, b, c, out, algorithm="fused", order=order)
     assert_triple(out, a, b, c, dtype)
@@ -76,7 +76,7 @@ def test_fused_with_split_k_groups(split_k, layout, rng):
     # three gets zeros past K1) whose partial tiles group 0 sums; 2 row blocks, 4 T tiles and 5
     # D tiles per row block.
     config = TileConfig(16, 16, 4, 4, 4, 2, 1, split_k=split_k)
-    a, b, c = make_chain(17, 13, 50, 70, np.float32, layout, rng)
+    a, b, c = make_triple_operands(17, 13, 50, 70, np.float32, layout, rng)
     out = poisoned((17, 70), np.float32, layout=layout)
     numba_gemm.triple(a, b, c, out, algorithm="fused", order="left", config=config)
     assert_triple(out, a, b, c, np.float32)
@@ -118,7 +118,7 @@ def test_fused_without_edge_code_where_tiles_are_whole(
     # One CTA per tile on a GPU too, where grids this small would otherwise run stream-K.
     monkeypatch.setattr(triple_product, "fused_workers", lambda *args: None)
     config = TileConfig(16, 16, 4, 4, 4, 2, 1, split_k=split_k)
-    a, b, c = make_chain(*shape, np.float32, "row", rng)
+    a, b, c = make_triple_operands(*shape, np.float32, "row", rng)
     out = poisoned((shape[0], shape[3]), np.float32, layout="row")
     numba_gemm.triple(a, b, c, out, algorithm="fused", order=order, config=config)
     assert_triple(out, a, b, c, np.float32)
@@ -136,7 +136,7 @@ def test_fused_with_t_in_column_order(shape, split_k, order, rng, monkeypatch):
     monkeypatch.setattr(triple_product, "fused_workers", lambda *args: None)  # one CTA per tile
     compiled = _record_fused_kernels(monkeypatch)
     config = TileConfig(16, 16, 4, 4, 4, 2, 2, split_k=split_k)
-    a, b, c = make_chain(*shape, np.float32, "row", rng)
+    a, b, c = make_triple_operands(*shape, np.float32, "row", rng)
     out = poisoned((shape[0], shape[3]), np.float32, layout="row")
     numba_gemm.triple(a, b, c, out, algorithm="fused", order=order, config=config)
     assert_triple(out, a, b, c, np.float32)
@@ -150,7 +150,7 @@ def test_fused_with_row_major_intermediate(order, layout, rng, monkeypatch):
     # row-major (intermediate_row_major): forced here, the kernel runs with a row-major T
     # whatever its operands' layout.
     monkeypatch.setattr(triple_product, "intermediate_row_major", lambda *operands: True)
-    a, b, c = make_chain(19, 9, 21, 17, np.float32, layout, rng)
+    a, b, c = make_triple_operands(19, 9, 21, 17, np.float32, layout, rng)
     out = poisoned((19, 17), np.float32, layout=layout)
     numba_gemm.triple(a, b, c, out, algorithm="fused", order=order)
     assert_triple(out, a, b, c, np.float32)
@@ -176,7 +176,7 @@ def test_fused_kernel_where_both_products_compile_to_one_tile_function(
     monkeypatch.setattr(triple_product, "fused_workers", lambda *args: None)  # one CTA per tile
     compiled = _record_fused_kernels(monkeypatch)
     config = TileConfig(16, 16, 4, 4, 4, 2, 1)
-    a, b, c = make_chain(*shape, dtype, "row", rng)
+    a, b, c = make_triple_operands(*shape, dtype, "row", rng)
     out = poisoned((shape[0], shape[3]), dtype, layout="row")
     numba_gemm.triple(a, b, c, out, algorithm="fused", order="left", config=config)
     assert_triple(out, a, b, c, dtype)
@@ -538,7 +538,7 @@ def test_fused_tiles_keep_tuned_tiles_that_cannot_narrow():
 
 @pytest.mark.parametrize("algorithm", ["naive", "unfused"])
 def test_float64_and_new_output(algorithm, rng):
-    a, b, c = make_chain(9, 17, 6, 13, np.float64, "sliced", rng)
+    a, b, c = make_triple_operands(9, 17, 6, 13, np.float64, "sliced", rng)
     d = numba_gemm.triple(a, b, c, algorithm=algorithm)
     assert isinstance(d, np.ndarray) and d.shape == (9, 13) and d.dtype == np.float64
     assert_triple(d, a, b, c, np.float64)
@@ -549,7 +549,7 @@ def test_fused_with_an_explicit_config(rng):
     config = TileConfig(
         block_m=16, block_n=32, block_k=8, thread_m=4, thread_n=4, stages=3, group_m=1
     )
-    a, b, c = make_chain(21, 13, 40, 35, np.float32, "row", rng)
+    a, b, c = make_triple_operands(21, 13, 40, 35, np.float32, "row", rng)
     out = poisoned((21, 35), np.float32)
     numba_gemm.triple(a, b, c, out, algorithm="fused", order="left", config=config)
     assert_triple(out, a, b, c, np.float32)
@@ -558,7 +558,7 @@ def test_fused_with_an_explicit_config(rng):
 def test_fused_leaves_its_counters_at_zero(rng):
     # Consecutive launches of different shapes share the counter buffer: each must find it zero.
     for shape in [(19, 9, 20, 17), (33, 5, 40, 3), (7, 3, 2, 9)]:
-        a, b, c = make_chain(*shape, np.float32, "row", rng)
+        a, b, c = make_triple_operands(*shape, np.float32, "row", rng)
         out = poisoned((shape[0], shape[3]), np.float32)
         numba_gemm.triple(a, b, c, out, algorithm="fused", order="left")
         assert_triple(out, a, b, c, np.float32)
@@ -591,7 +591,7 @@ def test_stream_k_matches_float64_reference(workers, order, rng, monkeypatch):
     shape = STREAM_K_SHAPE if order == "left" else STREAM_K_SHAPE[::-1]
     if order == "whole tiles":  # the kernel without edge code: 6 T and 6 D tiles of 4 and 12
         shape, order = (32, 16, 48, 48), "left"  # k-iterations, in 5 and 4 ranges
-    a, b, c = make_chain(*shape, np.float32, "mixed", rng)
+    a, b, c = make_triple_operands(*shape, np.float32, "mixed", rng)
     out = poisoned((shape[0], shape[3]), np.float32, layout="col")
     # The tiles the counts above assume, on a GPU too (where fused_config picks larger ones).
     numba_gemm.triple(a, b, c, out, algorithm="fused", order=order, config=SIMULATOR_FUSED_CONFIG)
@@ -610,7 +610,7 @@ def test_stream_k_with_split_k_groups_and_row_major_intermediate(variant, dtype,
         config = TileConfig(16, 16, 4, 4, 4, 2, 1, split_k=2)
     else:
         monkeypatch.setattr(triple_product, "intermediate_row_major", lambda *operands: True)
-    a, b, c = make_chain(*STREAM_K_SHAPE, dtype, "row", rng)
+    a, b, c = make_triple_operands(*STREAM_K_SHAPE, dtype, "row", rng)
     out = poisoned((STREAM_K_SHAPE[0], STREAM_K_SHAPE[3]), dtype)
     numba_gemm.triple(a, b, c, out, algorithm="fused", order="left", config=config)
     assert_triple(out, a, b, c, dtype)
@@ -662,15 +662,17 @@ def test_stream_k_plan_errors(workers, partials, message):
 @pytest.mark.parametrize("algorithm", ["fused", "unfused"])
 def test_calls_on_a_stream_share_their_intermediate(algorithm, rng):
     # T is kept per (stream, shape, dtype) between calls, and its old contents never leak in.
-    a, b, c = make_chain(19, 9, 20, 17, np.float32, "row", rng)
+    a, b, c = make_triple_operands(19, 9, 20, 17, np.float32, "row", rng)
     first = numba_gemm.triple(a, b, c, algorithm=algorithm, order="left")
     held = dict(_INTERMEDIATES._buffers)
-    a2, b2, c2 = make_chain(19, 9, 20, 17, np.float32, "row", rng)
+    a2, b2, c2 = make_triple_operands(19, 9, 20, 17, np.float32, "row", rng)
     second = numba_gemm.triple(a2, b2, c2, algorithm=algorithm, order="left")
     assert_triple(first, a, b, c, np.float32)
     assert_triple(second, a2, b2, c2, np.float32)
     assert all(_INTERMEDIATES._buffers[key] is buffer for key, buffer in held.items())
-    numba_gemm.triple(*make_chain(7, 3, 5, 2, np.float32, "row", rng), algorithm=algorithm)
+    numba_gemm.triple(
+        *make_triple_operands(7, 3, 5, 2, np.float32, "row", rng), algorithm=algorithm
+    )
     assert next(reversed(_INTERMEDIATES._buffers)) not in held  # a new shape, a new T
     assert len(_INTERMEDIATES._buffers) <= INTERMEDIATES_KEPT
 
@@ -691,7 +693,7 @@ def test_order_by_flop_count(shape, expected):
 
 
 def test_auto_is_correct_for_a_right_leaning_chain(rng):
-    a, b, c = make_chain(30, 3, 30, 2, np.float32, "row", rng)
+    a, b, c = make_triple_operands(30, 3, 30, 2, np.float32, "row", rng)
     assert choose_order(30, 3, 30, 2) == "right"
     assert_triple(numba_gemm.triple(a, b, c), a, b, c, np.float32)
 
