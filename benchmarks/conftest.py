@@ -127,6 +127,7 @@ def pytest_sessionfinish(session, exitstatus):
     rows = _with_ratios(_ROWS)
     device = _SESSION.get("device", {}).get("name", "unknown")
     out_dir = Path(os.environ.get("NUMBA_GEMM_RESULTS_DIR", Path(__file__).parent / "results"))
+    versions = stack_versions("pytest-benchmark")
     paths = []
     for suite in sorted({r["suite"] for r in rows}):
         paths.append(
@@ -136,7 +137,7 @@ def pytest_sessionfinish(session, exitstatus):
                 suite,
                 {
                     "device": _SESSION.get("device"),  # the session's record, not only the name
-                    "versions": stack_versions("pytest-benchmark"),
+                    "versions": versions,
                     "copy_bandwidth_bytes_per_s": _SESSION.get("copy_bandwidth_bytes_per_s"),
                     "timing": "pytest-benchmark medians over calibrated rounds of back-to-back "
                     "calls (median_s is per call); timer numba_gemm.timing.device_clock (CUDA "

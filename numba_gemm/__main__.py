@@ -197,7 +197,7 @@ def _demo_bridge(M: int, N: int, K: int, rng, simulated: bool, reps: int) -> int
                 )
             )
             x, y = jax.device_put(a), jax.device_put(b)
-            run = functools.partial(lambda fn, x, y: fn(x, y).block_until_ready(), fn, x, y)
+            run = functools.partial(_blocked, fn, x, y)
             seconds = median_seconds(run, warmup=1, reps=reps)
             ref = (a.T if transpose_a else a).astype(np.float64) @ (b.T if transpose_b else b)
             error = relative_error(fn(x, y), ref)
@@ -211,6 +211,11 @@ def _demo_bridge(M: int, N: int, K: int, rng, simulated: bool, reps: int) -> int
             )
     print("flags: N / T = a, b as stored / transposed (transpose_a, transpose_b)")
     return failures
+
+
+def _blocked(fn, *args):
+    """``fn(*args)``, waited for: a jitted call's time includes its GPU work."""
+    return fn(*args).block_until_ready()
 
 
 def model(args) -> int:

@@ -151,20 +151,24 @@ def draw(
     return path
 
 
+def _square(rows: list[dict]) -> list[dict]:
+    """The rows of square float32 products with row-major operands, no variant: the plots'."""
+    return [
+        r
+        for r in rows
+        if r["layout"] == "row"
+        and not r.get("variant")
+        and r["dtype"] == "float32"
+        and len(set(_shape(r))) == 1
+    ]
+
+
 def plot(rows: list[dict], path: str | Path) -> Path:
     """TFLOP/s against size (square fp32 row-major problems) per algorithm, cuBLAS included."""
     devices = list(dict.fromkeys(r["device"] for r in rows))
     lines = []
     for device in devices:
-        square = [
-            r
-            for r in rows
-            if r["device"] == device
-            and r["layout"] == "row"
-            and not r.get("variant")
-            and r["dtype"] == "float32"
-            and len(set(_shape(r))) == 1
-        ]
+        square = _square([r for r in rows if r["device"] == device])
         for algorithm in dict.fromkeys(r["algorithm"] for r in square):
             points = sorted((r["size"], r["tflops"]) for r in square if r["algorithm"] == algorithm)
             label = "cuBLAS (jnp.matmul, highest)" if algorithm == "jnp.matmul" else algorithm
@@ -346,9 +350,7 @@ def readme_plot(path: str | Path, results: str | Path | None = None) -> Path:
     """The README's plot: TFLOP/s of the tiled GEMM and cuBLAS against size (square float32,
     row-major), from the newest run of the ``tiled`` suite."""
     _, data = latest_run("tiled", results)
-    square = [
-        r for r in data["rows"] if r["layout"] == "row" and not r.get("variant") and r.get("size")
-    ]
+    square = _square(data["rows"])
     lines = []
     for algorithm, label in (
         ("tiled", "numba-gemm tiled"),
@@ -368,7 +370,7 @@ def readme_plot(path: str | Path, results: str | Path | None = None) -> Path:
 
 
 def main(args) -> int:
-    if getattr(args, "readme", False):
+    if args.readme:
         print(readme_table(args.results))
         if args.plot:
             print(f"plot: {readme_plot(args.plot, args.results)}")

@@ -55,15 +55,7 @@ def test_store_then_find_the_nearest_bucket(tmp_path):
     path = tmp_path / "cache.json"
     small, big = TileConfig(64, 64, 16, 4, 4, 3, 8), TileConfig(128, 256, 16, 8, 16, 3, 8)
     for shape, config in (((1024,) * 3, small), ((8192,) * 3, big)):
-        store(
-            path,
-            "GPU X",
-            "sm_90",
-            np.float32,
-            "row-row",
-            shape,
-            {"config": config, "seconds": 1.0, "tflops": 2.0},
-        )
+        _store(path, shape, config)
     entries = _load(path)
     assert json.loads(path.read_text())["format"] == 1
     nearest = lambda bucket, device="GPU X", arch="sm_90", layout="row-row": _nearest(  # noqa: E731
