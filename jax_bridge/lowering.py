@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import re
-import threading
 import zlib
 
 import jax
@@ -92,9 +91,21 @@ def _max_ptx_version() -> tuple[int, int] | None:
     return (major - 4, minor) if major >= 13 else None
 
 
-@functools.cache
+def _compute_capability() -> tuple[int, int]:
+    from numba import cuda
+
+    return tuple(cuda.get_current_device().compute_capability)
+
+
 def ptx_for(kernel, arg_kinds: tuple) -> tuple[str, str]:
-    """(PTX, entry name) of a kernel specialisation, compiled once, for the current GPU.
+    """(PTX, entry name) of a kernel specialisation for the current GPU, compiled once per
+    compute capability (:func:`_ptx_for`)."""
+    return _ptx_for(kernel, arg_kinds, _compute_capability())
+
+
+@functools.cache
+def _ptx_for(kernel, arg_kinds: tuple, cc: tuple[int, int]) -> tuple[str, str]:
+    """(PTX, entry name) of a kernel specialisation for compute capability ``cc``.
 
     The PTX is the code Numba's own launches run: where Numba links with LTO (its
     default wherever nvJitLink is installed, as on the GPU image), the PTX nvJitLink
@@ -102,12 +113,9 @@ def ptx_for(kernel, arg_kinds: tuple) -> tuple[str, str]:
     loops); else NVVM's PTX, which can compile to another, slower schedule
     (``docs/design/jax-bridge.md``).
     """
-    from numba import cuda
-
     from numba_gemm.launch import kernel_signature
 
     compiled = kernel.compile(kernel_signature(kernel, arg_kinds))
-    cc = cuda.get_current_device().compute_capability
     ptx = (
         compiled.inspect_lto_ptx(cc)
         if kernel.targetoptions.get("lto")
@@ -143,18 +151,17 @@ def xla_ptx(
 
 
 @functools.cache
-def _triton_kernel(kernel, arg_kinds: tuple, threads: int, shared: int):
-    """jaxlib's kernel object for one specialisation and block size."""
+def _triton_kernel(kernel, arg_kinds: tuple, threads: int, shared: int, cc: tuple[int, int]):
+    """jaxlib's kernel object for one specialisation, block size and compute capability."""
     from jax._src.lib import gpu_triton
-    from numba import cuda
 
     if threads % 32:
         raise ValueError(
             f"XLA's kernel call launches whole warps; this launch has {threads} "
             "threads per block (use lowering='callback' or another config)"
         )
-    ptx, name = ptx_for(kernel, arg_kinds)
-    major, minor = cuda.get_current_device().compute_capability
+    ptx, name = _ptx_for(kernel, arg_kinds, cc)
+    major, minor = cc
     # (name, num_warps, num_ctas, dynamic shared bytes, ptx, ttir, compute capability)
     return gpu_triton.TritonKernel(
         name, threads // 32, 1, shared, ptx, "", major * 10 + minor
@@ -170,7 +177,9 @@ def kernel_call(launch, zeroed: tuple[str, ...] = ()) -> tuple[object, str]:
     from numba_gemm.descriptor import MatrixDesc
     from numba_gemm.launch import numba_parameters
 
-    kernel, name = _triton_kernel(launch.kernel, launch.arg_kinds(), launch.block, launch.shared)
+    kernel, name = _triton_kernel(
+        launch.kernel, launch.arg_kinds(), launch.block, launch.shared, _compute_capability()
+    )
     # Each data pointer is the next XLA buffer; every other parameter is a constant.
     params = [
         gpu_triton.create_array_parameter(
@@ -203,8 +212,6 @@ def _native(ctx, lhs, rhs, gemm: StridedGemm, algorithm: str, config):
 
 # -- callbacks: Python launches the kernel ------------------------------------------------
 
-_SIMULATOR = threading.Lock()  # the simulator breaks under concurrent launches
-
 
 def _run_on_device(gemm: StridedGemm, algorithm: str, config, ctx, out, lhs, rhs) -> None:
     from numba_gemm.api import plan
@@ -217,6 +224,7 @@ def _run_on_device(gemm: StridedGemm, algorithm: str, config, ctx, out, lhs, rhs
 
 def _run_on_host(gemm: StridedGemm, algorithm: str, config, ctx, out, lhs, rhs) -> None:
     from numba_gemm.api import execute
+    from numba_gemm.launch import SIMULATOR_LOCK
 
     arrays = [np.asarray(x).reshape(-1) for x in (lhs, rhs, out)]
     descs = _descs(
@@ -226,7 +234,7 @@ def _run_on_host(gemm: StridedGemm, algorithm: str, config, ctx, out, lhs, rhs) 
         arrays=arrays,
         addresses=[x.ctypes.data for x in arrays],
     )
-    with _SIMULATOR:
+    with SIMULATOR_LOCK:  # XLA runs callbacks from several threads
         execute(*descs, algorithm, config)
 
 

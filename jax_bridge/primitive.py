@@ -21,6 +21,7 @@ functions are :func:`matmul`, :func:`dot_general` and :func:`make_dot_general`.
 from __future__ import annotations
 
 import functools
+import operator
 
 import jax
 import numpy as np
@@ -45,13 +46,13 @@ def _normalise(dimension_numbers, lhs_ndim: int, rhs_ndim: int):
     try:
         (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
         groups = [
-            tuple(int(a) for a in axes)
+            tuple(_axis(a) for a in axes)
             for axes in (lhs_contract, rhs_contract, lhs_batch, rhs_batch)
         ]
     except (TypeError, ValueError):
-        raise ValueError(
+        raise TypeError(
             "dimension_numbers must be ((lhs_contracting, rhs_contracting), "
-            f"(lhs_batch, rhs_batch)); got {dimension_numbers!r}"
+            f"(lhs_batch, rhs_batch)), each a sequence of int axes; got {dimension_numbers!r}"
         ) from None
     for name, axes, ndim in zip(
         ("lhs contracting", "rhs contracting", "lhs batch", "rhs batch"),
@@ -65,6 +66,20 @@ def _normalise(dimension_numbers, lhs_ndim: int, rhs_ndim: int):
         for axes, ndim in zip(groups, (lhs_ndim, rhs_ndim, lhs_ndim, rhs_ndim))
     )
     return (lhs_contract, rhs_contract), (lhs_batch, rhs_batch)
+
+
+def _axis(axis) -> int:
+    """An axis as an int: ints and NumPy ints, never a bool or a float (``operator.index``)."""
+    if isinstance(axis, (bool, np.bool_)):
+        raise TypeError(f"axis {axis!r} is a bool")
+    return operator.index(axis)
+
+
+def _flag(name: str, value) -> bool:
+    """A real boolean argument: a string such as ``"no"`` or a number would read as true."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool (True or False); got {value!r}")
+    return bool(value)
 
 
 def _check(lhs, rhs, dimension_numbers) -> None:
@@ -99,6 +114,8 @@ def _check(lhs, rhs, dimension_numbers) -> None:
 
 def _abstract_eval(lhs, rhs, *, dimension_numbers, algorithm, lowering, config):
     _check(lhs, rhs, dimension_numbers)
+    if config is not None:
+        config.check(lhs.dtype)  # at trace time, not as a failed launch at run time
     return jax.core.ShapedArray(output_shape(lhs.shape, rhs.shape, dimension_numbers), lhs.dtype)
 
 
@@ -251,6 +268,7 @@ def matmul(
     Differentiable (``grad``, ``jvp``, ``vjp``) and batchable (``vmap``).
     """
     options = _options(algorithm, lowering, config)
+    transpose_a, transpose_b = _flag("transpose_a", transpose_a), _flag("transpose_b", transpose_b)
     for name, x in (("a", a), ("b", b)):
         if np.ndim(x) != 2:
             raise ValueError(f"{name} must be 2-D (a matrix), got shape {np.shape(x)}")
@@ -271,6 +289,7 @@ def make_dot_general(
     the kernels always compute in full float32/float64 (never TF32).
     """
     options = _options(algorithm, lowering, config)
+    _flag("fallback", fallback)
 
     def numba_gemm_dot_general(
         lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, **kwargs

@@ -28,11 +28,12 @@ from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
 
 from numba_gemm.descriptor import SUPPORTED_DTYPES
+from numba_gemm.launch import SIMULATOR_LOCK
 
 from .lowering import (
-    _SIMULATOR,
     _check_device_backend,
     _check_host_backend,
+    _zeros,
     callback_lowering,
     kernel_call_lowering,
 )
@@ -61,8 +62,23 @@ def _check(a, b, c) -> None:
             raise TypeError(f"{p} is {x.dtype} but {q} is {y.dtype}; cast one so both dtypes match")
 
 
+def _check_plan(a, c, algorithm: str, order: str, config) -> None:
+    """The plan's own refusals at trace time: the config for the dtype, the naive kernel's
+    size limit for the order it runs."""
+    from numba_gemm.kernels.triple_product import check_naive
+    from numba_gemm.triple_product import resolve
+
+    if config is not None:
+        config.check(a.dtype)
+    (M, K1), (K2, N) = a.shape, c.shape
+    algorithm, order = resolve(M, K1, K2, N, algorithm, order, config, a.dtype)
+    if algorithm == "naive":
+        check_naive(*((K2, N) if order == "left" else (K1, M)), a.dtype)
+
+
 def _abstract_eval(a, b, c, *, algorithm, order, config):
     _check(a, b, c)
+    _check_plan(a, c, algorithm, order, config)
     return jax.core.ShapedArray((a.shape[0], c.shape[1]), a.dtype)
 
 
@@ -132,7 +148,7 @@ def _native(ctx, a, b, c, *, algorithm, order, config):
 def _run_on_host(algorithm, order, config, ctx, out, a, b, c) -> None:
     import numba_gemm
 
-    with _SIMULATOR:
+    with SIMULATOR_LOCK:
         numba_gemm.triple(
             np.asarray(a),
             np.asarray(b),
@@ -144,7 +160,15 @@ def _run_on_host(algorithm, order, config, ctx, out, a, b, c) -> None:
         )
 
 
+def _empty_chain(ctx) -> bool:
+    """An empty result, or an empty inner dimension (K1 or K2 = 0): zeros, no launch."""
+    (M, K1), (K2, N) = ctx.avals_in[0].shape, ctx.avals_in[2].shape
+    return 0 in (M, K1, K2, N)
+
+
 def _lower_cpu(ctx, a, b, c, *, algorithm, order, config):
+    if _empty_chain(ctx):
+        return _zeros(ctx.avals_out[0])(ctx, a, b, c)
     _check_host_backend()
     return callback_lowering(
         ctx, functools.partial(_run_on_host, algorithm, order, config), a, b, c
@@ -152,6 +176,8 @@ def _lower_cpu(ctx, a, b, c, *, algorithm, order, config):
 
 
 def _lower_gpu(ctx, a, b, c, **params):
+    if _empty_chain(ctx):
+        return _zeros(ctx.avals_out[0])(ctx, a, b, c)
     _check_device_backend()
     return _native(ctx, a, b, c, **params)
 

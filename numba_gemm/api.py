@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
+from numba import cuda
 
-from .descriptor import MatrixDesc, describe
+from .descriptor import ArrayDesc, MatrixDesc, current_device, describe, describe_array
 from .kernels.loop_orders import LOOP_ORDERS, plan_loop_order
 from .kernels.tiled import TileConfig, plan_tiled
-from .launch import KernelLaunch, allocate_output, device_operand, launch_kernel, simulated
+from .launch import (
+    MAX_GRID_YZ,
+    KernelLaunch,
+    allocate_array,
+    allocate_output,
+    device_operand,
+    launch_kernel,
+    serialised_on_simulator,
+    simulated,
+)
 from .prepared import PreparedCalls
 from .tuned_configs import config_for
 
@@ -22,8 +33,16 @@ __all__ = [
     "check_choice",
     "check_config",
     "check_pair",
+    "check_inner",
+    "check_current_device",
     "check_output",
+    "describe_matmul",
     "describe_product",
+    "fill_zeros",
+    "flipped_host",
+    "positive_host",
+    "through_fresh_out",
+    "Product",
     "plan",
     "execute",
     "run_in_memory_space",
@@ -52,15 +71,10 @@ def choose_algorithm(a: MatrixDesc, b: MatrixDesc) -> str:
     return "mnk"
 
 
-def check_pair(a: MatrixDesc, b: MatrixDesc) -> None:
-    """Errors naming both operands unless ``a @ b`` is defined: inner sizes, dtypes, memory
-    space."""
+def check_pair(a, b) -> None:
+    """Errors naming both operands unless they can meet in one product: dtypes, memory space,
+    device. (Inner sizes: :func:`check_inner`.)"""
     x, y = a.name, b.name
-    if a.shape[1] != b.shape[0]:
-        raise ValueError(
-            f"inner dimensions differ: {x} is {a.shape[0]}x{a.shape[1]} and {y} is "
-            f"{b.shape[0]}x{b.shape[1]}; {x}'s columns must equal {y}'s rows"
-        )
     if a.dtype != b.dtype:
         raise TypeError(f"{x} is {a.dtype} but {y} is {b.dtype}; cast one so both dtypes match")
     if a.on_device != b.on_device:
@@ -69,28 +83,68 @@ def check_pair(a: MatrixDesc, b: MatrixDesc) -> None:
             f"{x} is {where[a.on_device]} but {y} is {where[b.on_device]}; pass both on the "
             f"same side"
         )
+    if a.device != b.device:
+        raise ValueError(
+            f"{x} is on GPU {a.device} but {y} is on GPU {b.device}; move both to one device"
+        )
+    check_current_device(a)
 
 
-def check_output(
-    out: MatrixDesc,
-    shape: tuple[int, int],
-    dtype: np.dtype,
-    on_device: bool,
-    inputs: tuple[MatrixDesc, ...],
-) -> None:
-    if out.shape != shape:
-        raise ValueError(f"out has shape {out.shape}; the product needs {shape}")
+def check_current_device(x) -> None:
+    """``ValueError`` unless device memory ``x`` is on the current thread's device (kernels run
+    there, on its streams)."""
+    if x.on_device and not simulated() and x.device != (here := current_device()):
+        raise ValueError(
+            f"{x.name} is on GPU {x.device} but this thread's current device is GPU {here}; "
+            f"call under `with numba.cuda.gpus[{x.device}]:`"
+        )
+
+
+def check_inner(a: MatrixDesc, b: MatrixDesc) -> None:
+    """``ValueError`` naming both unless ``a``'s columns equal ``b``'s rows."""
+    x, y = a.name, b.name
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(
+            f"inner dimensions differ: {x} is {a.shape[0]}x{a.shape[1]} and {y} is "
+            f"{b.shape[0]}x{b.shape[1]}; {x}'s columns must equal {y}'s rows"
+        )
+
+
+READ_ONLY_OUT = (
+    "out is a read-only array (its producer forbids writes: a read-only NumPy array, a JAX "
+    "array, a read-only CUDA array interface); pass a writable one"
+)
+
+
+def check_output(out, shape: tuple, dtype: np.dtype, on_device: bool, inputs: tuple) -> None:
+    """``out`` (a :class:`MatrixDesc` or :class:`ArrayDesc`) can take the product: shape,
+    dtype, memory space and device, writable, no element reached twice, no input overlapped."""
+    if out.shape != tuple(shape):
+        raise ValueError(f"out has shape {out.shape}; the product needs {tuple(shape)}")
     if out.dtype != dtype:
         raise TypeError(f"out is {out.dtype}; the product is {dtype}")
     if out.on_device != on_device:
         side = "the GPU" if on_device else "the host"
         raise TypeError(f"out must live where the inputs do ({side})")
-    if not out.on_device and isinstance(out.source, np.ndarray) and not out.source.flags.writeable:
-        raise ValueError("out is a read-only array")
+    if inputs and out.device != inputs[0].device:
+        raise ValueError(
+            f"out is on GPU {out.device} but {inputs[0].name} is on GPU {inputs[0].device}"
+        )
+    if out.span == 0:  # no element: nothing to write, nothing to overlap
+        if out.readonly:
+            raise ValueError(READ_ONLY_OUT)
+        return
+    if any(s == 0 and n > 1 for n, s in zip(out.shape, out.strides)):
+        axis = next(i for i, (n, s) in enumerate(zip(out.shape, out.strides)) if s == 0 and n > 1)
+        raise ValueError(
+            f"out has stride 0 on axis {axis} (a broadcast view): distinct elements share memory"
+        )
     if out.has_internal_overlap():
         raise ValueError(
             f"out has strides {out.strides} under which distinct elements share memory"
         )
+    if out.readonly:
+        raise ValueError(READ_ONLY_OUT)
     for x in inputs:
         if out.overlaps(x):
             raise ValueError(
@@ -145,6 +199,7 @@ def plan(
     return plan_tiled(config, a, b, out)
 
 
+@serialised_on_simulator
 def matmul(
     a: Any,
     b: Any,
@@ -154,55 +209,73 @@ def matmul(
     config: TileConfig | None = None,
     stream: Any = 0,
 ) -> Any:
-    """C = A @ B for A (M x K) and B (K x N), float32 or float64, any positive strides.
+    """``a @ b`` with NumPy's ``matmul`` semantics, float32 or float64, any strides.
 
-    ``a``, ``b`` (and ``out``) are NumPy arrays or CUDA arrays (Numba, CuPy,
-    PyTorch, JAX, ...); all on the host or all on the GPU. The result comes
-    back in the inputs' memory space: in ``out`` when given, otherwise in a
-    new row-major array (a Numba device array for device inputs).
+    ``a`` (..., M, K) and ``b`` (..., K, N): matrices, or stacks of them whose leading (batch)
+    axes broadcast against each other; a 1-D ``a`` is a row (K,) and a 1-D ``b`` a column
+    (K,), their added axis dropped from the result, as in NumPy. The batch runs as one launch
+    wherever its axes fold into one stride in all three arrays (contiguous stacks, one operand
+    broadcast), else one launch per outer index. Zero-size dimensions give NumPy's result
+    (empty, or zeros when K = 0). Negative strides: NumPy arrays are copied to positive-strided
+    ones; device arrays are refused (``describe``).
 
-    ``algorithm``: ``"tiled"`` (shared-memory tiles, register blocking, a
-    cp.async pipeline and grouped CTA order: ``numba_gemm.kernels.tiled``),
-    ``"mnk"``, ``"nmk"``, ``"kmn"``, ``"knm"`` (seed 001's loop orders, see
-    ``numba_gemm.kernels.loop_orders``) or ``"auto"``: tiled for all but tiny
-    problems (:func:`choose_algorithm`). All checks run before any launch and
-    raise ``ValueError``/``TypeError`` naming the argument.
+    ``a``, ``b`` (and ``out``) are NumPy arrays or CUDA arrays (Numba, CuPy, PyTorch, JAX, ...);
+    all on the host or all on the current GPU. The result comes back in the inputs' memory
+    space: in ``out`` when given, otherwise in a new row-major array (a Numba device array for
+    device inputs).
 
-    ``config``: the tiled kernel's :class:`~numba_gemm.TileConfig`; by default
-    the tuned one for this device, dtype, layout and shape class
-    (:func:`numba_gemm.tuned_configs.config_for`). Only with ``algorithm="tiled"``/``"auto"``.
+    ``algorithm``: ``"tiled"`` (shared-memory tiles, register blocking, a cp.async pipeline and
+    grouped CTA order: ``numba_gemm.kernels.tiled``), ``"mnk"``, ``"nmk"``, ``"kmn"``, ``"knm"``
+    (seed 001's loop orders, see ``numba_gemm.kernels.loop_orders``) or ``"auto"``: tiled for all
+    but tiny problems (:func:`choose_algorithm`). All checks run before any launch and raise
+    ``ValueError``/``TypeError`` naming the argument.
 
-    ``stream``: the Numba stream the kernel runs on (default: the default
-    stream). Foreign device arrays offering DLPack are ordered before it;
-    device results are not synchronised, as with any kernel launch. A new device
-    result comes from the library's stream-ordered pool and goes back to it on
-    ``stream`` once dropped (``launch.new_device_array``).
+    ``config``: the tiled kernel's :class:`~numba_gemm.TileConfig`; by default the tuned one for
+    this device, dtype, layout and shape class (:func:`numba_gemm.tuned_configs.config_for`).
+    Only with ``algorithm="tiled"``/``"auto"``.
 
-    Repeated calls with the same Numba device arrays and arguments launch the plan
-    prepared by the first (``numba_gemm.prepared``): one ``cuLaunchKernel``.
+    ``stream``: the Numba stream the kernel runs on (default: the default stream). Foreign
+    device arrays offering DLPack are ordered before it; device results are not synchronised, as
+    with any kernel launch. A new device result comes from the library's stream-ordered pool and
+    goes back to it on ``stream`` once dropped (``launch.new_device_array``).
+
+    Repeated calls with the same Numba device arrays and arguments launch the plan prepared by
+    the first (``numba_gemm.prepared``): one ``cuLaunchKernel`` per launch. Safe from any number
+    of host threads (on the simulator the library serialises launches).
     """
     check_algorithm(algorithm, config)
     operands = (a, b)
     key = _CALLS.key(operands, out, (algorithm, config), stream)
     if key is not None and (result := _CALLS.run(key, operands, out, stream)) is not None:
         return result
-    (a_desc, b_desc), out_desc = describe_product((("a", a), ("b", b)), out, stream)
+    if flipped_host(out):
+        return through_fresh_out(
+            out,
+            lambda fresh: matmul(a, b, fresh, algorithm=algorithm, config=config, stream=stream),
+        )
+    product = describe_matmul(positive_host(a), positive_host(b), out, stream)
     if config is not None:
-        config.check(a_desc.dtype)
+        config.check(product.dtype)
+    parts = product.parts
     if key is None:
-        execute(a_desc, b_desc, out_desc, algorithm, config, stream)
+        for a_desc, b_desc, out_desc in parts:
+            execute(a_desc, b_desc, out_desc, algorithm, config, stream)
     else:
         _CALLS.prepare(
             key,
             operands,
             out,
-            [plan(a_desc, b_desc, out_desc, algorithm, config)],
-            (),
-            out_desc.shape,
-            out_desc.dtype,
+            [
+                plan(a_desc, b_desc, out_desc, algorithm, config)
+                for a_desc, b_desc, out_desc in parts
+            ],
+            product.keep,
+            product.out.shape,
+            product.dtype,
             stream,
+            product.out.address,
         )
-    return out_desc.source
+    return product.out.source
 
 
 # Repeated calls with the same Numba device arrays skip describing, checking and planning
@@ -210,16 +283,173 @@ def matmul(
 _CALLS = PreparedCalls()
 
 
+def flipped_host(x) -> bool:
+    """A NumPy array with a negative stride on an axis of extent > 1."""
+    return isinstance(x, np.ndarray) and any(s < 0 and n > 1 for n, s in zip(x.shape, x.strides))
+
+
+def positive_host(x):
+    """``x``, or for a NumPy array with negative strides a positive-strided copy of it (host
+    operands are copied to the GPU anyway; the kernels index from element (0, 0) forwards)."""
+    return np.ascontiguousarray(x) if flipped_host(x) else x
+
+
+def through_fresh_out(out: np.ndarray, compute: Callable[[np.ndarray], Any]) -> np.ndarray:
+    """``compute(fresh)`` into a fresh array of ``out``'s shape and dtype (where every check of
+    an output runs), then copied into ``out``, a NumPy view with negative strides."""
+    flipped = [axis for axis, stride in enumerate(out.strides) if stride < 0]
+    if describe_array(np.flip(out, flipped), "out").readonly:
+        raise ValueError(READ_ONLY_OUT)
+    out[...] = compute(np.empty(out.shape, out.dtype))
+    return out
+
+
+class Product(NamedTuple):
+    """A validated ``matmul``: ``parts``, the (a, b, out) descriptors of each launch (a batch of
+    products each; none for an empty result); ``out``, the whole result; ``keep``, buffers the
+    launches read that the caller must hold (the zero operands of K = 0)."""
+
+    parts: list
+    out: ArrayDesc
+    dtype: np.dtype
+    keep: tuple
+
+
+def describe_matmul(a: Any, b: Any, out: Any, stream: Any = 0) -> Product:
+    """Describe and check ``matmul``'s operands and output (NumPy's ``matmul`` rules: vectors
+    promoted, batch axes broadcast) and split the batch into launches.
+
+    1. Describe ``a`` and ``b`` (:func:`describe_array`); check dtypes, memory space, device.
+    2. Promote vectors: ``a`` (K,) is (1, K), ``b`` (K,) is (K, 1), with stride 0 on the added
+       axis; check the inner sizes and broadcast the batch axes.
+    3. Describe ``out`` (or allocate it row-major) and check it (:func:`check_output`).
+    4. Fold the batch axes: neighbours merge where each of the three arrays steps over the
+       inner one's whole extent with one step of the outer one (stride 0 broadcasts).
+    5. One part per index of the outer batch axes (and per ``MAX_GRID_YZ`` products of the
+       innermost, CUDA's limit on the launch's batch); none for an empty result; zero operands
+       (1 element, strides 0) for K = 0, so that the kernels write zeros.
+    """
+    a, b = describe_array(a, "a", stream), describe_array(b, "b", stream)
+    for x in (a, b):
+        if x.ndim == 0:
+            raise ValueError(
+                f"{x.name} is 0-D (a scalar); matmul takes arrays of at least 1 dimension "
+                "(multiply by a scalar with *)"
+            )
+    check_pair(a, b)
+    a_shape, a_strides = (a.shape, a.strides) if a.ndim > 1 else ((1, *a.shape), (0, *a.strides))
+    b_shape, b_strides = (b.shape, b.strides) if b.ndim > 1 else ((*b.shape, 1), (*b.strides, 0))
+    (M, K), (K_b, N) = a_shape[-2:], b_shape[-2:]
+    if K != K_b:
+        if a.ndim == b.ndim == 2:
+            check_inner(a.matrix(a.shape, a.strides), b.matrix(b.shape, b.strides))
+        raise ValueError(
+            f"inner dimensions differ: a {a.shape} has {K} columns but b {b.shape} has {K_b} "
+            f"rows; a's last axis must equal b's {'only' if b.ndim == 1 else 'second-to-last'}"
+        )
+    try:
+        batch_shape = np.broadcast_shapes(a_shape[:-2], b_shape[:-2])
+    except ValueError:
+        raise ValueError(
+            f"the batch axes of a {a.shape} and b {b.shape} do not broadcast: "
+            f"{a_shape[:-2]} against {b_shape[:-2]}"
+        ) from None
+    out_shape = batch_shape + ((M,) if a.ndim > 1 else ()) + ((N,) if b.ndim > 1 else ())
+    if out is None:
+        out = allocate_array(out_shape, a.dtype, a.on_device, stream=stream)
+    else:
+        out = describe_array(out, "out", stream)
+        check_output(out, out_shape, a.dtype, a.on_device, (a, b))
+    # out's strides as (batch..., M, N), 0 on an axis a vector dropped
+    out_strides = list(out.strides[: len(batch_shape)])
+    out_strides += [out.strides[len(batch_shape)] if a.ndim > 1 else 0]
+    out_strides += [out.strides[-1] if b.ndim > 1 else 0]
+
+    def batch_strides(shape, strides):  # per batch axis of the result; 0 where broadcast
+        lead = len(batch_shape) - (len(shape) - 2)
+        return [
+            0 if i < lead or shape[i - lead] == 1 else strides[i - lead]
+            for i in range(len(batch_shape))
+        ]
+
+    loops = [
+        (n, strides)
+        for n, strides in zip(
+            batch_shape,
+            zip(
+                batch_strides(a_shape, a_strides),
+                batch_strides(b_shape, b_strides),
+                out_strides[: len(batch_shape)],
+            ),
+        )
+        if n != 1
+    ]
+    dtype, keep = a.dtype, ()
+    if out.span == 0:  # M, N or a batch extent is 0: nothing to compute
+        return Product([], out, dtype, keep)
+    a_mat = (a, (M, K), tuple(a_strides[-2:]))
+    b_mat = (b, (K, N), tuple(b_strides[-2:]))
+    if K == 0:  # every element of the result is an empty sum: 0
+        zero = _zero_element(dtype, a.on_device, stream)
+        keep = (zero,)
+        a_mat, b_mat = (zero, (M, 1), (0, 0)), (zero, (1, N), (0, 0))
+        loops = [(n, (0, 0, s_out)) for n, (_, _, s_out) in loops]
+    loops = _folded(loops)
+    parts = []
+    inner = loops[-1] if loops else (1, (0, 0, 0))
+    outer = loops[:-1]
+    for index in itertools.product(*(range(n) for n, _ in outer)):
+        offsets = [sum(i * s[k] for i, (_, s) in zip(index, outer)) for k in range(3)]
+        for first in range(0, inner[0], MAX_GRID_YZ):
+            batch = min(MAX_GRID_YZ, inner[0] - first)
+            parts.append(
+                tuple(
+                    array.matrix(
+                        shape, strides, batch, inner[1][k], offsets[k] + first * inner[1][k]
+                    )
+                    for k, (array, shape, strides) in enumerate(
+                        (a_mat, b_mat, (out, (M, N), tuple(out_strides[-2:])))
+                    )
+                )
+            )
+    return Product(parts, out, dtype, keep)
+
+
+def _folded(loops: list) -> list:
+    """Batch loops (extent, (stride in a, in b, in out)), outermost first, with neighbours
+    merged wherever every array steps over the inner loop's whole extent with one outer step."""
+    folded: list = []
+    for extent, strides in loops:
+        if folded:
+            outer_extent, outer_strides = folded[-1]
+            if all(so == si * extent for so, si in zip(outer_strides, strides)):
+                folded[-1] = (outer_extent * extent, strides)
+                continue
+        folded.append((extent, strides))
+    return folded
+
+
+def _zero_element(dtype: np.dtype, on_device: bool, stream: Any = 0) -> ArrayDesc:
+    """One element 0 in the operands' memory space: with strides 0 it is a zero matrix of any
+    shape, the operand of a K = 0 product."""
+    zero = np.zeros(1, dtype)
+    if on_device:
+        zero = cuda.to_device(zero, stream=stream)
+    return describe_array(zero, "zero", stream)
+
+
 def describe_product(
     operands: tuple, out: Any, stream: Any = 0
 ) -> tuple[list[MatrixDesc], MatrixDesc]:
     """Describe and check the matrices of a product ``operands[0] @ operands[1] @ ...``
     (``(name, object)`` pairs) and its output: each neighbouring pair must multiply
-    (:func:`check_pair`); ``out`` is checked (:func:`check_output`), or allocated in the
-    operands' memory space when None. Returns (operand descriptors, output descriptor)."""
+    (:func:`check_pair`, :func:`check_inner`); ``out`` is checked (:func:`check_output`), or
+    allocated in the operands' memory space when None. Returns (operand descriptors, output
+    descriptor)."""
     descs = [describe(x, name, stream) for name, x in operands]
     for left, right in zip(descs, descs[1:]):
         check_pair(left, right)
+        check_inner(left, right)
     shape, dtype, on_device = (
         (descs[0].shape[0], descs[-1].shape[1]),
         descs[0].dtype,
@@ -230,6 +460,16 @@ def describe_product(
     out_desc = describe(out, "out", stream)
     check_output(out_desc, shape, dtype, on_device, tuple(descs))
     return descs, out_desc
+
+
+def fill_zeros(out: MatrixDesc, stream: Any = 0) -> list:
+    """Write 0 to every element of ``out`` (the result of a product with an empty inner
+    dimension) with the product kernels on zero operands; returns what the launches read,
+    for the caller to hold."""
+    zero = _zero_element(out.dtype, out.on_device, stream)
+    M, N = out.shape
+    execute(zero.matrix((M, 1), (0, 0)), zero.matrix((1, N), (0, 0)), out, "auto", None, stream)
+    return [zero]
 
 
 def execute(

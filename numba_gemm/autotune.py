@@ -14,11 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .api import plan
+from .api import check_choice, plan
 from .descriptor import describe
-from .kernels.tiled import kernel_resources
+from .kernels.tiled import TileConfig, kernel_resources
 from .launch import PreparedLaunch, shared_memory_limit, simulated
-from .reference import make_operands, poisoned, reference, relative_error, tolerance
+from .reference import LAYOUTS, make_operands, poisoned, reference, relative_error, tolerance
 from .timing import median_seconds
 from .tuned_configs import SEARCH_SPACE, cache_path, device_key, layout_key, store
 
@@ -43,23 +43,37 @@ def tune(
     ``layout``: one of ``numba_gemm.reference.LAYOUTS`` (operands are fresh random
     device arrays in that layout). ``configs``: the candidates (default
     :data:`SEARCH_SPACE` for ``dtype``), those that do not fit this device are
-    skipped. Each is compiled, checked against float64 NumPy on sampled rows,
-    and timed (median of ``reps`` rounds of back-to-back launches, each round at
-    least ``min_time`` seconds) of one launch prepared once (``launch.PreparedLaunch``),
-    so the time is the kernel's, not the host's. ``save``: store the winner in the cache
-    (``True``: :func:`cache_path`; or a path). Returns one dict per timed
-    config, fastest first.
+    skipped. Arguments are checked before anything runs. Each is compiled, checked against
+    float64 NumPy on sampled rows, and timed (median of ``reps`` rounds of back-to-back
+    launches, each round at least ``min_time`` seconds) of one launch prepared once
+    (``launch.PreparedLaunch``), so the time is the kernel's, not the host's. ``save``: store
+    the winner in the cache (``True``: :func:`cache_path`; or a path; safe from concurrent
+    tuners: ``tuned_configs.store``). Returns one dict per timed config, fastest first.
     """
-    if simulated():
-        raise RuntimeError("tune() times kernels on a GPU; the CUDA simulator has no timings")
-
     K = M if K is None else K
-    dtype = np.dtype(dtype)
+    for name, value in (("M", M), ("N", N), ("K", K), ("reps", reps)):
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+            raise TypeError(f"{name} must be an int; got {value!r}")
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1; got {value}")
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        dtype = None
     if dtype not in SEARCH_SPACE:
         raise TypeError(
             f"dtype must be one of {', '.join(d.name for d in SEARCH_SPACE)}; got {dtype}"
         )
+    check_choice("layout", layout, tuple(LAYOUTS))
+    if not isinstance(min_time, (int, float)) or not min_time > 0:
+        raise ValueError(f"min_time must be a positive number of seconds; got {min_time!r}")
     candidates = SEARCH_SPACE[dtype] if configs is None else tuple(configs)
+    for config in candidates:
+        if not isinstance(config, TileConfig):
+            raise TypeError(f"configs must hold numba_gemm.TileConfig values; got {config!r}")
+    if simulated():
+        raise RuntimeError("tune() times kernels on a GPU; the CUDA simulator has no timings")
+
     device, arch = device_key()
     limit = shared_memory_limit()
     rng = np.random.default_rng(0)

@@ -1,23 +1,26 @@
-"""Stride-aware matrix descriptors: the seed's ``Tensor(Shape, Stride)``.
+"""Stride-aware array descriptors: the seed's ``Tensor(Shape, Stride)``.
 
-``describe(x, name)`` is the one place that validates a user's matrix. It
-accepts NumPy arrays, Numba device arrays, anything with
-``__cuda_array_interface__`` (CuPy, PyTorch, Numba) and anything with
-``__dlpack__`` (JAX, PyTorch, CuPy; on the GPU or the CPU), and returns a
-:class:`MatrixDesc`: logical shape, strides in elements, dtype, and a 1-D
-buffer whose element 0 is the matrix's element (0, 0). Kernels address element
-(i, j) as ``data[i * strides[0] + j * strides[1]]``, exactly as in the seed, so
-row-major, column-major, transposed and sliced views all run with no copy.
+:func:`describe_array` is the one place that validates a user's array: NumPy arrays, Numba
+device arrays, anything with ``__cuda_array_interface__`` (CuPy, PyTorch, Numba) and anything
+with ``__dlpack__`` (JAX, PyTorch, CuPy; on the GPU or the CPU). It returns an
+:class:`ArrayDesc`: shape, strides in elements, dtype, the address of element (0, ..., 0), the
+CUDA device that holds it and whether it may be written. :func:`describe` narrows that to a
+:class:`MatrixDesc` (2-D): a 1-D buffer whose element 0 is the matrix's element (0, 0), which
+kernels address as ``data[i * strides[0] + j * strides[1]]``, exactly as in the seed, so
+row-major, column-major, transposed, sliced and broadcast views all run with no copy.
 
-Nothing here launches a kernel or copies matrix data.
+Every refusal is a ``TypeError`` (what kind of object, dtype or field) or a ``ValueError`` (its
+values: rank, extents, strides, pointers) that names the argument. Nothing here launches a
+kernel or copies matrix data.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from numba import cuda
@@ -27,11 +30,37 @@ if cuda.config.ENABLE_CUDASIM:
 else:
     from numba.cuda.cudadrv.devicearray import DeviceNDArray
 
-__all__ = ["MatrixDesc", "describe", "transpose_view", "SUPPORTED_DTYPES"]
+__all__ = [
+    "ArrayDesc",
+    "MatrixDesc",
+    "CudaArrayInterface",
+    "describe",
+    "describe_array",
+    "read_cuda_array_interface",
+    "transpose_view",
+    "current_device",
+    "SUPPORTED_DTYPES",
+    "CAI_VERSIONS",
+]
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+CAI_VERSIONS = range(0, 4)  # the __cuda_array_interface__ versions this reads (0 to 3)
+HOST = -1  # the ``device`` of host memory
 
 _DLPACK_CPU, _DLPACK_CUDA = 1, 2  # DLDeviceType codes
+
+
+def _is_int(value) -> bool:
+    """A true integer (Python or NumPy), not a bool and not a float that happens to be whole."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _span(extents, strides) -> int:
+    """Elements from the first element to the last, inclusive (0 for an empty array); every
+    stride of an extent > 1 is >= 0."""
+    if any(n == 0 for n in extents):
+        return 0
+    return 1 + sum((n - 1) * s for n, s in zip(extents, strides))
 
 
 @dataclass(frozen=True)
@@ -44,10 +73,16 @@ class MatrixDesc:
     (NumPy on the host; on the device a Numba array, built on first use by
     :meth:`buffer`, since building one costs more than a kernel launch);
     ``source`` is the caller's object, kept alive for as long as the descriptor is.
+    ``device``: the CUDA device ordinal of device memory (-1 on the host); ``readonly``:
+    the producer forbids writes.
 
-    A batch of matrices (``jax_bridge``'s batched products) adds ``batch``
-    matrices ``batch_stride`` elements apart; ``batch_stride`` 0 broadcasts one
+    A batch of matrices (stacks in ``matmul``, ``jax_bridge``'s batched products) adds
+    ``batch`` matrices ``batch_stride`` elements apart; ``batch_stride`` 0 broadcasts one
     matrix to the whole batch. ``span`` then covers every matrix of the batch.
+
+    Construction checks the fields' types and values (``__post_init__``), so a hand-built
+    descriptor cannot carry a float extent or a negative batch; :func:`describe` checks the
+    memory it points at.
     """
 
     name: str
@@ -60,6 +95,32 @@ class MatrixDesc:
     source: Any
     batch: int = 1
     batch_stride: int = 0
+    device: int = HOST
+    readonly: bool = False
+
+    def __post_init__(self):
+        if not isinstance(self.name, str):
+            raise TypeError(f"MatrixDesc.name must be a str; got {self.name!r}")
+        for field, value, low in (("shape", self.shape, 0), ("strides", self.strides, None)):
+            if not (
+                isinstance(value, tuple)
+                and len(value) == 2
+                and all(_is_int(v) and (low is None or v >= low) for v in value)
+            ):
+                raise ValueError(
+                    f"MatrixDesc {self.name}: {field} must be a tuple of two "
+                    f"{'non-negative ' if low == 0 else ''}ints; got {value!r}"
+                )
+        if not isinstance(self.dtype, np.dtype):
+            raise TypeError(f"MatrixDesc {self.name}: dtype must be a numpy.dtype")
+        for field, low in (("batch", 1), ("batch_stride", None), ("address", 0), ("device", -1)):
+            value = getattr(self, field)
+            if not _is_int(value) or (low is not None and value < low):
+                raise ValueError(
+                    f"MatrixDesc {self.name}: {field} must be an int"
+                    + (f" >= {low}" if low is not None else "")
+                    + f"; got {value!r}"
+                )
 
     def buffer(self):
         """``data``, the 1-D array of ``span`` elements from (0, 0), built on first use."""
@@ -80,10 +141,7 @@ class MatrixDesc:
     @functools.cached_property
     def span(self) -> int:
         """Elements from (0, 0) of the first matrix to (rows-1, cols-1) of the last, inclusive."""
-        return 1 + sum(
-            (n - 1) * s
-            for n, s in zip((self.batch, *self.shape), (self.batch_stride, *self.strides))
-        )
+        return _span((self.batch, *self.shape), (self.batch_stride, *self.strides))
 
     @property
     def layout(self) -> str:
@@ -103,25 +161,190 @@ class MatrixDesc:
 
         Conservative: interleaved views (``x[:, ::2]`` and ``x[:, 1::2]``) count as overlapping.
         """
-        if self.on_device != other.on_device:
-            return False
-        lo1, hi1 = self.byte_range()
-        lo2, hi2 = other.byte_range()
-        return lo1 < hi2 and lo2 < hi1
+        return _ranges_meet(self, other)
 
     def has_internal_overlap(self) -> bool:
         """True if two distinct (i, j) map to one element (unsafe for outputs)."""
-        (n0, s0), (n1, s1) = _dims(self)
-        return n0 > 1 and n1 > 1 and s1 < n0 * s0
+        return _self_overlapping(self.shape, self.strides)
 
 
-def _dims(desc: MatrixDesc):
-    """The (extent, stride) pairs of extent > 1, smallest stride first, padded to 2."""
-    dims = sorted(((n, s) for n, s in zip(desc.shape, desc.strides) if n > 1), key=lambda d: d[1])
-    return (dims + [(1, 0), (1, 0)])[:2]
+def _ranges_meet(x, y) -> bool:
+    if x.on_device != y.on_device or x.device != y.device:
+        return False
+    lo1, hi1 = x.byte_range()
+    lo2, hi2 = y.byte_range()
+    return lo1 < hi2 and lo2 < hi1
 
 
-def _element_strides(name: str, byte_strides, itemsize: int) -> tuple[int, int]:
+def _self_overlapping(shape, strides) -> bool:
+    """Whether two distinct indices of an array of ``shape`` and (non-negative) ``strides``
+    reach one element: sorted by stride, each axis must step past everything the axes inside
+    it cover (a sufficient test for non-overlap, exact for the views slicing makes)."""
+    dims = sorted(((n, s) for n, s in zip(shape, strides) if n > 1), key=lambda d: d[1])
+    covered = 1  # elements the inner axes span
+    for n, s in dims:
+        if s < covered:
+            return True
+        covered = s * (n - 1) + covered
+    return False
+
+
+@dataclass(frozen=True)
+class ArrayDesc:
+    """A validated array of any rank: ``shape``, ``strides`` in elements (>= 0 on every axis
+    of extent > 1), ``dtype``, the ``address`` of element (0, ..., 0), ``on_device``, the CUDA
+    ``device`` ordinal (-1 on the host), ``readonly``, the caller's ``source`` and ``data``: on
+    the host (and the simulator) the NumPy array itself; on the device a Numba array of the
+    whole span where importing it synchronised the producer's stream, else None."""
+
+    name: str
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    dtype: np.dtype
+    on_device: bool
+    address: int
+    source: Any
+    data: Any = None
+    device: int = HOST
+    readonly: bool = False
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @functools.cached_property
+    def span(self) -> int:
+        return _span(self.shape, self.strides)
+
+    def byte_range(self) -> tuple[int, int]:
+        return self.address, self.address + self.span * self.dtype.itemsize
+
+    def overlaps(self, other) -> bool:
+        return _ranges_meet(self, other)
+
+    def has_internal_overlap(self) -> bool:
+        return _self_overlapping(self.shape, self.strides)
+
+    def flat(self, offset: int = 0, span: int | None = None):
+        """The 1-D array of ``span`` elements from element ``offset`` (default: the rest), or
+        None on the device where no array was imported (``MatrixDesc.buffer`` builds one)."""
+        span = self.span - offset if span is None else span
+        if self.data is None:
+            return None
+        if self.on_device and not isinstance(self.data, np.ndarray):
+            return self.data[offset : offset + span]  # a Numba array of the span
+        whole = np.lib.stride_tricks.as_strided(
+            self.data, shape=(max(self.span, 1),), strides=(self.dtype.itemsize,),
+            writeable=not self.readonly,
+        )  # fmt: skip
+        return whole[offset : offset + span]
+
+    def matrix(
+        self,
+        shape: tuple[int, int],
+        strides: tuple[int, int],
+        batch: int = 1,
+        batch_stride: int = 0,
+        offset: int = 0,
+    ) -> MatrixDesc:
+        """The matrices (``batch`` of them) of this array at element ``offset``."""
+        desc = MatrixDesc(
+            self.name,
+            tuple(shape),
+            tuple(strides),
+            self.dtype,
+            None,
+            self.on_device,
+            self.address + offset * self.dtype.itemsize,
+            self.source,
+            batch,
+            batch_stride,
+            self.device,
+            self.readonly,
+        )
+        if desc.span:
+            object.__setattr__(desc, "data", self.flat(offset, desc.span))
+        return desc
+
+
+class CudaArrayInterface(NamedTuple):
+    """The checked fields of a ``__cuda_array_interface__`` (:func:`read_cuda_array_interface`)."""
+
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # in bytes
+    dtype: np.dtype
+    pointer: int
+    readonly: bool
+    stream: int | None
+
+
+def _int_tuple(name: str, field: str, value) -> tuple[int, ...]:
+    if not isinstance(value, (tuple, list)) or not all(_is_int(v) for v in value):
+        raise TypeError(
+            f"{name}'s __cuda_array_interface__ {field} must be a tuple of ints; got {value!r}"
+        )
+    return tuple(int(v) for v in value)
+
+
+def read_cuda_array_interface(name: str, cai) -> CudaArrayInterface:
+    """Every field of a CUDA array interface dict checked (version 0 to 3): its keys, the
+    version, ``typestr`` (a native-order NumPy type), ``shape`` and ``strides`` (tuples of ints,
+    as many strides as dimensions, no negative extent), ``data`` (a non-null pointer aligned to
+    the item size, and the read-only flag), no ``mask``, ``stream`` (None or a non-zero int).
+    A ``TypeError`` or ``ValueError`` naming ``name`` otherwise."""
+    what = f"{name}'s __cuda_array_interface__"
+    if not isinstance(cai, Mapping):
+        raise TypeError(f"{what} must be a dict; got {type(cai).__name__}")
+    missing = [key for key in ("shape", "typestr", "data", "version") if key not in cai]
+    if missing:
+        raise TypeError(f"{what} lacks {', '.join(map(repr, missing))}")
+    version = cai["version"]
+    if not _is_int(version) or version not in CAI_VERSIONS:
+        raise ValueError(f"{what} has version {version!r}; numba-gemm reads versions 0 to 3")
+    if cai.get("mask") is not None:
+        raise TypeError(f"{name} is a masked array; masks are not supported")
+    typestr = cai["typestr"]
+    try:
+        dtype = np.dtype(typestr) if isinstance(typestr, str) else None
+    except TypeError:
+        dtype = None
+    if dtype is None:
+        raise TypeError(f"{what} typestr {typestr!r} is not a NumPy type string")
+    if not dtype.isnative:
+        raise TypeError(f"{name} has non-native byte order ({typestr!r}); pass native order")
+    shape = _int_tuple(name, "shape", cai["shape"])
+    if any(n < 0 for n in shape):
+        raise ValueError(f"{what} shape {shape} has a negative extent")
+    strides = cai.get("strides")
+    if strides is None:  # C-contiguous by the interface's definition
+        strides = tuple(math.prod(shape[i + 1 :]) * dtype.itemsize for i in range(len(shape)))
+    strides = _int_tuple(name, "strides", strides)
+    if len(strides) != len(shape):
+        raise ValueError(f"{what} has {len(strides)} strides for {len(shape)} dimensions ({shape})")
+    data = cai["data"]
+    if not (
+        isinstance(data, (tuple, list))
+        and len(data) == 2
+        and _is_int(data[0])
+        and isinstance(data[1], (bool, np.bool_))
+    ):
+        raise TypeError(f"{what} data must be (pointer: int, read-only: bool); got {data!r}")
+    pointer, readonly = int(data[0]), bool(data[1])
+    if math.prod(shape):
+        if pointer <= 0:
+            raise ValueError(f"{name} has a null or negative data pointer ({pointer})")
+        if pointer % dtype.itemsize:
+            raise ValueError(
+                f"{name}'s data pointer {pointer:#x} is not aligned to its item size "
+                f"({dtype.itemsize} bytes)"
+            )
+    stream = cai.get("stream")
+    if stream is not None and (not _is_int(stream) or (version >= 3 and stream == 0)):
+        raise ValueError(f"{what} stream must be None or a non-zero int; got {stream!r}")
+    return CudaArrayInterface(shape, strides, dtype, pointer, readonly, stream)
+
+
+def _element_strides(name: str, byte_strides, itemsize: int) -> tuple[int, ...]:
     if any(s % itemsize for s in byte_strides):
         raise ValueError(
             f"{name} has byte strides {tuple(byte_strides)} that are not multiples of its "
@@ -130,77 +353,121 @@ def _element_strides(name: str, byte_strides, itemsize: int) -> tuple[int, int]:
     return tuple(s // itemsize for s in byte_strides)
 
 
-def _check_matrix(name: str, shape, dtype) -> None:
-    if len(shape) != 2:
-        raise ValueError(
-            f"{name} must be 2-D (a matrix), got a {len(shape)}-D array of shape {tuple(shape)}"
-        )
+def _check_dtype(name: str, dtype) -> None:
     if dtype not in SUPPORTED_DTYPES:
         raise TypeError(
             f"{name} has dtype {dtype}; supported dtypes are "
             + ", ".join(str(d) for d in SUPPORTED_DTYPES)
         )
-    if any(n == 0 for n in shape):
-        raise ValueError(
-            f"{name} is empty (shape {tuple(shape)}); every dimension must be at least 1"
-        )
 
 
 def _check_strides(name: str, shape, strides) -> None:
+    if 0 in shape:  # no element: any strides (NumPy's empty arrays have odd ones)
+        return
     for axis, (n, s) in enumerate(zip(shape, strides)):
-        if n > 1 and s <= 0:
+        if n > 1 and s < 0:
             raise ValueError(
-                f"{name} has stride {s} on axis {axis} (extent {n}); zero and negative strides "
-                "are not supported: make the view positive-strided or copy it"
+                f"{name} has stride {s} on axis {axis} (extent {n}); negative strides are "
+                "not supported on the GPU: pass a positive-strided copy (cupy.ascontiguousarray, "
+                "torch's .contiguous(), or the same data un-flipped) (matmul copies NumPy arrays "
+                "itself)"
             )
 
 
+def current_device() -> int:
+    """The ordinal of the current thread's CUDA device (0 on the simulator)."""
+    if cuda.config.ENABLE_CUDASIM:
+        return 0
+    return cuda.get_current_device().id
+
+
+def _pointer_device(name: str, pointer: int) -> int:
+    """The ordinal of the device whose memory ``pointer`` points into; a ``ValueError`` where
+    CUDA does not know it as device memory (a host pointer, a freed or made-up address). On
+    the simulator, device 0."""
+    if cuda.config.ENABLE_CUDASIM:
+        return 0
+    from cuda.bindings import driver as cu
+
+    cuda.current_context()  # the driver is initialised and a context current in this thread
+    error, ordinal = cu.cuPointerGetAttribute(
+        cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, pointer
+    )
+    if error != cu.CUresult.CUDA_SUCCESS:
+        raise ValueError(
+            f"{name}'s data pointer {pointer:#x} is not device memory CUDA knows "
+            f"({cu.cuGetErrorName(error)[1].decode()})"
+        )
+    return int(ordinal)
+
+
 def _validated(
-    name: str, shape, byte_strides, dtype: np.dtype, on_device: bool, address: int, source: Any
-) -> MatrixDesc:
-    """Every check of one matrix; the descriptor's ``data`` is filled in by the caller."""
-    _check_matrix(name, shape, dtype)
+    name: str,
+    shape,
+    byte_strides,
+    dtype: np.dtype,
+    on_device: bool,
+    address: int,
+    source: Any,
+    data: Any = None,
+    device: int = HOST,
+    readonly: bool = False,
+) -> ArrayDesc:
+    """Every check of one array that does not depend on where it came from."""
+    _check_dtype(name, dtype)
     strides = _element_strides(name, byte_strides, dtype.itemsize)
     _check_strides(name, shape, strides)
-    return MatrixDesc(name, tuple(shape), strides, dtype, None, on_device, address, source)
+    return ArrayDesc(
+        name, tuple(shape), strides, dtype, on_device, address, source, data, device, readonly
+    )
 
 
-def _host_desc(name: str, x: np.ndarray, source: Any) -> MatrixDesc:
+def _host_desc(name: str, x: np.ndarray, source: Any, on_device: bool = False) -> ArrayDesc:
+    if isinstance(x, np.ma.MaskedArray):
+        raise TypeError(
+            f"{name} is a masked array (numpy.ma); masks are not supported: pass "
+            f"{name}.filled(value) or {name}.data"
+        )
+    return _validated(
+        name,
+        x.shape,
+        x.strides,
+        x.dtype,
+        on_device,
+        x.__array_interface__["data"][0],
+        source,
+        x,
+        0 if on_device else HOST,
+        not x.flags.writeable,
+    )
+
+
+def _device_desc(name: str, cai, source: Any, readonly: bool = False) -> ArrayDesc:
+    fields = read_cuda_array_interface(name, cai)
+    _check_dtype(name, fields.dtype)
+    device = _pointer_device(name, fields.pointer) if math.prod(fields.shape) else current_device()
     desc = _validated(
-        name, x.shape, x.strides, x.dtype, False, x.__array_interface__["data"][0], source
+        name,
+        fields.shape,
+        fields.strides,
+        fields.dtype,
+        True,
+        fields.pointer,
+        source,
+        device=device,
+        readonly=readonly or fields.readonly,
     )
-    flat = np.lib.stride_tricks.as_strided(
-        x, shape=(desc.span,), strides=(x.itemsize,), writeable=x.flags.writeable
-    )
-    return replace(desc, data=flat)
-
-
-def cai_metadata(name: str, cai: dict) -> tuple[tuple[int, ...], tuple[int, ...], np.dtype, int]:
-    """(shape, byte strides, dtype, data pointer) of a CUDA array interface dict."""
-    if cai.get("mask") is not None:
-        raise TypeError(f"{name} is a masked array; masks are not supported")
-    shape = tuple(cai["shape"])
-    dtype = np.dtype(cai["typestr"])
-    strides = cai.get("strides")
-    if strides is None:  # C-contiguous by the interface's definition
-        strides = tuple(math.prod(shape[i + 1 :]) * dtype.itemsize for i in range(len(shape)))
-    return shape, tuple(strides), dtype, int(cai["data"][0])
-
-
-def _device_desc(name: str, cai: dict, source: Any) -> MatrixDesc:
-    shape, byte_strides, dtype, ptr = cai_metadata(name, cai)
-    desc = _validated(name, shape, byte_strides, dtype, True, ptr, source)
-    if cai.get("stream") is None:
+    if fields.stream is None or not desc.span:
         return desc  # the buffer array is built only if a launch path needs it
     # The producer names a stream with pending work on the array: Numba's import of the
     # interface synchronises it, so build the buffer now, before any launch.
     flat_cai = {
         "shape": (desc.span,),
         "strides": None,
-        "typestr": dtype.str,
-        "data": (ptr, False),
+        "typestr": fields.dtype.str,
+        "data": (fields.pointer, False),
         "version": 3,
-        "stream": cai["stream"],
+        "stream": fields.stream,
     }
     return replace(desc, data=cuda.from_cuda_array_interface(flat_cai, owner=source))
 
@@ -212,10 +479,16 @@ def _dlpack_stream(stream) -> int:
     return int(handle) if handle else 1
 
 
-def _dlpack_desc(name: str, x: Any, stream) -> MatrixDesc:
+def _immutable(x) -> bool:
+    """JAX arrays are immutable: a kernel must never write into one."""
+    return type(x).__module__.split(".")[0] in ("jax", "jaxlib")
+
+
+def _dlpack_desc(name: str, x: Any, stream) -> ArrayDesc:
     device_type, _ = x.__dlpack_device__()
     if device_type == _DLPACK_CPU:
-        return _host_desc(name, np.from_dlpack(x), x)
+        desc = _host_desc(name, np.from_dlpack(x), x)
+        return replace(desc, readonly=desc.readonly or _immutable(x))
     if device_type != _DLPACK_CUDA:
         raise TypeError(
             f"{name} lives on DLPack device type {device_type}; only CUDA and CPU are supported"
@@ -228,43 +501,77 @@ def _dlpack_desc(name: str, x: Any, stream) -> MatrixDesc:
     cai = {
         "shape": tuple(view.shape),
         "typestr": np.dtype(view.dtype).str,
-        "data": (view.ptr, False),
+        "data": (view.ptr, bool(getattr(view, "readonly", False))),
         "strides": None if view.strides is None else tuple(s * itemsize for s in view.strides),
         "version": 3,
     }
-    return _device_desc(name, cai, x)
+    return _device_desc(name, cai, x, readonly=_immutable(x))
 
 
-def describe(x: Any, name: str = "x", stream: Any = 0) -> MatrixDesc:
-    """Validate ``x`` as a matrix and describe it; ``name`` is used in errors.
+def describe_array(x: Any, name: str = "x", stream: Any = 0) -> ArrayDesc:
+    """Validate ``x`` as an array of any rank and describe it; ``name`` is used in errors.
 
-    Foreign CUDA arrays are taken through DLPack where they offer it, asking
-    the producer to order its pending work before ``stream`` (the stream the
-    kernels will run on); otherwise through ``__cuda_array_interface__``,
-    whose own ``stream`` entry, if any, is synchronised.
+    Foreign CUDA arrays are taken through DLPack where they offer it, asking the producer to
+    order its pending work before ``stream`` (the stream the kernels will run on); otherwise
+    through ``__cuda_array_interface__`` (every field checked:
+    :func:`read_cuda_array_interface`), whose own ``stream`` entry, if any, is synchronised.
+    Device memory is checked to be memory CUDA knows, and its device recorded.
 
-    Raises ``TypeError`` for unsupported objects or dtypes and ``ValueError``
-    for a rank other than 2, empty matrices, and zero, negative or misaligned
-    strides on a dimension of extent > 1.
+    Raises ``TypeError`` for unsupported objects, dtypes, masked arrays and malformed
+    interfaces, ``ValueError`` for negative or misaligned strides on a dimension of extent > 1
+    and null, misaligned or unknown pointers. Zero extents and zero strides (broadcast views)
+    are accepted; outputs are checked further by their users (read-only, overlapping).
     """
-    if isinstance(x, MatrixDesc):
-        return x
     if isinstance(x, np.ndarray):
         return _host_desc(name, x, x)
     if cuda.config.ENABLE_CUDASIM and isinstance(x, DeviceNDArray):
         # The simulator's device arrays wrap a NumPy array.
-        return replace(_host_desc(name, x._ary, x), on_device=True)
+        return _host_desc(name, x._ary, x, on_device=True)
     if isinstance(x, DeviceNDArray):  # Numba's own: same stream semantics as the kernels
         return _device_desc(name, x.__cuda_array_interface__, x)
     if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
         return _dlpack_desc(name, x, stream)
-    cai = getattr(x, "__cuda_array_interface__", None)
-    if cai is not None:
-        return _device_desc(name, cai, x)
+    if hasattr(x, "__cuda_array_interface__"):
+        return _device_desc(name, x.__cuda_array_interface__, x)
     raise TypeError(
         f"{name} must be a NumPy array or a CUDA array (Numba, CuPy, PyTorch, JAX: anything with "
         f"__cuda_array_interface__ or __dlpack__), got {type(x).__module__}.{type(x).__qualname__}"
     )
+
+
+def _checked_matrix_desc(desc: MatrixDesc) -> MatrixDesc:
+    """A caller's own :class:`MatrixDesc`: its fields were checked when it was built; here the
+    memory it points at (a non-null, aligned address; device memory CUDA knows)."""
+    _check_dtype(desc.name, desc.dtype)
+    _check_strides(desc.name, (desc.batch, *desc.shape), (desc.batch_stride, *desc.strides))
+    if desc.span:
+        if desc.address <= 0 or desc.address % desc.dtype.itemsize:
+            raise ValueError(
+                f"{desc.name} (a MatrixDesc) has a null or misaligned address {desc.address:#x}"
+            )
+        if desc.on_device:
+            device = _pointer_device(desc.name, desc.address)
+            if device != desc.device:
+                desc = replace(desc, device=device)
+        if desc.data is None and not desc.on_device:
+            raise ValueError(f"{desc.name} (a MatrixDesc) of host memory has no data array")
+    return desc
+
+
+def describe(x: Any, name: str = "x", stream: Any = 0) -> MatrixDesc:
+    """Validate ``x`` as a matrix (2-D) and describe it; ``name`` is used in errors.
+
+    As :func:`describe_array` (which see), plus a ``ValueError`` for a rank other than 2. A
+    :class:`MatrixDesc` passed in is checked for the memory it points at and returned.
+    """
+    if isinstance(x, MatrixDesc):
+        return _checked_matrix_desc(x)
+    desc = describe_array(x, name, stream)
+    if desc.ndim != 2:
+        raise ValueError(
+            f"{name} must be 2-D (a matrix), got a {desc.ndim}-D array of shape {desc.shape}"
+        )
+    return desc.matrix(desc.shape, desc.strides)
 
 
 def transpose_view(x: Any) -> Any:
@@ -275,17 +582,18 @@ def transpose_view(x: Any) -> Any:
     flag means: shape and strides swapped. Other arrays use their own ``.T``.
     """
     if isinstance(x, DeviceNDArray) and not cuda.config.ENABLE_CUDASIM:
-        shape, strides, dtype, ptr = cai_metadata("x", x.__cuda_array_interface__)
-        if len(shape) != 2:
+        fields = read_cuda_array_interface("x", x.__cuda_array_interface__)
+        if len(fields.shape) != 2:
             raise ValueError(
-                f"x must be 2-D (a matrix), got a {len(shape)}-D array of shape {shape}"
+                f"x must be 2-D (a matrix), got a {len(fields.shape)}-D array of shape "
+                f"{fields.shape}"
             )
         return cuda.from_cuda_array_interface(
             {
-                "shape": shape[::-1],
-                "strides": strides[::-1],
-                "typestr": dtype.str,
-                "data": (ptr, False),
+                "shape": fields.shape[::-1],
+                "strides": fields.strides[::-1],
+                "typestr": fields.dtype.str,
+                "data": (fields.pointer, False),
                 "version": 3,
             },
             owner=x,

@@ -11,18 +11,23 @@ from __future__ import annotations
 import ctypes
 import functools
 import struct
+import threading
 from dataclasses import dataclass, replace
 
 import numpy as np
 from numba import cuda
 
-from .descriptor import MatrixDesc, describe
+from .descriptor import ArrayDesc, MatrixDesc, describe, describe_array
 
 __all__ = [
     "cdiv",
     "simulated",
+    "SIMULATOR_LOCK",
+    "serialised_on_simulator",
+    "context_handle",
     "device_operand",
     "allocate_output",
+    "allocate_array",
     "new_device_array",
     "POOL_RELEASE_THRESHOLD",
     "shared_memory_limit",
@@ -58,6 +63,60 @@ def simulated() -> bool:
     return bool(cuda.config.ENABLE_CUDASIM)
 
 
+# The simulator runs a launch's threads in the calling thread and, while it runs, swaps the
+# kernel modules' ``cuda`` for its own: two launches from two host threads at once, or a kernel
+# built while another runs, break. Every simulated launch holds this, and so does every whole
+# call of the library's entry points (``serialised_on_simulator``); reentrant.
+SIMULATOR_LOCK = threading.RLock()
+
+
+def serialised_on_simulator(function):
+    """``function`` itself on a GPU; on the simulator, ``function`` run under
+    :data:`SIMULATOR_LOCK` (planning builds kernels, which must not meet a running one)."""
+    if not simulated():
+        return function
+
+    @functools.wraps(function)
+    def serialised(*args, **kwargs):
+        with SIMULATOR_LOCK:
+            return function(*args, **kwargs)
+
+    return serialised
+
+
+def _initialise_driver() -> None:
+    """Initialise the CUDA driver once, at import, in the importing thread: Numba's and
+    cuda.bindings' lazy initialisation race when several threads make their first CUDA call at
+    once (one sees the driver half set up: ``CUDA_ERROR_NOT_INITIALIZED``). No context is
+    created; on a machine without CUDA nothing happens and the error comes at first use."""
+    if simulated():
+        return
+    try:
+        from cuda.bindings import driver as cu
+        from numba.cuda.cudadrv.driver import driver
+
+        driver.ensure_initialized()
+        cu.cuCtxGetCurrent()  # fills cuda.bindings' table of driver entry points
+    except Exception:  # no driver or no GPU (each library raises its own): reported at first use
+        pass
+
+
+_initialise_driver()
+
+
+def context_handle() -> int:
+    """The current thread's CUDA context (an int), made current where none is: what caches of
+    compiled functions, pools and scratch buffers are keyed by (one per device in a process
+    that uses Numba's primary contexts). 0 on the simulator."""
+    if simulated():
+        return 0
+    driver = _pool_api()[0]
+    error, handle = driver.cuCtxGetCurrent()
+    if error != driver.CUresult.CUDA_SUCCESS or not int(handle):
+        return int(cuda.current_context().handle)
+    return int(handle)
+
+
 def device_operand(desc: MatrixDesc, stream=0) -> MatrixDesc:
     """``desc`` with a buffer a kernel can read: host spans are copied to the GPU.
 
@@ -77,6 +136,15 @@ def allocate_output(
     if on_device:
         return describe(new_device_array(shape, dtype, stream), name)
     return describe(np.empty(shape, dtype=dtype), name)
+
+
+def allocate_array(
+    shape: tuple[int, ...], dtype: np.dtype, on_device: bool, name: str = "out", stream=0
+) -> ArrayDesc:
+    """A fresh row-major array of any rank in the requested memory space."""
+    if on_device:
+        return describe_array(new_device_array(shape, dtype, stream), name)
+    return describe_array(np.empty(shape, dtype=dtype), name)
 
 
 # Fresh device outputs come from a stream-ordered memory pool (cuMemAllocFromPoolAsync), not
@@ -342,7 +410,7 @@ def kernel_signature(kernel, arg_kinds: tuple) -> tuple:
     )
 
 
-_compiled: dict = {}
+_compiled: dict = {}  # (context, kernel, argument kinds) -> _Compiled
 
 
 class _Compiled:
@@ -407,11 +475,23 @@ def launch_kernel(launch: KernelLaunch, stream=0) -> None:
     directly (:class:`PreparedLaunch`). On the simulator it is Numba's launch.
     """
     if simulated():
-        launch.kernel[launch.grid, launch.block, stream, launch.shared](
-            *(a.buffer() if isinstance(a, MatrixDesc) else a for a in launch.args)
-        )
+        with SIMULATOR_LOCK:
+            launch.kernel[launch.grid, launch.block, stream, launch.shared](
+                *(_simulated_argument(a) for a in launch.args)
+            )
         return
     PreparedLaunch(launch, stream)()
+
+
+def _simulated_argument(x):
+    """A launch argument for the simulator, which copies host arrays back after the kernel:
+    a read-only buffer (an input such as a broadcast view) goes in as a copy."""
+    if not isinstance(x, MatrixDesc):
+        return x
+    buffer = x.buffer()
+    if isinstance(buffer, np.ndarray) and not buffer.flags.writeable:
+        return buffer.copy()
+    return buffer
 
 
 class PreparedLaunch:
@@ -421,17 +501,18 @@ class PreparedLaunch:
     ``programmatic`` launch one ``cuLaunchKernelEx`` with programmatic stream serialization."""
 
     def __init__(self, launch: KernelLaunch, stream=0):
-        key = (launch.kernel, launch.arg_kinds())
+        # A function belongs to the context it was loaded in: one per device.
+        key = (context_handle(), launch.kernel, launch.arg_kinds())
         compiled = _compiled.get(key)
         if compiled is None:
-            compiled = _compiled[key] = _Compiled(launch.kernel, kernel_signature(*key))
+            compiled = _compiled[key] = _Compiled(launch.kernel, kernel_signature(*key[1:]))
         if launch.shared > compiled.shared_allowed:
             compiled.allow_shared(launch.shared)
         parameters = numba_parameters(launch.args)
-        self._slots: dict = {}  # matrix name -> indices of its data pointer in the buffer
+        self._slots: dict = {}  # matrix name -> (index in the buffer, address) of its pointers
         for index, value in enumerate(parameters):
             if isinstance(value, MatrixDesc):
-                self._slots.setdefault(value.name, []).append(index)
+                self._slots.setdefault(value.name, []).append((index, value.address))
         values = [v.address if isinstance(v, MatrixDesc) else v for v in parameters]
         self._params = ctypes.create_string_buffer(
             struct.pack(f"{len(values)}q", *values), 8 * len(values)
@@ -472,13 +553,13 @@ class PreparedLaunch:
             )
         self._success = cu.CUresult.CUDA_SUCCESS  # no import per call
 
-    def rebind(self, name: str, address: int) -> None:
-        """Point the arguments named ``name`` (if any) at ``address``: a matrix of the same
-        shape, strides and dtype as the one this launch was prepared for, elsewhere in memory
-        (a fresh output). CUDA copies the parameters when the kernel is launched, not when
-        it runs."""
-        for index in self._slots.get(name, ()):
-            struct.pack_into("q", self._params, 8 * index, address)
+    def rebind(self, name: str, address: int, prepared_address: int) -> None:
+        """Point the arguments named ``name`` (if any) into a matrix of the same shape, strides
+        and dtype as the one this launch was prepared for, elsewhere in memory (a fresh output):
+        each pointer moves from ``prepared_address`` to ``address`` (a part of a batch keeps its
+        offset). CUDA copies the parameters when the kernel is launched, not when it runs."""
+        for index, prepared in self._slots.get(name, ()):
+            struct.pack_into("q", self._params, 8 * index, address + prepared - prepared_address)
 
     def __call__(self) -> None:
         result = self._launch(*self._arguments)

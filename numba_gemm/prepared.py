@@ -25,7 +25,14 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .descriptor import DeviceNDArray  # Numba's device array class, resolved there
-from .launch import KernelLaunch, PreparedLaunch, new_device_array, simulated, stream_handle
+from .launch import (
+    KernelLaunch,
+    PreparedLaunch,
+    context_handle,
+    new_device_array,
+    simulated,
+    stream_handle,
+)
 
 __all__ = ["PreparedCalls", "PREPARED_CAPACITY", "forget_prepared_calls"]
 
@@ -40,13 +47,15 @@ _DEVICE_ARRAY = None if simulated() else DeviceNDArray
 class _Entry(NamedTuple):
     """A cached call: weak ``refs`` to its operands and ``out`` (for no ``out``, a function
     that returns None), its prepared ``launches``, what they use that must stay allocated
-    (``keep``), and the result's shape and dtype for calls without ``out``."""
+    (``keep``), and the result's shape, dtype and the address it was prepared with, for calls
+    without ``out`` (launches of parts of the result point at offsets from it)."""
 
     refs: tuple
     launches: list
     keep: tuple
     out_shape: tuple
     out_dtype: np.dtype
+    out_address: int
 
 
 def _weak(x):
@@ -73,7 +82,8 @@ class PreparedCalls:
     def key(operands: tuple, out: Any, options: tuple, stream: Any) -> tuple | None:
         """The cache key of a call, or None where it is not cacheable (the simulator, any
         operand or ``out`` that is not a Numba device array). ``options``: every other
-        argument that decides the launches (hashable)."""
+        argument that decides the launches (hashable). The current context is part of the key:
+        a launch prepared on one device never runs on another."""
         # Plain loops and tests, no generators: this runs on every call (a generator under
         # all() doubles its cost).
         if _DEVICE_ARRAY is None or (out is not None and type(out) is not _DEVICE_ARRAY):
@@ -81,7 +91,13 @@ class PreparedCalls:
         for x in operands:
             if type(x) is not _DEVICE_ARRAY:
                 return None
-        return (*map(id, operands), id(out), *options, stream_handle(stream) if stream else 0)
+        return (
+            *map(id, operands),
+            id(out),
+            *options,
+            stream_handle(stream) if stream else 0,
+            context_handle(),
+        )
 
     def run(self, key: tuple, operands: tuple, out: Any, stream: Any) -> Any:
         """Launch the cached call of ``key`` if it is for these very objects; its result
@@ -104,7 +120,7 @@ class PreparedCalls:
         address = fresh.device_ctypes_pointer.value
         with self._rebinding:
             for launch in entry.launches:
-                launch.rebind("out", address)
+                launch.rebind("out", address, entry.out_address)
                 launch()
         return fresh
 
@@ -118,10 +134,12 @@ class PreparedCalls:
         out_shape: tuple,
         out_dtype,
         stream: Any,
+        out_address: int = 0,
     ) -> None:
         """Prepare ``launches`` (whose output matrix is named ``"out"``), run them, and cache
         them under ``key`` with weak references to ``operands`` and ``out``; ``keep``: buffers
-        they use that the entry holds (scratch space)."""
+        they use that the entry holds (scratch space); ``out_address``: where the result they
+        were planned for starts."""
         prepared = [PreparedLaunch(launch, stream) for launch in launches]
         for launch in prepared:
             launch()
@@ -131,6 +149,7 @@ class PreparedCalls:
             tuple(keep),
             tuple(out_shape),
             np.dtype(out_dtype),
+            out_address,
         )
         if len(self._entries) > self.capacity:
             self._entries.popitem(last=False)

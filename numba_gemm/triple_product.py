@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from dataclasses import replace
 from typing import Any
@@ -9,7 +10,17 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from .api import check_choice, check_config, describe_product, plan, run_in_memory_space
+from .api import (
+    check_choice,
+    check_config,
+    describe_product,
+    fill_zeros,
+    flipped_host,
+    plan,
+    positive_host,
+    run_in_memory_space,
+    through_fresh_out,
+)
 from .descriptor import MatrixDesc
 from .kernels.tiled import TileConfig, for_edge_tiles, valid_or
 from .kernels.triple_product import (
@@ -30,8 +41,10 @@ from .launch import (
     KernelLaunch,
     allocate_output,
     cdiv,
+    context_handle,
     multiprocessors,
     programmatic_launch,
+    serialised_on_simulator,
     simulated,
     stream_handle,
 )
@@ -249,14 +262,18 @@ def _transposed(desc: MatrixDesc) -> MatrixDesc:
 
 
 def _stream_key(stream) -> tuple:
-    """(context, stream): what per-stream buffers are kept under."""
-    return id(cuda.current_context()) if not simulated() else 0, stream_handle(stream)
+    """(context, stream, host thread): what scratch buffers are kept under. Kernels on one
+    stream run in order, but two host threads may interleave their launches on one stream (the
+    legacy default stream), and each thread's per-thread default stream has the same handle:
+    the thread keeps a call's launches from meeting another thread's scratch."""
+    return context_handle(), stream_handle(stream), threading.get_ident()
 
 
 class _SyncCounters:
-    """Per-stream uint32 counters for the fused kernel, zero between launches (the kernel
-    leaves them zero); grown when a larger launch needs more. A replaced buffer is kept, not
-    freed, so a launch still in flight (or a cached prepared launch) never loses its counters."""
+    """Per-(context, stream, thread) uint32 counters for the fused kernel, zero between launches
+    (the kernel leaves them zero); grown when a larger launch needs more. A replaced buffer is
+    kept, not freed, so a launch still in flight (or a cached prepared launch) never loses its
+    counters."""
 
     def __init__(self):
         self._buffers: dict = {}
@@ -280,12 +297,13 @@ _COUNTERS = _SyncCounters()
 
 
 class _Intermediates:
-    """Per-stream intermediates (T = A @ B) of ``triple``, kept between calls: kernels on one
-    stream run in order, so a call's kernels start only after the last call's are done with
-    T (allocating it per call would cost more host time than a small chain's kernel takes:
-    docs/design/launch-and-timing.md). The buffers of the last INTERMEDIATES_KEPT (stream, shape,
-    dtype) are kept; an evicted one goes back to the memory pool (``launch.new_device_array``)
-    in order on its stream, once no cached call (``numba_gemm.prepared``) holds it."""
+    """Intermediates (T = A @ B) of ``triple`` per (context, stream, host thread), kept between
+    calls: kernels on one stream run in order, so a thread's call starts only after its last
+    call's kernels are done with T (allocating it per call would cost more host time than a
+    small chain's kernel takes: docs/design/launch-and-timing.md). The buffers of the last
+    INTERMEDIATES_KEPT (context, stream, thread, shape, dtype) are kept; an evicted one goes
+    back to the memory pool (``launch.new_device_array``) in order on its stream, once no
+    cached call (``numba_gemm.prepared``) holds it."""
 
     def __init__(self):
         self._buffers: OrderedDict = OrderedDict()
@@ -302,7 +320,8 @@ class _Intermediates:
         return held
 
 
-INTERMEDIATES_KEPT = 8  # (stream, shape, dtype) entries: a model's few chains, not every size
+# (context, stream, thread, shape, dtype) entries: a model's few chains on a few threads
+INTERMEDIATES_KEPT = 32
 _INTERMEDIATES = _Intermediates()
 
 
@@ -442,6 +461,7 @@ def plan_triple(
     return [plan(a, b, intermediate, "tiled"), plan(intermediate, c, out, "tiled")]
 
 
+@serialised_on_simulator
 def triple(
     a: Any,
     b: Any,
@@ -453,8 +473,10 @@ def triple(
     config: TileConfig | None = None,
     stream: Any = 0,
 ) -> Any:
-    """D = A @ B @ C for A (M x K1), B (K1 x K2), C (K2 x N): float32 or float64, any
-    positive strides, any sizes >= 1, all on the host or all on the GPU (as ``matmul``).
+    """D = A @ B @ C for A (M x K1), B (K1 x K2), C (K2 x N): float32 or float64, any strides
+    (negative ones as ``matmul`` takes them), any sizes (zero: NumPy's result, empty or
+    zeros), all on the host or all on the current GPU (as ``matmul``). Safe from any number of
+    host threads and streams: each (context, stream, thread) has its own scratch.
 
     ``algorithm``:
 
@@ -478,8 +500,17 @@ def triple(
     arguments launch the plan prepared by the first (``numba_gemm.prepared``).
     """
     check_triple_arguments(algorithm, order, config)
+    if flipped_host(out):
+        return through_fresh_out(
+            out,
+            lambda fresh: triple(
+                a, b, c, fresh, algorithm=algorithm, order=order, config=config, stream=stream
+            ),
+        )
+    a, b, c = positive_host(a), positive_host(b), positive_host(c)
     operands = (a, b, c)
-    key = _CALLS.key(operands, out, (algorithm, order, config), stream)
+    # The thread is part of the key: a cached call holds its thread's scratch (_stream_key).
+    key = _CALLS.key(operands, out, (algorithm, order, config, threading.get_ident()), stream)
     if key is not None and (result := _CALLS.run(key, operands, out, stream)) is not None:
         return result
     (a_desc, b_desc, c_desc), out_desc = describe_product(
@@ -488,6 +519,11 @@ def triple(
     dtype = a_desc.dtype
     if config is not None:
         config.check(dtype)
+    if out_desc.span == 0:  # M or N is 0: an empty result
+        return out_desc.source
+    if 0 in (a_desc.shape[1], c_desc.shape[0]):  # K1 or K2 is 0: every element is 0
+        fill_zeros(out_desc, stream)
+        return out_desc.source
 
     scratch = []  # the intermediate (a cache entry keeps it alive)
 
@@ -520,6 +556,7 @@ def triple(
             out_desc.shape,
             dtype,
             stream,
+            out_desc.address,
         )
     return out_desc.source
 

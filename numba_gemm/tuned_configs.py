@@ -14,23 +14,32 @@ the device name to its compute capability, and from its layout to any layout; el
 tuned on edge tiles where one is as near, else the entry's tall large tiles transposed
 (``tiled.for_edge_tiles``). How the configs were chosen: ``docs/design/tiled-gemm.md``.
 
+The cache file is written atomically (a temporary file renamed over it) with concurrent writers
+merged under a lock; on load every entry is validated, and a file or entry that is unreadable,
+malformed or hostile is skipped with one warning naming the file: a call never fails because of
+the cache. Lookups are memoised per device, shape class and version of each file.
+
 This module imports nothing from ``api``: ``api`` plans with it, and ``autotune`` (above
 ``api``) times candidates and stores winners through it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import json
 import math
 import os
+import tempfile
+import threading
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
-from .descriptor import MatrixDesc
+from .descriptor import SUPPORTED_DTYPES, MatrixDesc, current_device
 from .kernels.tiled import DEFAULT_CONFIGS, TileConfig, for_edge_tiles, whole_tiles
 from .launch import shared_memory_limit, simulated
 from .prepared import forget_prepared_calls
@@ -141,34 +150,82 @@ def _distance(entry: dict, bucket) -> float:
 
 
 def _load(path: Path) -> dict:
-    """The entries of the cache at ``path`` (re-read only when the file changes)."""
-    try:
-        stamp = path.stat().st_mtime_ns
-    except FileNotFoundError:
-        return {}
-    return _parse(path, stamp)
+    """The valid entries of the cache at ``path`` (re-read only when the file changes)."""
+    return _parse(path, _stamp(path))
 
 
 @functools.lru_cache(maxsize=8)
-def _parse(path: Path, stamp: int) -> dict:
+def _parse(path: Path, stamp) -> dict:
+    """The valid entries of the file at ``path`` as of ``stamp``; one warning naming the file
+    where it is unreadable or where entries are dropped."""
+    if stamp is None:
+        return {}
+    entries, problem = _read_entries(path)
+    if problem:
+        warnings.warn(
+            f"tuning cache {path}: {problem}; tuned configs fall back to the shipped ones "
+            f"(run numba_gemm.tune again, or delete the file)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return entries
+
+
+def _read_entries(path: Path) -> tuple[dict, str | None]:
+    """(the valid entries of the file at ``path``, what was wrong with it or None)."""
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as error:
-        raise ValueError(
-            f"tuning cache {path} is unreadable ({error}); delete it or fix it"
-        ) from None
-    if data.get("format") != FORMAT:
-        raise ValueError(
-            f"tuning cache {path} has format {data.get('format')!r}; expected {FORMAT}"
-        )
-    return data.get("entries", {})
+        return {}, None
+    except (OSError, ValueError, UnicodeDecodeError) as error:
+        return {}, f"unreadable ({type(error).__name__}: {error}); ignored"
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        found = data.get("format") if isinstance(data, dict) else type(data).__name__
+        return {}, f"format {found!r}, expected {FORMAT}; ignored"
+    raw = data.get("entries")
+    if not isinstance(raw, dict):
+        return {}, "no 'entries' table; ignored"
+    entries = {key: entry for key, entry in raw.items() if _valid_entry(entry)}
+    dropped = len(raw) - len(entries)
+    return entries, f"{dropped} malformed entries ignored" if dropped else None
+
+
+def _valid_entry(entry) -> bool:
+    """Whether a cache entry has every field :func:`store` writes, of the right type, and a
+    config valid for its dtype."""
+    try:
+        strings = ("device", "arch", "dtype", "layout")
+        if not isinstance(entry, dict) or not all(isinstance(entry[k], str) for k in strings):
+            return False
+        dtype = np.dtype(entry["dtype"])
+        if dtype not in SUPPORTED_DTYPES:
+            return False
+        for field in ("bucket", "shape"):
+            value = entry[field]
+            if not (
+                isinstance(value, list)
+                and len(value) == 3
+                and all(type(v) is int and 0 < v <= 1 << 40 for v in value)
+            ):
+                return False
+        if not all(v & (v - 1) == 0 for v in entry["bucket"]):
+            return False
+        config = entry["config"]
+        if not isinstance(config, dict) or not all(type(v) is int for v in config.values()):
+            return False
+        TileConfig(**config).check(dtype)
+    except (KeyError, TypeError, ValueError):
+        return False
+    return True
+
+
+def device_key() -> tuple[str, str]:
+    """(device name, ``sm_XY``) of the current GPU: what cache entries are matched on."""
+    return _device_key(current_device())
 
 
 @functools.cache
-def device_key() -> tuple[str, str]:
-    """(device name, ``sm_XY``) of the current GPU: what cache entries are matched on."""
+def _device_key(device: int) -> tuple[str, str]:
     from numba import cuda
 
     from .timing import device_name
@@ -218,6 +275,7 @@ def config_for_shape(
         np.dtype(dtype),
         layout,
         shape_bucket(M, N, K),
+        current_device(),
         user_cache,
         _stamp(user_cache),
         _stamp(SHIPPED),
@@ -227,20 +285,23 @@ def config_for_shape(
     return for_edges if for_edges is not None else for_edge_tiles(config, dtype)
 
 
-def _stamp(path: Path) -> int | None:
+def _stamp(path: Path) -> tuple | None:
+    """The version of the file at ``path`` (None where there is none): a rename over it
+    changes the inode, a rewrite the time or size."""
     try:
-        return path.stat().st_mtime_ns
-    except FileNotFoundError:
+        stat = path.stat()
+    except OSError:
         return None
+    return stat.st_mtime_ns, stat.st_ino, stat.st_size
 
 
 @functools.lru_cache(maxsize=1024)
 def _configs_for(
-    dtype, layout: str, bucket, user_cache: Path, *stamps
+    dtype, layout: str, bucket, device: int, user_cache: Path, *stamps
 ) -> tuple[TileConfig, TileConfig | None]:
     """(the winner tuned on whole tiles, or ``DEFAULT_CONFIGS``; the winner tuned on edge
-    tiles where one lies as near ``bucket`` as that, else None), memoised per shape class
-    and cache-file versions (``stamps``)."""
+    tiles where one lies as near ``bucket`` as that, else None), memoised per shape class,
+    device and cache-file versions (``stamps``)."""
     whole = _find(dtype, layout, bucket, user_cache, edge=False)
     edges = _find(dtype, layout, bucket, user_cache, edge=True)
     if edges and whole and _distance(edges, bucket) > _distance(whole, bucket):
@@ -264,10 +325,60 @@ def _find(dtype, layout: str, bucket, user_cache: Path, edge: bool) -> dict | No
     return None
 
 
+_WRITING = threading.Lock()  # writers of this process; other processes: the lock file
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """Hold the cache at ``path`` for a read-modify-write: this process's lock, then an
+    exclusive ``flock`` on ``<path>.lock`` (where the platform has one) for other processes."""
+    with _WRITING:
+        try:
+            import fcntl
+        except ImportError:  # no flock (Windows): threads of one process are still ordered
+            yield
+            return
+        with open(path.with_name(path.name + ".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``: a
+    reader sees the old file or the new one, never part of one."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
 def store(path: Path, device: str, arch: str, dtype, layout: str, shape, best: dict) -> None:
     """Add (or replace) one winner in the JSON cache at ``path``, under its shape class: the
-    bucket of ``shape``, and whether ``shape`` has edge tiles under the winner."""
-    entries = _load(path)
+    bucket of ``shape``, and whether ``shape`` has edge tiles under the winner. Concurrent
+    writers (threads or processes) are merged, each keeping the others' winners; the file is
+    replaced atomically; malformed entries already there are dropped."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(path):
+        entries, _ = _read_entries(path)  # under the lock, the file as it is now
+        _add_entry(entries, device, arch, dtype, layout, shape, best)
+        _write_atomically(
+            path, json.dumps({"format": FORMAT, "entries": entries}, indent=1, sort_keys=True)
+        )
+    forget_prepared_calls()  # calls prepared before planned with the configs this replaces
+
+
+def _add_entry(entries: dict, device: str, arch: str, dtype, layout: str, shape, best: dict):
     bucket = shape_bucket(*shape)
     edge = not whole_tiles(best["config"], *shape)
     entries[_key(device, dtype, layout, bucket, edge)] = {
@@ -282,6 +393,3 @@ def store(path: Path, device: str, arch: str, dtype, layout: str, shape, best: d
         "tflops": best["tflops"],
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"format": FORMAT, "entries": entries}, indent=1, sort_keys=True))
-    forget_prepared_calls()  # calls prepared before planned with the configs this replaces

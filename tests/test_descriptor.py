@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import numba_gemm
-from numba_gemm.descriptor import cai_metadata
+from numba_gemm.descriptor import read_cuda_array_interface
 
 
 def test_row_major():
@@ -51,13 +51,14 @@ def test_dlpack_cpu_object_is_a_host_matrix():
     assert (d.shape, d.strides, d.on_device) == ((2, 3), (3, 1), False)
 
 
-def test_cuda_array_interface_metadata():
+def test_cuda_array_interface_fields():
     cai = {"shape": (4, 3), "strides": None, "typestr": "<f4", "data": (1024, False), "version": 3}
-    assert cai_metadata("a", cai) == ((4, 3), (12, 4), np.dtype(np.float32), 1024)
+    fields = read_cuda_array_interface("a", cai)
+    assert fields == ((4, 3), (12, 4), np.dtype(np.float32), 1024, False, None)
     cai["strides"] = (4, 16)
-    assert cai_metadata("a", cai)[1] == (4, 16)
+    assert read_cuda_array_interface("a", cai).strides == (4, 16)
     with pytest.raises(TypeError, match="a is a masked array"):
-        cai_metadata("a", dict(cai, mask=object()))
+        read_cuda_array_interface("a", dict(cai, mask=object()))
 
 
 @pytest.mark.parametrize(
@@ -67,13 +68,7 @@ def test_cuda_array_interface_metadata():
         (np.zeros((2, 2, 2), np.float32), ValueError, "a must be 2-D"),
         (np.zeros((2, 2), np.int32), TypeError, "a has dtype int32"),
         (np.zeros((2, 2), np.float16), TypeError, "a has dtype float16"),
-        (np.zeros((0, 3), np.float32), ValueError, "a is empty"),
         (np.zeros((3, 3), np.float32)[::-1], ValueError, "a has stride -3 on axis 0"),
-        (
-            np.broadcast_to(np.zeros((1, 3), np.float32), (4, 3)),
-            ValueError,
-            "a has stride 0 on axis 0",
-        ),
         (
             np.zeros((3, 9), np.uint8)[:, 1:5].view(np.float32),
             ValueError,
@@ -94,8 +89,8 @@ def _ab(M=3, N=4, K=5, dtype=np.float32):
 
 def test_matmul_names_the_bad_argument():
     a, b = _ab()
-    with pytest.raises(ValueError, match="b must be 2-D"):
-        numba_gemm.matmul(a, b[0])
+    with pytest.raises(ValueError, match="b is 0-D"):
+        numba_gemm.matmul(a, np.ones((), np.float32))
     with pytest.raises(ValueError, match="inner dimensions differ: a is 3x5 and b is 4x4"):
         numba_gemm.matmul(a, b[:4])
     with pytest.raises(TypeError, match="a is float32 but b is float64"):

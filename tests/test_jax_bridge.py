@@ -305,7 +305,7 @@ def test_errors_name_the_argument(rng):
         jax_bridge.matmul(a, b, lowering="python")
     with pytest.raises(ValueError, match="out of range"):
         jax_bridge.dot_general(a, b, (((2,), (0,)), ((), ())))
-    with pytest.raises(ValueError, match="dimension_numbers must be"):
+    with pytest.raises(TypeError, match="dimension_numbers must be"):
         jax_bridge.dot_general(a, b, ((1,), (0,)))
 
 

@@ -19,10 +19,10 @@ class FakeLaunch:
     """Stands in for launch.PreparedLaunch: records each launch with the addresses bound."""
 
     def __init__(self, log, stream):
-        self.log, self.bound = log, {}
+        self.log, self.bound, self.offset = log, {}, 0
 
-    def rebind(self, name, address):
-        self.bound[name] = address
+    def rebind(self, name, address, prepared_address):
+        self.bound[name] = address + self.offset - prepared_address
 
     def __call__(self):
         self.log.append(dict(self.bound))

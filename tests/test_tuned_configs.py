@@ -2,6 +2,7 @@
 tune() off a GPU."""
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -76,11 +77,14 @@ def test_shipped_winners_are_valid_configs():
         TileConfig(**entry["config"]).check(entry["dtype"])
 
 
-def test_unreadable_cache_is_reported(tmp_path):
+def test_unreadable_cache_is_reported_once_and_ignored(tmp_path):
     path = tmp_path / "bad.json"
     path.write_text("{not json")
-    with pytest.raises(ValueError, match="unreadable"):
-        _load(path)
+    with pytest.warns(RuntimeWarning, match=f"tuning cache {path}: unreadable"):
+        assert _load(path) == {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _load(path) == {}  # the same file again: no second warning
 
 
 @pytest.mark.skipif(not simulated(), reason="checks the refusal on the simulator")
@@ -155,3 +159,106 @@ def test_stored_entries_say_whether_their_shape_had_edge_tiles(gpu_x):
     entries = _load(gpu_x)
     assert sorted(map(_tuned_on_edge_tiles, entries.values())) == [False, True]
     assert sorted(k.endswith("|edge") for k in entries) == [False, True]
+
+
+def test_a_corrupt_cache_never_breaks_a_call(gpu_x):
+    from numba_gemm.kernels.tiled import DEFAULT_CONFIGS
+    from numba_gemm.tuned_configs import config_for_shape
+
+    for garbage in ("{not json", '{"format": 1, "entries": {"k": {"dev', "[1, 2]", "\x00\xff"):
+        gpu_x.write_text(garbage)
+        with pytest.warns(RuntimeWarning, match=f"tuning cache {gpu_x}"):
+            assert config_for_shape(2048, 2048, 2048) == DEFAULT_CONFIGS[np.dtype(np.float32)]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # one warning per file version, not per call
+            config_for_shape(4096, 4096, 4096)
+
+
+HOSTILE_ENTRIES = {
+    "config null": {"config": None},
+    "config str": {"config": "256x128"},
+    "bad field": {"config": {"block_m": 128, "bogus": 1}},
+    "float field": {"config": {"block_m": 128.5}},
+    "invalid tiles": {"config": {"block_m": 0}},
+    "odd bucket": {"bucket": [3, 16, 16]},
+    "negative shape": {"shape": [-1, 16, 16]},
+    "huge shape": {"shape": [10**30, 16, 16]},
+    "float16": {"dtype": "float16"},
+    "unknown dtype": {"dtype": "quaternion"},
+    "device list": {"device": ["GPU X"]},
+    "not a dict": None,
+}
+
+
+def test_malformed_entries_are_dropped_with_one_warning(gpu_x):
+    from numba_gemm.tuned_configs import config_for_shape
+
+    _store(gpu_x, (2048,) * 3, TALL)
+    data = json.loads(gpu_x.read_text())
+    [valid] = data["entries"].values()
+    for name, change in HOSTILE_ENTRIES.items():
+        data["entries"][name] = "garbage" if change is None else {**valid, **change}
+    gpu_x.write_text(json.dumps(data))
+    with pytest.warns(RuntimeWarning, match=f"{len(HOSTILE_ENTRIES)} malformed entries ignored"):
+        assert list(_load(gpu_x).values()) == [valid]
+    assert config_for_shape(2048, 2048, 2048) == TALL  # the valid winner still serves
+    _store(gpu_x, (300, 300, 300), SMALL)  # a later store keeps the valid, drops the rest
+    assert len(json.loads(gpu_x.read_text())["entries"]) == 2
+
+
+def _distinct_shapes(count: int):
+    """Shapes in ``count`` (up to 100) distinct shape classes (power-of-two buckets)."""
+    return [(16 << (i % 10), 16 << (i // 10), 64) for i in range(count)]
+
+
+def test_concurrent_writers_keep_every_winner_and_readers_see_whole_files(tmp_path):
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from numba_gemm.tuned_configs import _read_entries
+
+    path = tmp_path / "tuning.json"
+    shapes = _distinct_shapes(100)
+    done, problems = threading.Event(), []
+
+    def read():
+        while not done.is_set():
+            entries, problem = _read_entries(path)
+            if problem:
+                problems.append(problem)
+
+    with ThreadPoolExecutor(9) as pool:
+        reader = pool.submit(read)
+        writers = [
+            pool.submit(lambda part: [_store(path, s, SMALL) for s in part], shapes[i::8])
+            for i in range(8)
+        ]
+        for writer in writers:
+            writer.result()
+        done.set()
+        reader.result()
+    assert problems == []
+    assert len(_load(path)) == len(shapes)
+
+
+def test_concurrent_processes_keep_every_winner(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "tuning.json"
+    code = (
+        "import sys, numpy as np\n"
+        "from numba_gemm.kernels.tiled import TileConfig\n"
+        "from numba_gemm.tuned_configs import store\n"
+        "first = int(sys.argv[1])\n"
+        "for i in range(first, 64, 4):\n"
+        "    shape = (16 << (i % 10), 16 << (i // 10), 64)\n"
+        "    store(sys.argv[2], 'GPU X', 'sm_90', np.float32, 'row-row', shape,\n"
+        "          {'config': TileConfig(64, 64, 16, 4, 4, 3, 8), 'seconds': 1.0, 'tflops': 2.0})\n"
+    )
+    env = {**__import__("os").environ, "NUMBA_ENABLE_CUDASIM": "1"}
+    workers = [
+        subprocess.Popen([sys.executable, "-c", code, str(i), str(path)], env=env) for i in range(4)
+    ]
+    assert [w.wait(timeout=300) for w in workers] == [0] * 4
+    assert len(_load(path)) == 64

@@ -57,7 +57,7 @@ into whole thread blocks and whole 16-byte vectors; a launch needs
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -133,6 +133,15 @@ class TileConfig:
     stages: int = 3
     group_m: int = 8
     split_k: int = 1
+
+    def __post_init__(self):
+        # Types here (a list or a float would fail later as "unhashable" or deep in a kernel
+        # build); values, which depend on the dtype, in check().
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
+                raise TypeError(f"TileConfig.{field.name} must be an int; got {value!r}")
+            object.__setattr__(self, field.name, int(value))
 
     @property
     def threads_m(self) -> int:

@@ -107,6 +107,7 @@ __all__ = [
     "plan_fused",
     "counters_desc",
     "sync_slots",
+    "check_naive",
     "whole_products",
     "one_call_site",
     "fused_tiles_per_product",
@@ -182,12 +183,10 @@ def _naive_kernel(dtype: np.dtype):
     return naive_kernel
 
 
-def plan_naive(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, d: MatrixDesc) -> KernelLaunch:
-    """Seed 003's launch on validated operands: M blocks of max(K2, N) threads (rounded up
-    to whole warps), K2 elements of dynamic shared memory."""
-    (M, K1), (K2, N) = a.shape, c.shape
-    # One thread per column of A @ B and of D; K2 elements of shared memory for the row.
-    max_k2 = min(NAIVE_MAX_THREADS, STATIC_SHARED_LIMIT // a.dtype.itemsize)
+def check_naive(K2: int, N: int, dtype) -> None:
+    """``ValueError`` unless seed 003's kernel can run a chain with these K2 and N: one thread
+    per column of A @ B and of D, a row of A @ B in shared memory."""
+    max_k2 = min(NAIVE_MAX_THREADS, STATIC_SHARED_LIMIT // np.dtype(dtype).itemsize)
     if N > NAIVE_MAX_THREADS or K2 > max_k2:
         raise ValueError(
             f"algorithm='naive' runs one thread per column of A @ B and of D and "
@@ -196,6 +195,13 @@ def plan_naive(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, d: MatrixDesc) -> Ke
             f"per block, {STATIC_SHARED_LIMIT} bytes of shared memory); got K2 = "
             f"{K2}, N = {N}; use algorithm='fused', which has no size limit"
         )
+
+
+def plan_naive(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, d: MatrixDesc) -> KernelLaunch:
+    """Seed 003's launch on validated operands: M blocks of max(K2, N) threads (rounded up
+    to whole warps), K2 elements of dynamic shared memory."""
+    (M, K1), (K2, N) = a.shape, c.shape
+    check_naive(K2, N, a.dtype)
     threads = cdiv(max(K2, N), WARP) * WARP
     shared = K2 * a.dtype.itemsize
     return kernel_launch(
