@@ -24,7 +24,7 @@ from numba_gemm.triple_product import ORDERS, TRIPLE_ALGORITHMS  # noqa: E402
 
 ON_GPU = not simulated()
 MAX_EXTENT = 160 if ON_GPU else 20
-EXAMPLES = 150 if ON_GPU else 40
+EXAMPLES = 60 if ON_GPU else 40
 
 SETTINGS = settings(
     max_examples=EXAMPLES,
