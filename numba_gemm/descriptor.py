@@ -16,6 +16,7 @@ kernel or copies matrix data.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import math
 from collections.abc import Mapping
@@ -387,18 +388,33 @@ def _pointer_device(name: str, pointer: int) -> int:
     the simulator, device 0."""
     if cuda.config.ENABLE_CUDASIM:
         return 0
-    from cuda.bindings import driver as cu
-
     cuda.current_context()  # the driver is initialised and a context current in this thread
-    error, ordinal = cu.cuPointerGetAttribute(
-        cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, pointer
-    )
-    if error != cu.CUresult.CUDA_SUCCESS:
+    ordinal = ctypes.c_int(-1)
+    error = _pointer_attribute()(ctypes.byref(ordinal), _DEVICE_ORDINAL, pointer)
+    if error:
+        from cuda.bindings import driver as cu
+
         raise ValueError(
             f"{name}'s data pointer {pointer:#x} is not device memory CUDA knows "
-            f"({cu.cuGetErrorName(error)[1].decode()})"
+            f"({cu.cuGetErrorName(cu.CUresult(error))[1].decode()})"
         )
-    return int(ordinal)
+    return ordinal.value
+
+
+_DEVICE_ORDINAL = 9  # CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+
+
+@functools.cache
+def _pointer_attribute():
+    """The driver's ``cuPointerGetAttribute``, called through ctypes on the library Numba
+    loaded: cuda.bindings 13.x returns 0 for ``CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL`` whatever
+    the device (seen on two H100s), while the driver answers right."""
+    from numba.cuda.cudadrv.driver import driver
+
+    function = ctypes.CDLL(driver.lib._name).cuPointerGetAttribute
+    function.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_ulonglong]
+    function.restype = ctypes.c_int
+    return function
 
 
 def _validated(

@@ -65,6 +65,23 @@ def _device(x):
     return cuda.to_device(np.ascontiguousarray(x))
 
 
+_KEPT = []  # device arrays behind hand-written interfaces
+
+
+def _read_only_interface():
+    """A 3 x 4 float32 device matrix whose interface says it is read-only."""
+    if simulated():  # the simulator's device arrays are host memory, with no interface
+        fields = _cai(_KEEP)
+    else:
+        _KEPT.append(_device(np.zeros((3, 4), F32)))
+        fields = dict(_KEPT[-1].__cuda_array_interface__)
+    return Interface(**dict(fields, data=(fields["data"][0], True)))
+
+
+def _jax_cpu():
+    return _jax().devices("cpu")[0]
+
+
 def _config_for_other_dtype():
     return TileConfig(16, 16, 4, 2, 2, 2, 1)  # thread_m = 2: no 16-byte float32 vectors
 
@@ -177,7 +194,7 @@ REFUSALS = [
     ),
     (
         "out jax",
-        lambda: numba_gemm.matmul(A, B, _jnp().zeros((3, 4), F32)),
+        lambda: numba_gemm.matmul(A, B, _jax().device_put(np.zeros((3, 4), F32), _jax_cpu())),
         (ValueError, "read-only"),
     ),
     (
@@ -198,9 +215,7 @@ REFUSALS = [
     ),
     (
         "out read-only interface",
-        lambda: numba_gemm.matmul(
-            _device(A), _device(B), Interface(**_cai(_KEEP, data=(_KEEP.ctypes.data, True)))
-        ),
+        lambda: numba_gemm.matmul(_device(A), _device(B), _read_only_interface()),
         (ValueError, "read-only"),
     ),
     # -- describe: the CUDA array interface ---------------------------------------------

@@ -69,8 +69,11 @@ def _view(draw, rng, batch: tuple, rows: int, cols: int, dtype, device: bool):
     on_device = cuda.to_device(base)
     if view == "col":
         return _swap_last(on_device), host
-    if view == "sliced":
-        return on_device[..., 1::2, 2::3][..., :rows, :cols], host
+    if view == "sliced":  # Numba's device arrays take no Ellipsis
+        every = (slice(None),) * len(batch)
+        return on_device[(*every, slice(1, None, 2), slice(2, None, 3))][
+            (*every, slice(0, rows), slice(0, cols))
+        ], host
     return on_device, host
 
 
