@@ -23,8 +23,8 @@ from numba_gemm.reference import tolerance  # noqa: E402
 from numba_gemm.triple_product import ORDERS, TRIPLE_ALGORITHMS  # noqa: E402
 
 ON_GPU = not simulated()
-MAX_EXTENT = 160 if ON_GPU else 20
-EXAMPLES = 60 if ON_GPU else 40
+MAX_EXTENT = 140 if ON_GPU else 20
+EXAMPLES = 30 if ON_GPU else 40
 
 SETTINGS = settings(
     max_examples=EXAMPLES,
