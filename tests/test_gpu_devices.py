@@ -51,8 +51,10 @@ def test_operands_on_two_devices_are_refused(rng):
         b_1 = cuda.to_device(b)
     with pytest.raises(ValueError, match="a is on GPU 0 but b is on GPU 1"):
         numba_gemm.matmul(a_0, b_1)
-    with pytest.raises(ValueError, match="b is on GPU 1 but c is on GPU 0"):
-        numba_gemm.triple(a_0, b_1, cuda.to_device(np.ones((48, 8), np.float32)))
+    with cuda.gpus[1]:
+        c_1 = cuda.to_device(np.ones((48, 8), np.float32))
+    with pytest.raises(ValueError, match="b is on GPU 0 but c is on GPU 1"):
+        numba_gemm.triple(a_0, b_0, c_1)
     with cuda.gpus[1]:
         out_1 = cuda.device_array((64, 48), np.float32)
     with pytest.raises(ValueError, match="out is on GPU 1 but a is on GPU 0"):

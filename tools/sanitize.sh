@@ -19,7 +19,6 @@ TOOLS=(memcheck racecheck synccheck initcheck)
 for tool in "${TOOLS[@]}"; do
   extra=()
   [ "$tool" = memcheck ] && extra=(--leak-check no)
-  [ "$tool" = initcheck ] && extra=(--track-unused-memory no)
   compute-sanitizer --tool "$tool" "${extra[@]}" --print-limit 20 --error-exitcode 3 \
     "$PY" tools/sanitize_calls.py "$@" > "$LOGS/$tool.log" 2>&1 &
 done

@@ -44,6 +44,7 @@ def _check(what: str, result, expected, dtype, K: int, failures: list) -> None:
     error = relative_error(result.copy_to_host(), expected)
     if not error <= tolerance(dtype, K):
         failures.append(f"{what}: relative error {error:.3g}")
+    print(f"checked {what}", flush=True)  # progress: a run cut short shows what it covered
 
 
 def tiled(configs_by_dtype, failures: list) -> int:
