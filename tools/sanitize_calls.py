@@ -51,11 +51,8 @@ def tiled(configs_by_dtype, failures: list) -> int:
     calls = 0
     for dtype, configs in configs_by_dtype.items():
         for config in configs:
-            whole = (config.block_m * 2, config.block_n * 2, config.block_k * 4)
-            for M, N, K in (
-                whole,
-                (config.block_m + 3, config.block_n - 1, config.block_k * 3 + 5),
-            ):
+            whole = (config.block_m, config.block_n * 2, config.block_k * 4)
+            for M, N, K in (whole, (config.block_m + 3, config.block_n - 1, config.block_k + 5)):
                 assert whole_tiles(config, *whole)
                 for transposed in (False, True):
                     (a, a_d), (b, b_d) = _operand(M, K, dtype, transposed), _operand(K, N, dtype)
