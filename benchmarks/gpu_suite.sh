@@ -21,6 +21,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 XLA_PYTHO
 unset NUMBA_ENABLE_CUDASIM JAX_PLATFORMS
 RESULTS=${NUMBA_GEMM_RESULTS_DIR:-benchmarks/results}
 LOG_DIR=${NUMBA_GEMM_RESULTS_DIR:-/tmp}
+mkdir -p "$LOG_DIR"
 tests=0
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   cpus=$(nproc)
@@ -40,7 +41,7 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
     [ -s "$shard" ] || continue  # an empty shard would run pytest's default: every test
     mapfile -t shard_ids < "$shard"  # test ids may hold spaces
     # faulthandler: a process that crashes (at exit too) prints its Python stacks to its log
-    ( PYTHONFAULTHANDLER=1 "$PY" -m pytest -q -rs -p no:cacheprovider "${shard_ids[@]}" \
+    ( PYTHONFAULTHANDLER=1 "$PY" -m pytest -q -rfEs -p no:cacheprovider "${shard_ids[@]}" \
         > "$shard.log" 2>&1; echo "pytest exit $?" >> "$shard.log" ) &
   done
   wait

@@ -4,6 +4,7 @@ of device or host memory, and repeated runs bitwise identical."""
 
 import gc
 import resource
+import sys
 
 import numpy as np
 import pytest
@@ -51,8 +52,26 @@ def test_an_operand_of_more_than_2_31_elements():
 
 
 def _device_used() -> int:
-    free, total = cuda.current_context().get_memory_info()
-    return total - free
+    """Device memory this process holds (not the device's free memory, which the other test
+    processes on the GPU move): Numba's live allocations, what this library's pool has handed
+    out, and what JAX's allocator has in use."""
+    from cuda.bindings import driver as cu
+
+    from numba_gemm.launch import _memory_pool
+
+    context = cuda.current_context()
+    allocations = list(context.memory_manager.allocations.values())
+    numba_bytes = sum(memory.size for memory in allocations)
+    error, pooled = cu.cuMemPoolGetAttribute(
+        _memory_pool(context.device.id), cu.CUmemPool_attribute.CU_MEMPOOL_ATTR_USED_MEM_CURRENT
+    )
+    jax_bytes = 0
+    if "jax" in sys.modules:
+        jax = sys.modules["jax"]
+        for device in jax.devices():
+            stats = device.memory_stats() if device.platform == "gpu" else None
+            jax_bytes += (stats or {}).get("bytes_in_use", 0)
+    return numba_bytes + int(pooled) + jax_bytes
 
 
 def _host_resident() -> int:

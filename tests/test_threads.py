@@ -131,3 +131,23 @@ def test_jax_bridge_from_many_threads():
         return checked
 
     assert _errors(_in_threads(work)) == []
+
+
+@pytest.mark.gpu
+def test_tune_from_many_threads(tmp_path):
+    """Tuners in several threads at once: each checks and times its candidates, and every
+    winner lands in the one cache file, whole."""
+    from numba_gemm.tuned_configs import _load
+
+    configs = (numba_gemm.TileConfig(64, 64, 16, 4, 4, 3, 8),)
+    path = tmp_path / "tuning.json"
+    shapes = [(192 << (t % 4), 160 << (t // 4), 96) for t in range(THREADS)]  # 8 shape classes
+
+    def work(thread):
+        results = numba_gemm.tune(
+            *shapes[thread], configs=configs, save=path, progress=lambda line: None, reps=3
+        )
+        return [(f"tune {shapes[thread]}", results[0]["error"], tolerance(np.float32, 96))]
+
+    assert _errors(_in_threads(work)) == []
+    assert sorted(tuple(e["shape"]) for e in _load(path).values()) == sorted(shapes)
