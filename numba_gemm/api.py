@@ -130,19 +130,17 @@ def check_output(out, shape: tuple, dtype: np.dtype, on_device: bool, inputs: tu
         raise ValueError(
             f"out is on GPU {out.device} but {inputs[0].name} is on GPU {inputs[0].device}"
         )
-    if out.span == 0:  # no element: nothing to write, nothing to overlap
-        if out.readonly:
-            raise ValueError(READ_ONLY_OUT)
-        return
-    if any(s == 0 and n > 1 for n, s in zip(out.shape, out.strides)):
-        axis = next(i for i, (n, s) in enumerate(zip(out.shape, out.strides)) if s == 0 and n > 1)
-        raise ValueError(
-            f"out has stride 0 on axis {axis} (a broadcast view): distinct elements share memory"
-        )
-    if out.has_internal_overlap():
-        raise ValueError(
-            f"out has strides {out.strides} under which distinct elements share memory"
-        )
+    if out.span:  # an empty out has no element to share (NumPy gives those odd strides)
+        broadcast = [i for i, (n, s) in enumerate(zip(out.shape, out.strides)) if n > 1 and s == 0]
+        if broadcast:
+            raise ValueError(
+                f"out has stride 0 on axis {broadcast[0]} (a broadcast view): distinct elements "
+                "share memory"
+            )
+        if out.has_internal_overlap():
+            raise ValueError(
+                f"out has strides {out.strides} under which distinct elements share memory"
+            )
     if out.readonly:
         raise ValueError(READ_ONLY_OUT)
     for x in inputs:
@@ -395,20 +393,20 @@ def describe_matmul(a: Any, b: Any, out: Any, stream: Any = 0) -> Product:
         a_mat, b_mat = (zero, (M, 1), (0, 0)), (zero, (1, N), (0, 0))
         loops = [(n, (0, 0, s_out)) for n, (_, _, s_out) in loops]
     loops = _folded(loops)
-    parts = []
-    inner = loops[-1] if loops else (1, (0, 0, 0))
+    # The innermost loop is each launch's batch; the outer ones are walked here.
+    matrices = (a_mat, b_mat, (out, (M, N), tuple(out_strides[-2:])))
+    inner_extent, inner_strides = loops[-1] if loops else (1, (0, 0, 0))
     outer = loops[:-1]
+    parts = []
     for index in itertools.product(*(range(n) for n, _ in outer)):
-        offsets = [sum(i * s[k] for i, (_, s) in zip(index, outer)) for k in range(3)]
-        for first in range(0, inner[0], MAX_GRID_YZ):
-            batch = min(MAX_GRID_YZ, inner[0] - first)
+        offsets = [sum(i * strides[k] for i, (_, strides) in zip(index, outer)) for k in range(3)]
+        for first in range(0, inner_extent, MAX_GRID_YZ):
+            batch = min(MAX_GRID_YZ, inner_extent - first)
             parts.append(
                 tuple(
-                    array.matrix(
-                        shape, strides, batch, inner[1][k], offsets[k] + first * inner[1][k]
-                    )
-                    for k, (array, shape, strides) in enumerate(
-                        (a_mat, b_mat, (out, (M, N), tuple(out_strides[-2:])))
+                    array.matrix(shape, strides, batch, step, offset + first * step)
+                    for (array, shape, strides), step, offset in zip(
+                        matrices, inner_strides, offsets
                     )
                 )
             )
