@@ -16,13 +16,15 @@ the next one's stride times its extent (axes of extent 1 drop out). So a
 transposed operand, a contraction over several trailing axes, ``flax``'s
 ``Dense`` on a (batch, seq, features) input and a ``vmap`` over any axis are
 all strides, never copies; anything else raises ``NotImplementedError``.
-Pure Python: no JAX, no Numba.
+Pure Python: no JAX, no Numba (``numba_gemm.loops`` is pure Python too).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+from numba_gemm.loops import fold_loops
 
 __all__ = ["StridedGemm", "strided_gemm", "output_shape", "free_axes"]
 
@@ -70,17 +72,9 @@ _Loop = tuple[int, tuple[int, int, int]]
 
 
 def _fold(loops: list[_Loop], order) -> list[_Loop]:
-    """Merge neighbouring loops (sorted by ``order``, outermost first) wherever every buffer
-    steps over the inner loop's whole extent with one step of the outer loop."""
-    folded: list[_Loop] = []
-    for extent, strides in sorted(loops, key=order):
-        if folded:
-            outer_extent, outer_strides = folded[-1]
-            if all(so == si * extent for so, si in zip(outer_strides, strides)):
-                folded[-1] = (outer_extent * extent, strides)
-                continue
-        folded.append((extent, strides))
-    return folded
+    """Merge neighbouring loops, sorted by ``order`` (outermost first), where every buffer steps
+    over the inner loop's whole extent with one step of the outer loop (``fold_loops``)."""
+    return fold_loops(sorted(loops, key=order))
 
 
 def _by_buffer(which: int):

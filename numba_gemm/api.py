@@ -22,6 +22,7 @@ from .launch import (
     serialised_on_simulator,
     simulated,
 )
+from .loops import fold_loops
 from .prepared import PreparedCalls
 from .tuned_configs import config_for
 
@@ -392,7 +393,7 @@ def describe_matmul(a: Any, b: Any, out: Any, stream: Any = 0) -> Product:
         keep = (zero,)
         a_mat, b_mat = (zero, (M, 1), (0, 0)), (zero, (1, N), (0, 0))
         loops = [(n, (0, 0, s_out)) for n, (_, _, s_out) in loops]
-    loops = _folded(loops)
+    loops = fold_loops(loops)
     # The innermost loop is each launch's batch; the outer ones are walked here.
     matrices = (a_mat, b_mat, (out, (M, N), tuple(out_strides[-2:])))
     inner_extent, inner_strides = loops[-1] if loops else (1, (0, 0, 0))
@@ -411,20 +412,6 @@ def describe_matmul(a: Any, b: Any, out: Any, stream: Any = 0) -> Product:
                 )
             )
     return Product(parts, out, dtype, keep)
-
-
-def _folded(loops: list) -> list:
-    """Batch loops (extent, (stride in a, in b, in out)), outermost first, with neighbours
-    merged wherever every array steps over the inner loop's whole extent with one outer step."""
-    folded: list = []
-    for extent, strides in loops:
-        if folded:
-            outer_extent, outer_strides = folded[-1]
-            if all(so == si * extent for so, si in zip(outer_strides, strides)):
-                folded[-1] = (outer_extent * extent, strides)
-                continue
-        folded.append((extent, strides))
-    return folded
 
 
 def _zero_element(dtype: np.dtype, on_device: bool, stream: Any = 0) -> ArrayDesc:
