@@ -71,6 +71,8 @@ def _check_plan(a, c, algorithm: str, order: str, config) -> None:
     if config is not None:
         config.check(a.dtype)
     (M, K1), (K2, N) = a.shape, c.shape
+    if 0 in (M, K1, K2, N):  # zeros or an empty result: no kernel runs
+        return
     algorithm, order = resolve(M, K1, K2, N, algorithm, order, config, a.dtype)
     if algorithm == "naive":
         check_naive(*((K2, N) if order == "left" else (K1, M)), a.dtype)
