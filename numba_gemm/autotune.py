@@ -110,7 +110,7 @@ def tune(
                 f"(relative error {error:.2e}); not timing it"
             )
         once = median_seconds(run, warmup=1, reps=3)
-        calls = max(1, int(min_time / once))
+        calls = max(1, int(min_time / max(once, 1e-7)))  # a clock tick of 0 is not 0 seconds
         seconds = median_seconds(run, warmup=1, reps=reps, calls_per_rep=calls)
         results.append(
             {

@@ -18,6 +18,7 @@ import json
 import platform
 import re
 import statistics
+import threading
 import time
 from importlib import metadata
 from pathlib import Path
@@ -43,23 +44,32 @@ _MAX_CALIBRATION_BATCH = 1024  # calls: the largest batch that calibrates a roun
 
 
 class _EventClock:
+    """Seconds on the GPU's event clock: one origin event per context (an event belongs to
+    its device), read under a lock (tuners in several threads share it)."""
+
     def __init__(self):
-        self._origin = None
-        self._origin_s = 0.0
+        self._origins: dict = {}  # context handle -> (origin event, its time in seconds)
+        self._reading = threading.Lock()
 
     def __call__(self) -> float:
         if cuda.config.ENABLE_CUDASIM:  # the simulator runs synchronously on the host
             return time.perf_counter()
+        with self._reading:
+            return self._read()
+
+    def _read(self) -> float:
         cuda.synchronize()
         event = cuda.event()
         event.record()
         event.synchronize()
-        if self._origin is None:
-            self._origin = event
+        context = int(cuda.current_context().handle)
+        if context not in self._origins:
+            self._origins[context] = (event, 0.0)
             return 0.0
-        now = self._origin_s + cuda.event_elapsed_time(self._origin, event) / 1e3
-        if now - self._origin_s > _REBASE_AFTER_S:
-            self._origin, self._origin_s = event, now
+        origin, origin_s = self._origins[context]
+        now = origin_s + cuda.event_elapsed_time(origin, event) / 1e3
+        if now - origin_s > _REBASE_AFTER_S:
+            self._origins[context] = (event, now)
         return now
 
 
