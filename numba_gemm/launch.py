@@ -17,14 +17,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numba import cuda
 
-from .descriptor import ArrayDesc, MatrixDesc, describe, describe_array
+from .descriptor import ArrayDesc, MatrixDesc, context_handle, describe, describe_array
 
 __all__ = [
     "cdiv",
     "simulated",
     "SIMULATOR_LOCK",
     "serialised_on_simulator",
-    "context_handle",
     "device_operand",
     "allocate_output",
     "allocate_array",
@@ -102,19 +101,6 @@ def _initialise_driver() -> None:
 
 
 _initialise_driver()
-
-
-def context_handle() -> int:
-    """The current thread's CUDA context (an int), made current where none is: what caches of
-    compiled functions, pools and scratch buffers are keyed by (one per device in a process
-    that uses Numba's primary contexts). 0 on the simulator."""
-    if simulated():
-        return 0
-    driver = _pool_api()[0]
-    error, handle = driver.cuCtxGetCurrent()
-    if error != driver.CUresult.CUDA_SUCCESS or not int(handle):
-        return int(cuda.current_context().handle)
-    return int(handle)
 
 
 def device_operand(desc: MatrixDesc, stream=0) -> MatrixDesc:

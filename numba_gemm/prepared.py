@@ -24,11 +24,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .descriptor import DeviceNDArray  # Numba's device array class, resolved there
+from .descriptor import DeviceNDArray, context_handle  # Numba's device array class there
 from .launch import (
     KernelLaunch,
     PreparedLaunch,
-    context_handle,
     new_device_array,
     simulated,
     stream_handle,

@@ -21,7 +21,7 @@ from .api import (
     run_in_memory_space,
     through_fresh_out,
 )
-from .descriptor import MatrixDesc
+from .descriptor import MatrixDesc, context_handle
 from .kernels.tiled import TileConfig, for_edge_tiles, valid_or
 from .kernels.triple_product import (
     MAX_CTAS_PER_SM,
@@ -41,7 +41,6 @@ from .launch import (
     KernelLaunch,
     allocate_output,
     cdiv,
-    context_handle,
     multiprocessors,
     programmatic_launch,
     serialised_on_simulator,

@@ -109,7 +109,7 @@ def _fake_h100() -> None:
     import numba.cuda.compiler
     import numba.cuda.dispatcher
 
-    from numba_gemm import launch
+    from numba_gemm import launch, tuned_configs
 
     class H100:
         compute_capability = (9, 0)
@@ -128,6 +128,7 @@ def _fake_h100() -> None:
         H100.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
     )
     launch._device_multiprocessors = lambda device_id: H100.MULTIPROCESSOR_COUNT
+    tuned_configs.current_device = lambda: H100.id  # the driver's answer, were there one
 
 
 def _tool(name: str) -> str:
