@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .api import check_choice, plan
-from .descriptor import describe
+from .descriptor import describe, is_int
 from .kernels.tiled import TileConfig, kernel_resources
 from .launch import PreparedLaunch, shared_memory_limit, simulated
 from .reference import LAYOUTS, make_operands, poisoned, reference, relative_error, tolerance
@@ -52,7 +52,7 @@ def tune(
     """
     K = M if K is None else K
     for name, value in (("M", M), ("N", N), ("K", K), ("reps", reps)):
-        if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+        if not is_int(value):
             raise TypeError(f"{name} must be an int; got {value!r}")
         if value < 1:
             raise ValueError(f"{name} must be at least 1; got {value}")

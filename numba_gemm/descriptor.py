@@ -43,6 +43,7 @@ __all__ = [
     "context_handle",
     "SUPPORTED_DTYPES",
     "CAI_VERSIONS",
+    "is_int",
 ]
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -52,7 +53,7 @@ HOST = -1  # the ``device`` of host memory
 _DLPACK_CPU, _DLPACK_CUDA = 1, 2  # DLDeviceType codes
 
 
-def _is_int(value) -> bool:
+def is_int(value) -> bool:
     """A true integer (Python or NumPy), not a bool and not a float that happens to be whole."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
@@ -65,8 +66,57 @@ def _span(extents, strides) -> int:
     return 1 + sum((n - 1) * s for n, s in zip(extents, strides))
 
 
+class _Memory:
+    """What a matrix and an array descriptor share: the memory they span and how it may
+    overlap. Needs ``shape``, ``strides``, ``dtype``, ``address``, ``span``, ``on_device`` and
+    ``device``."""
+
+    def byte_range(self) -> tuple[int, int]:
+        return self.address, self.address + self.span * self.dtype.itemsize
+
+    def overlaps(self, other) -> bool:
+        """True if the two memory ranges intersect (same memory space and device).
+
+        Conservative: interleaved views (``x[:, ::2]`` and ``x[:, 1::2]``) count as overlapping.
+        """
+        if self.on_device != other.on_device or self.device != other.device:
+            return False
+        lo1, hi1 = self.byte_range()
+        lo2, hi2 = other.byte_range()
+        return lo1 < hi2 and lo2 < hi1
+
+    def has_internal_overlap(self) -> bool:
+        """True if two distinct indices map to one element (unsafe for outputs): sorted by
+        stride, each axis must step past everything the axes inside it cover (a sufficient
+        test for non-overlap, exact for the views slicing makes). Strides are non-negative."""
+        dims = sorted(
+            ((n, s) for n, s in zip(self.shape, self.strides) if n > 1), key=lambda d: d[1]
+        )
+        covered = 1  # elements the inner axes span
+        for n, s in dims:
+            if s < covered:
+                return True
+            covered = s * (n - 1) + covered
+        return False
+
+
+def _numba_view(pointer: int, dtype: np.dtype, shape, strides, owner, stream=None):
+    """A Numba device array over ``pointer`` (``strides`` in bytes, None: C order), kept
+    alive by ``owner``; with ``stream``, Numba's import synchronises the producer's stream."""
+    interface = {
+        "shape": tuple(shape),
+        "strides": strides,
+        "typestr": dtype.str,
+        "data": (pointer, False),
+        "version": 3,
+    }
+    if stream is not None:
+        interface["stream"] = stream
+    return cuda.from_cuda_array_interface(interface, owner=owner)
+
+
 @dataclass(frozen=True)
-class MatrixDesc:
+class MatrixDesc(_Memory):
     """A validated 2-D matrix: ``shape`` (rows, cols), ``strides`` in elements.
 
     ``address`` is the address of element (0, 0); kernels launched through
@@ -107,7 +157,7 @@ class MatrixDesc:
             if not (
                 isinstance(value, tuple)
                 and len(value) == 2
-                and all(_is_int(v) and (low is None or v >= low) for v in value)
+                and all(is_int(v) and (low is None or v >= low) for v in value)
             ):
                 raise ValueError(
                     f"MatrixDesc {self.name}: {field} must be a tuple of two "
@@ -117,7 +167,7 @@ class MatrixDesc:
             raise TypeError(f"MatrixDesc {self.name}: dtype must be a numpy.dtype")
         for field, low in (("batch", 1), ("batch_stride", None), ("address", 0), ("device", -1)):
             value = getattr(self, field)
-            if not _is_int(value) or (low is not None and value < low):
+            if not is_int(value) or (low is not None and value < low):
                 raise ValueError(
                     f"MatrixDesc {self.name}: {field} must be an int"
                     + (f" >= {low}" if low is not None else "")
@@ -127,16 +177,11 @@ class MatrixDesc:
     def buffer(self):
         """``data``, the 1-D array of ``span`` elements from (0, 0), built on first use."""
         if self.data is None:
-            flat = {
-                "shape": (self.span,),
-                "strides": None,
-                "typestr": self.dtype.str,
-                "data": (self.address, False),
-                "version": 3,
-            }
             # A cache, not a change of value: the frozen dataclass allows it this way.
             object.__setattr__(
-                self, "data", cuda.from_cuda_array_interface(flat, owner=self.source)
+                self,
+                "data",
+                _numba_view(self.address, self.dtype, (self.span,), None, self.source),
             )
         return self.data
 
@@ -155,44 +200,9 @@ class MatrixDesc:
             return "col"
         return "strided"
 
-    def byte_range(self) -> tuple[int, int]:
-        return self.address, self.address + self.span * self.dtype.itemsize
-
-    def overlaps(self, other: MatrixDesc) -> bool:
-        """True if the two matrices' memory ranges intersect (same memory space).
-
-        Conservative: interleaved views (``x[:, ::2]`` and ``x[:, 1::2]``) count as overlapping.
-        """
-        return _ranges_meet(self, other)
-
-    def has_internal_overlap(self) -> bool:
-        """True if two distinct (i, j) map to one element (unsafe for outputs)."""
-        return _self_overlapping(self.shape, self.strides)
-
-
-def _ranges_meet(x, y) -> bool:
-    if x.on_device != y.on_device or x.device != y.device:
-        return False
-    lo1, hi1 = x.byte_range()
-    lo2, hi2 = y.byte_range()
-    return lo1 < hi2 and lo2 < hi1
-
-
-def _self_overlapping(shape, strides) -> bool:
-    """Whether two distinct indices of an array of ``shape`` and (non-negative) ``strides``
-    reach one element: sorted by stride, each axis must step past everything the axes inside
-    it cover (a sufficient test for non-overlap, exact for the views slicing makes)."""
-    dims = sorted(((n, s) for n, s in zip(shape, strides) if n > 1), key=lambda d: d[1])
-    covered = 1  # elements the inner axes span
-    for n, s in dims:
-        if s < covered:
-            return True
-        covered = s * (n - 1) + covered
-    return False
-
 
 @dataclass(frozen=True)
-class ArrayDesc:
+class ArrayDesc(_Memory):
     """A validated array of any rank: ``shape``, ``strides`` in elements (>= 0 on every axis
     of extent > 1), ``dtype``, the ``address`` of element (0, ..., 0), ``on_device``, the CUDA
     ``device`` ordinal (-1 on the host), ``readonly``, the caller's ``source`` and ``data``: on
@@ -217,15 +227,6 @@ class ArrayDesc:
     @functools.cached_property
     def span(self) -> int:
         return _span(self.shape, self.strides)
-
-    def byte_range(self) -> tuple[int, int]:
-        return self.address, self.address + self.span * self.dtype.itemsize
-
-    def overlaps(self, other) -> bool:
-        return _ranges_meet(self, other)
-
-    def has_internal_overlap(self) -> bool:
-        return _self_overlapping(self.shape, self.strides)
 
     def flat(self, offset: int = 0, span: int | None = None):
         """The 1-D array of ``span`` elements from element ``offset`` (default: the rest), or
@@ -281,7 +282,7 @@ class CudaArrayInterface(NamedTuple):
 
 
 def _int_tuple(name: str, field: str, value) -> tuple[int, ...]:
-    if not isinstance(value, (tuple, list)) or not all(_is_int(v) for v in value):
+    if not isinstance(value, (tuple, list)) or not all(is_int(v) for v in value):
         raise TypeError(
             f"{name}'s __cuda_array_interface__ {field} must be a tuple of ints; got {value!r}"
         )
@@ -301,7 +302,7 @@ def read_cuda_array_interface(name: str, cai) -> CudaArrayInterface:
     if missing:
         raise TypeError(f"{what} lacks {', '.join(map(repr, missing))}")
     version = cai["version"]
-    if not _is_int(version) or version not in CAI_VERSIONS:
+    if not is_int(version) or version not in CAI_VERSIONS:
         raise ValueError(f"{what} has version {version!r}; numba-gemm reads versions 0 to 3")
     if cai.get("mask") is not None:
         raise TypeError(f"{name} is a masked array; masks are not supported")
@@ -327,7 +328,7 @@ def read_cuda_array_interface(name: str, cai) -> CudaArrayInterface:
     if not (
         isinstance(data, (tuple, list))
         and len(data) == 2
-        and _is_int(data[0])
+        and is_int(data[0])
         and isinstance(data[1], (bool, np.bool_))
     ):
         raise TypeError(f"{what} data must be (pointer: int, read-only: bool); got {data!r}")
@@ -341,7 +342,7 @@ def read_cuda_array_interface(name: str, cai) -> CudaArrayInterface:
                 f"({dtype.itemsize} bytes)"
             )
     stream = cai.get("stream")
-    if stream is not None and (not _is_int(stream) or (version >= 3 and stream == 0)):
+    if stream is not None and (not is_int(stream) or (version >= 3 and stream == 0)):
         raise ValueError(f"{what} stream must be None or a non-zero int; got {stream!r}")
     return CudaArrayInterface(shape, strides, dtype, pointer, readonly, stream)
 
@@ -501,15 +502,8 @@ def _device_desc(name: str, cai, source: Any, readonly: bool = False) -> ArrayDe
         return desc  # the buffer array is built only if a launch path needs it
     # The producer names a stream with pending work on the array: Numba's import of the
     # interface synchronises it, so build the buffer now, before any launch.
-    flat_cai = {
-        "shape": (desc.span,),
-        "strides": None,
-        "typestr": fields.dtype.str,
-        "data": (fields.pointer, False),
-        "version": 3,
-        "stream": fields.stream,
-    }
-    return replace(desc, data=cuda.from_cuda_array_interface(flat_cai, owner=source))
+    flat = _numba_view(fields.pointer, fields.dtype, (desc.span,), None, source, fields.stream)
+    return replace(desc, data=flat)
 
 
 def _dlpack_stream(stream) -> int:
@@ -628,15 +622,8 @@ def transpose_view(x: Any) -> Any:
                 f"x must be 2-D (a matrix), got a {len(fields.shape)}-D array of shape "
                 f"{fields.shape}"
             )
-        return cuda.from_cuda_array_interface(
-            {
-                "shape": fields.shape[::-1],
-                "strides": fields.strides[::-1],
-                "typestr": fields.dtype.str,
-                "data": (fields.pointer, False),
-                "version": 3,
-            },
-            owner=x,
+        return _numba_view(
+            fields.pointer, fields.dtype, fields.shape[::-1], fields.strides[::-1], x
         )
     if getattr(x, "ndim", 2) != 2:
         raise ValueError(f"x must be 2-D (a matrix), got shape {tuple(x.shape)}")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numba import cuda
 
-from .descriptor import ArrayDesc, MatrixDesc, context_handle, describe, describe_array
+from .descriptor import ArrayDesc, MatrixDesc, context_handle, describe_array
 
 __all__ = [
     "cdiv",
@@ -119,9 +119,8 @@ def allocate_output(
 ) -> MatrixDesc:
     """A fresh row-major matrix in the requested memory space (on the GPU:
     :func:`new_device_array`)."""
-    if on_device:
-        return describe(new_device_array(shape, dtype, stream), name)
-    return describe(np.empty(shape, dtype=dtype), name)
+    array = allocate_array(shape, dtype, on_device, name, stream)
+    return array.matrix(array.shape, array.strides)
 
 
 def allocate_array(

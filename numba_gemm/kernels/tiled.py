@@ -63,7 +63,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import cuda
 
-from ..descriptor import MatrixDesc
+from ..descriptor import MatrixDesc, is_int
 from ..launch import (
     STATIC_SHARED_LIMIT,
     KernelLaunch,
@@ -139,7 +139,7 @@ class TileConfig:
         # build); values, which depend on the dtype, in check().
         for field in fields(self):
             value = getattr(self, field.name)
-            if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
+            if not is_int(value):
                 raise TypeError(f"TileConfig.{field.name} must be an int; got {value!r}")
             object.__setattr__(self, field.name, int(value))
 
