@@ -11,6 +11,7 @@ from numba import cuda
 
 from .descriptor import ArrayDesc, MatrixDesc, current_device, describe, describe_array
 from .kernels.loop_orders import LOOP_ORDERS, plan_loop_order
+from .kernels.mma import MmaConfig, default_mma_config, plan_mma, storage_dtype
 from .kernels.tiled import TileConfig, plan_tiled
 from .launch import (
     MAX_GRID_YZ,
@@ -23,6 +24,7 @@ from .launch import (
     simulated,
 )
 from .loops import fold_loops
+from .precision import Preset, default_preset, normalise, output_dtypes, resolve
 from .prepared import PreparedCalls
 from .tuned_configs import config_for
 
@@ -34,6 +36,7 @@ __all__ = [
     "check_choice",
     "check_config",
     "check_pair",
+    "check_preset",
     "check_inner",
     "check_current_device",
     "check_output",
@@ -49,7 +52,11 @@ __all__ = [
     "run_in_memory_space",
 ]
 
-ALGORITHMS = ("auto", "tiled") + tuple(LOOP_ORDERS)
+ALGORITHMS = ("auto", "tiled", "mma") + tuple(LOOP_ORDERS)
+# The algorithms of each kind of preset: the FFMA kernels compute float32 and float64 exactly,
+# the tensor-core kernel every bf16, f16 and TF32 preset.
+FFMA_ALGORITHMS = ("auto", "tiled") + tuple(LOOP_ORDERS)
+TENSOR_CORE_ALGORITHMS = ("auto", "mma")
 
 # "auto" runs the tiled kernel from this many multiply-adds on (64^3); below it a large tile
 # is mostly empty and one thread per element does as well (docs/design/loop-orders.md).
@@ -117,13 +124,15 @@ READ_ONLY_OUT = (
 )
 
 
-def check_output(out, shape: tuple, dtype: np.dtype, on_device: bool, inputs: tuple) -> None:
+def check_output(out, shape: tuple, dtype, on_device: bool, inputs: tuple) -> None:
     """``out`` (a :class:`MatrixDesc` or :class:`ArrayDesc`) can take the product: shape,
-    dtype, memory space and device, writable, no element reached twice, no input overlapped."""
+    dtype (``dtype``, or one of a tuple of them), memory space and device, writable, no element
+    reached twice, no input overlapped."""
     if out.shape != tuple(shape):
         raise ValueError(f"out has shape {out.shape}; the product needs {tuple(shape)}")
-    if out.dtype != dtype:
-        raise TypeError(f"out is {out.dtype}; the product is {dtype}")
+    dtypes = dtype if isinstance(dtype, tuple) else (dtype,)
+    if out.dtype not in dtypes:
+        raise TypeError(f"out is {out.dtype}; the product is {' or '.join(map(str, dtypes))}")
     if out.on_device != on_device:
         side = "the GPU" if on_device else "the host"
         raise TypeError(f"out must live where the inputs do ({side})")
@@ -163,16 +172,42 @@ def check_config(config, algorithm: str, takes_config: tuple[str, ...], kernel: 
     ``algorithm`` is not one of those that take one (``kernel`` says whose tiles it sets)."""
     if config is None:
         return
-    if not isinstance(config, TileConfig):
-        raise TypeError(f"config must be a numba_gemm.TileConfig; got {type(config).__name__}")
+    if not isinstance(config, (TileConfig, MmaConfig)):
+        raise TypeError(
+            f"config must be a numba_gemm.TileConfig or MmaConfig; got {type(config).__name__}"
+        )
     if algorithm not in takes_config:
         raise ValueError(f"config applies to {kernel}; algorithm={algorithm!r} takes none")
 
 
-def check_algorithm(algorithm: str, config: TileConfig | None) -> None:
-    """``ValueError``/``TypeError`` for an unknown algorithm or a config it cannot take."""
+def check_algorithm(algorithm: str, config) -> None:
+    """``ValueError``/``TypeError`` for an unknown algorithm or a config it cannot take: a
+    ``TileConfig`` for ``"tiled"``, an ``MmaConfig`` for ``"mma"`` (either for ``"auto"``)."""
     check_choice("algorithm", algorithm, ALGORITHMS)
-    check_config(config, algorithm, ("tiled", "auto"), "the tiled kernel")
+    check_config(config, algorithm, ("tiled", "mma", "auto"), "the tiled and mma kernels")
+    wanted = {"tiled": TileConfig, "mma": MmaConfig}.get(algorithm)
+    if config is not None and wanted is not None and not isinstance(config, wanted):
+        raise TypeError(
+            f"algorithm={algorithm!r} takes a numba_gemm.{wanted.__name__}; got "
+            f"{type(config).__name__}"
+        )
+
+
+def check_preset(preset: Preset, algorithm: str, config) -> None:
+    """``ValueError`` unless ``algorithm`` (and ``config``'s kind) can compute ``preset``."""
+    tensor_cores = preset.tensor_cores
+    algorithms = TENSOR_CORE_ALGORITHMS if tensor_cores else FFMA_ALGORITHMS
+    if algorithm not in algorithms:
+        raise ValueError(
+            f"algorithm={algorithm!r} cannot compute precision {preset.name}; it runs on "
+            f"{', '.join(map(repr, algorithms))}"
+        )
+    kind = MmaConfig if tensor_cores else TileConfig
+    if config is not None and not isinstance(config, kind):
+        raise TypeError(
+            f"precision {preset.name} runs the {'mma' if tensor_cores else 'tiled'} kernel, "
+            f"which takes a numba_gemm.{kind.__name__}; got {type(config).__name__}"
+        )
 
 
 def plan(
@@ -180,15 +215,24 @@ def plan(
     b: MatrixDesc,
     out: MatrixDesc,
     algorithm: str = "auto",
-    config: TileConfig | None = None,
+    config: TileConfig | MmaConfig | None = None,
+    preset: Preset | None = None,
 ) -> KernelLaunch:
     """The launch that computes ``out = a @ b`` (for each of ``out.batch`` products) on
-    validated operands: the algorithm (``"auto"``: :func:`choose_algorithm`), the tile
-    config (by default the tuned one) and the launch geometry.
+    validated operands: the algorithm (``"auto"``: the tensor-core kernel for the presets
+    that run on tensor cores, else :func:`choose_algorithm`), the tile config (by default
+    the tuned one) and the launch geometry. ``preset``: by default the operands' exact one
+    (:func:`numba_gemm.precision.default_preset`).
 
     The one place these are decided: :func:`matmul` executes the plan through
     Numba, ``jax_bridge`` hands the same plan to XLA.
     """
+    preset = default_preset(a.dtype) if preset is None else preset
+    check_preset(preset, algorithm, config)
+    if preset.tensor_cores:
+        return plan_mma(config or default_mma_config(storage_dtype(a.dtype)), preset, a, b, out)
+    if config is not None:
+        config.check(a.dtype)
     if algorithm == "auto":
         algorithm = "tiled" if config is not None else choose_algorithm(a, b)
     if algorithm != "tiled":
@@ -204,11 +248,13 @@ def matmul(
     b: Any,
     out: Any = None,
     *,
+    precision: Any = None,
     algorithm: str = "auto",
-    config: TileConfig | None = None,
+    config: TileConfig | MmaConfig | None = None,
     stream: Any = 0,
 ) -> Any:
-    """``a @ b`` with NumPy's ``matmul`` semantics, float32 or float64, any strides.
+    """``a @ b`` with NumPy's ``matmul`` semantics; float32, float64, bfloat16 or float16; any
+    strides.
 
     ``a`` (..., M, K) and ``b`` (..., K, N): matrices, or stacks of them whose leading (batch)
     axes broadcast against each other; a 1-D ``a`` is a row (K,) and a 1-D ``b`` a column
@@ -223,15 +269,26 @@ def matmul(
     space: in ``out`` when given, otherwise in a new row-major array (a Numba device array for
     device inputs).
 
+    ``precision``: how the product is computed, with JAX's names (``numba_gemm.precision``):
+    a preset (``"BF16_BF16_F32"``, ``"BF16_BF16_F32_X3"``/``_X6``/``_X9``, ``"TF32_TF32_F32"``,
+    ``"TF32_TF32_F32_X3"``, ``"F16_F16_F32"``, ``"F32_F32_F32"``, ``"F64_F64_F64"``, or a
+    ``jax.lax.DotAlgorithmPreset`` member) or ``"default"``/``"high"``/``"highest"`` (a
+    ``jax.lax.Precision``): float32 on TF32 tensor cores for the first two, exact for the last.
+    ``None`` (default): float32 and float64 exactly, on FMA units, as always; bfloat16 and
+    float16 on the tensor cores (``BF16_BF16_F32``, ``F16_F16_F32``). Accumulation is in float32
+    (float64 for float64). Both operands must have one dtype. The result has the operands'
+    dtype, or ``out``'s where given: bfloat16 and float16 operands may write float32.
+
     ``algorithm``: ``"tiled"`` (shared-memory tiles, register blocking, a cp.async pipeline and
     grouped CTA order: ``numba_gemm.kernels.tiled``), ``"mnk"``, ``"nmk"``, ``"kmn"``, ``"knm"``
-    (seed 001's loop orders, see ``numba_gemm.kernels.loop_orders``) or ``"auto"``: tiled for all
-    but tiny problems (:func:`choose_algorithm`). All checks run before any launch and raise
-    ``ValueError``/``TypeError`` naming the argument.
+    (seed 001's loop orders, see ``numba_gemm.kernels.loop_orders``), ``"mma"`` (tensor cores
+    through ``mma.sync``: ``numba_gemm.kernels.mma``) or ``"auto"``: the tensor cores for presets
+    that use them, else tiled for all but tiny problems (:func:`choose_algorithm`). All checks
+    run before any launch and raise ``ValueError``/``TypeError`` naming the argument.
 
-    ``config``: the tiled kernel's :class:`~numba_gemm.TileConfig`; by default the tuned one for
-    this device, dtype, layout and shape class (:func:`numba_gemm.tuned_configs.config_for`).
-    Only with ``algorithm="tiled"``/``"auto"``.
+    ``config``: the tiled kernel's :class:`~numba_gemm.TileConfig` (by default the tuned one for
+    this device, dtype, layout and shape class: :func:`numba_gemm.tuned_configs.config_for`), or
+    the mma kernel's ``MmaConfig``.
 
     ``stream``: the Numba stream the kernel runs on (default: the default stream). Foreign
     device arrays offering DLPack are ordered before it; device results are not synchronised, as
@@ -243,34 +300,40 @@ def matmul(
     of host threads (on the simulator the library serialises launches).
     """
     check_algorithm(algorithm, config)
+    precision = normalise(precision)
     operands = (a, b)
-    key = _CALLS.key(operands, out, (algorithm, config), stream)
+    key = _CALLS.key(operands, out, (precision, algorithm, config), stream)
     if key is not None and (result := _CALLS.run(key, operands, out, stream)) is not None:
         return result
     if flipped_host(out):
         return through_fresh_out(
             out,
-            lambda fresh: matmul(a, b, fresh, algorithm=algorithm, config=config, stream=stream),
-        )
-    product = describe_matmul(positive_host(a), positive_host(b), out, stream)
+            lambda fresh: matmul(
+                a, b, fresh, precision=precision, algorithm=algorithm, config=config,
+                stream=stream,
+            ),
+        )  # fmt: skip
+    product = describe_matmul(positive_host(a), positive_host(b), out, stream, precision)
+    preset = product.preset
+    check_preset(preset, algorithm, config)
     if config is not None:
-        config.check(product.dtype)
+        config.check(storage_dtype(product.dtype) if preset.tensor_cores else product.dtype)
     parts = product.parts
     if key is None:
         for a_desc, b_desc, out_desc in parts:
-            execute(a_desc, b_desc, out_desc, algorithm, config, stream)
+            execute(a_desc, b_desc, out_desc, algorithm, config, stream, preset)
     else:
         _CALLS.prepare(
             key,
             operands,
             out,
             [
-                plan(a_desc, b_desc, out_desc, algorithm, config)
+                plan(a_desc, b_desc, out_desc, algorithm, config, preset)
                 for a_desc, b_desc, out_desc in parts
             ],
             product.keep,
             product.out.shape,
-            product.dtype,
+            product.out.dtype,
             stream,
             product.out.address,
         )
@@ -305,20 +368,23 @@ def through_fresh_out(out: np.ndarray, compute: Callable[[np.ndarray], Any]) -> 
 
 class Product(NamedTuple):
     """A validated ``matmul``: ``parts``, the (a, b, out) descriptors of each launch (a batch of
-    products each; none for an empty result); ``out``, the whole result; ``keep``, buffers the
-    launches read that the caller must hold (the zero operands of K = 0)."""
+    products each; none for an empty result); ``out``, the whole result; ``dtype``, the
+    operands'; ``keep``, buffers the launches read that the caller must hold (the zero operands
+    of K = 0); ``preset``, the precision it is computed at."""
 
     parts: list
     out: ArrayDesc
     dtype: np.dtype
     keep: tuple
+    preset: Preset
 
 
-def describe_matmul(a: Any, b: Any, out: Any, stream: Any = 0) -> Product:
+def describe_matmul(a: Any, b: Any, out: Any, stream: Any = 0, precision: Any = None) -> Product:
     """Describe and check ``matmul``'s operands and output (NumPy's ``matmul`` rules: vectors
     promoted, batch axes broadcast) and split the batch into launches.
 
-    1. Describe ``a`` and ``b`` (:func:`describe_array`); check dtypes, memory space, device.
+    1. Describe ``a`` and ``b`` (:func:`describe_array`); check dtypes, memory space, device;
+       resolve ``precision`` for their dtype (:func:`numba_gemm.precision.resolve`).
     2. Promote vectors: ``a`` (K,) is (1, K), ``b`` (K,) is (K, 1), with stride 0 on the added
        axis; check the inner sizes and broadcast the batch axes.
     3. Describe ``out`` (or allocate it row-major) and check it (:func:`check_output`).
@@ -336,6 +402,7 @@ def describe_matmul(a: Any, b: Any, out: Any, stream: Any = 0) -> Product:
                 "(multiply by a scalar with *)"
             )
     check_pair(a, b)
+    preset = resolve(precision, a.dtype)
     a_shape, a_strides = (a.shape, a.strides) if a.ndim > 1 else ((1, *a.shape), (0, *a.strides))
     b_shape, b_strides = (b.shape, b.strides) if b.ndim > 1 else ((*b.shape, 1), (*b.strides, 0))
     (M, K), (K_b, N) = a_shape[-2:], b_shape[-2:]
@@ -358,7 +425,7 @@ def describe_matmul(a: Any, b: Any, out: Any, stream: Any = 0) -> Product:
         out = allocate_array(out_shape, a.dtype, a.on_device, stream=stream)
     else:
         out = describe_array(out, "out", stream)
-        check_output(out, out_shape, a.dtype, a.on_device, (a, b))
+        check_output(out, out_shape, output_dtypes(preset, a.dtype), a.on_device, (a, b))
     # out's strides as (batch..., M, N), 0 on an axis a vector dropped
     out_strides = list(out.strides[: len(batch_shape)])
     out_strides += [out.strides[len(batch_shape)] if a.ndim > 1 else 0]
@@ -385,7 +452,7 @@ def describe_matmul(a: Any, b: Any, out: Any, stream: Any = 0) -> Product:
     ]
     dtype, keep = a.dtype, ()
     if out.span == 0:  # M, N or a batch extent is 0: nothing to compute
-        return Product([], out, dtype, keep)
+        return Product([], out, dtype, keep, preset)
     a_mat = (a, (M, K), tuple(a_strides[-2:]))
     b_mat = (b, (K, N), tuple(b_strides[-2:]))
     if K == 0:  # every element of the result is an empty sum: 0
@@ -411,7 +478,7 @@ def describe_matmul(a: Any, b: Any, out: Any, stream: Any = 0) -> Product:
                     )
                 )
             )
-    return Product(parts, out, dtype, keep)
+    return Product(parts, out, dtype, keep, preset)
 
 
 def _zero_element(dtype: np.dtype, on_device: bool, stream: Any = 0) -> ArrayDesc:
@@ -462,12 +529,15 @@ def execute(
     b: MatrixDesc,
     out: MatrixDesc,
     algorithm: str = "auto",
-    config: TileConfig | None = None,
+    config: TileConfig | MmaConfig | None = None,
     stream: Any = 0,
+    preset: Preset | None = None,
 ) -> None:
     """Compute ``out = a @ b`` on validated operands in one memory space (see
     :func:`run_in_memory_space`)."""
-    run_in_memory_space((a, b), out, lambda a, b, out: [plan(a, b, out, algorithm, config)], stream)
+    run_in_memory_space(
+        (a, b), out, lambda a, b, out: [plan(a, b, out, algorithm, config, preset)], stream
+    )
 
 
 def run_in_memory_space(

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
+import ml_dtypes
 import numpy as np
 from numba import cuda
 
@@ -46,7 +47,14 @@ __all__ = [
     "is_int",
 ]
 
-SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+# bfloat16 is ml_dtypes' (JAX's NumPy-side type; DLPack code 4, CUDA array interface "<V2" is
+# not one: such producers pass it through DLPack).
+SUPPORTED_DTYPES = (
+    np.dtype(np.float32),
+    np.dtype(np.float64),
+    np.dtype(ml_dtypes.bfloat16),
+    np.dtype(np.float16),
+)
 CAI_VERSIONS = range(0, 4)  # the __cuda_array_interface__ versions this reads (0 to 3)
 HOST = -1  # the ``device`` of host memory
 

@@ -127,14 +127,15 @@ else:
             context, builder, array_type, ary, [index], wraparound=False
         )
 
-    def _same_float_arrays(dst, src):
+    def _same_arrays(dst, src, kinds=(types.Float,)):
+        """1-D arrays of one dtype, of one of ``kinds`` (Numba type classes)."""
         return (
             isinstance(dst, types.Array)
             and isinstance(src, types.Array)
             and dst.ndim == 1
             and src.ndim == 1
             and dst.dtype == src.dtype
-            and isinstance(dst.dtype, types.Float)
+            and isinstance(dst.dtype, kinds)
         )
 
     def _move(kind: str):
@@ -144,7 +145,7 @@ else:
 
         def typer(typingctx, dst, dst_index, src, src_index):
             if not (
-                _same_float_arrays(dst, src)
+                _same_arrays(dst, src)
                 and isinstance(dst_index, types.Integer)
                 and isinstance(src_index, types.Integer)
             ):
@@ -201,11 +202,12 @@ else:
 
     @functools.cache
     def cp_async(width):
-        """``cp.async`` of ``width`` elements (whose bytes must be 4, 8 or 16) global -> shared."""
+        """``cp.async`` of ``width`` elements (whose bytes must be 4, 8 or 16) global -> shared;
+        floats, or integers (the bits of 16-bit floats)."""
 
         def typer(typingctx, dst, dst_index, src, src_index, valid):
             if not (
-                _same_float_arrays(dst, src)
+                _same_arrays(dst, src, (types.Float, types.Integer))
                 and all(isinstance(t, types.Integer) for t in (dst_index, src_index, valid))
             ):
                 return None

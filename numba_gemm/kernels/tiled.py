@@ -104,6 +104,7 @@ __all__ = [
     "plan_tiled",
     "operand_modes",
     "kernel_resources",
+    "unrolled",
 ]
 
 VECTOR_BYTES = 16  # one 128-bit load or store
@@ -496,14 +497,14 @@ def tile_storer(config: TileConfig, dtype, mode: tuple, interior: bool = False):
                                 i * thread_n + w * vec + f
                             ]
 
-    return _unrolled(
+    return unrolled(
         store_piece,
         thread_m * thread_n // vec,
         "c, c0, stride_cm, stride_cn, M, N, acc, row0, col0",
     )
 
 
-def _unrolled(step, count: int, params: str):
+def unrolled(step, count: int, params: str):
     """Device function ``f(params)`` = ``step(params, 0); ...; step(params, count - 1)``.
 
     NVVM leaves a k loop with a large body rolled (numba-cuda has no unroll
@@ -553,7 +554,7 @@ class SharedLayout:
 
 def _k_tile_multiplier(config: TileConfig, dtype: np.dtype):
     """Device function ``multiply(acc, a_frag, b_frag, smem, a_tile, b_tile)``: the FMAs of
-    one k-tile, BLOCK_K outer products written out (see :func:`_unrolled`)."""
+    one k-tile, BLOCK_K outer products written out (see :func:`unrolled`)."""
     vec = VECTOR_BYTES // dtype.itemsize
     THREAD_M, THREAD_N = config.thread_m, config.thread_n
     layout = SharedLayout.of(config, dtype)
@@ -573,7 +574,7 @@ def _k_tile_multiplier(config: TileConfig, dtype: np.dtype):
             for j in range(THREAD_N):
                 acc[i * THREAD_N + j] += a_frag[i] * b_frag[j]
 
-    return _unrolled(k_step, config.block_k, "acc, a_frag, b_frag, smem, a_tile, b_tile")
+    return unrolled(k_step, config.block_k, "acc, a_frag, b_frag, smem, a_tile, b_tile")
 
 
 # Hardware barriers a CTA has (0 is syncthreads'); split-k groups take 1 to split_k.

@@ -1,0 +1,440 @@
+"""Tensor-core GEMM on ``mma.sync``: bf16, f16, TF32 and float32 emulated by split operands.
+
+Shapes: C (M x N) = A (M x K) @ B (K x N), each a 1-D buffer plus element strides, as in
+``tiled``; any M, N, K >= 1; a batch along grid y. Operands are bf16 or f16 (passed as their
+uint16 bits) or float32; C is float32, or bf16/f16 bits rounded from the float32 accumulator.
+The precision preset (``numba_gemm.precision``) decides the multiply: the 16-bit operands as
+they are, float32 ones rounded to bf16 or TF32, or split into 2 or 3 parts whose partial
+products add up to (nearly) float32 accuracy.
+
+Algorithm (one CTA of ``warps_m x warps_n`` warps per BLOCK_M x BLOCK_N tile of C):
+
+1. *Which tile*: program id -> ``(pid_m, pid_n)`` through seed 004's grouped order
+   (``ordering.tile_of``); grid y is the product of the batch.
+2. *Pipeline*: ``STAGES`` shared-memory buffers of one BLOCK_K slice of A and of B, filled
+   by ``cp.async`` (16-byte vectors along the operand's contiguous axis, zero-filled past the
+   matrix); ``STAGES - 1`` slices are in flight while the CTA multiplies the oldest. A tile
+   is stored as the operand lies in memory: k-contiguous operands as ``[m or n][k]``,
+   m/n-contiguous ones as ``[k][m or n]``, rows padded so that fragment loads hit distinct
+   banks. Operands with neither axis contiguous (or misaligned) are copied element by element.
+3. *Warp tiles*: each warp owns a (BLOCK_M / warps_m) x (BLOCK_N / warps_n) piece of C as
+   float32 accumulators in registers, in the ``mma`` layout (``fragments.mma``). Per k step
+   (16 for bf16/f16, 8 for TF32) it loads its B blocks (16 n x k each; ``ldmatrix`` for
+   16-bit operands, shared loads for float32), prepares them (as they are, rounded, or split
+   into parts), then per A block (16 m x k) the same, and issues one ``mma.sync`` per partial
+   product, A block and 8 columns.
+4. *Epilogue*: each lane writes its accumulators to C, converted to C's dtype, skipping
+   elements outside M x N.
+
+Constraints (``MmaConfig.check``): warp tiles of whole 16 x 16 blocks, BLOCK_K a multiple of
+16, tiles that split into whole 16-byte copies per thread.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, fields, replace
+
+import numpy as np
+from numba import cuda
+
+from ..descriptor import MatrixDesc, is_int
+from ..launch import STATIC_SHARED_LIMIT, KernelLaunch, cdiv, kernel_launch, shared_memory_limit
+from ..ordering import tile_of
+from ..precision import BFLOAT16, FLOAT16, FLOAT32, Preset
+from .fragments import K_STEP, fragment_loader, fragment_words, mma, output_converter, splitter
+from .ptx import cp_async, cp_async_commit, cp_async_wait
+from .tiled import kernel_jit, unrolled
+
+__all__ = [
+    "MmaConfig",
+    "DEFAULT_MMA_CONFIGS",
+    "default_mma_config",
+    "operand_mode",
+    "plan_mma",
+    "storage_dtype",
+]
+
+VECTOR_BYTES = 16
+WARP = 32
+BLOCK = 16  # rows of a fragment block (m of A, n of B)
+UINT16 = np.dtype(np.uint16)
+
+
+@dataclass(frozen=True)
+class MmaConfig:
+    """One ``mma.sync`` kernel configuration (compile-time constants).
+
+    ``block_m x block_n``: the C tile of a CTA; ``block_k``: the k slice per pipeline stage;
+    ``warps_m x warps_n``: the CTA's warps, each owning a (block_m / warps_m) x
+    (block_n / warps_n) warp tile; ``stages``: shared-memory buffers (>= 2); ``group_m``:
+    the grouped order's group height.
+    """
+
+    block_m: int = 128
+    block_n: int = 128
+    block_k: int = 32
+    warps_m: int = 2
+    warps_n: int = 2
+    stages: int = 3
+    group_m: int = 8
+
+    def __post_init__(self):
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if not is_int(value):
+                raise TypeError(f"MmaConfig.{field.name} must be an int; got {value!r}")
+            object.__setattr__(self, field.name, int(value))
+
+    @property
+    def threads(self) -> int:
+        return WARP * self.warps_m * self.warps_n
+
+    @property
+    def warp_m(self) -> int:
+        return self.block_m // self.warps_m
+
+    @property
+    def warp_n(self) -> int:
+        return self.block_n // self.warps_n
+
+    def check(self, storage) -> None:
+        """``ValueError`` saying which constraint this config breaks for operands stored as
+        ``storage`` (uint16 or float32)."""
+        for field in fields(self):
+            if getattr(self, field.name) < 1:
+                raise ValueError(f"MmaConfig.{field.name} must be a positive integer")
+        for tile, warps in (("block_m", "warps_m"), ("block_n", "warps_n")):
+            extent, count = getattr(self, tile), getattr(self, warps)
+            if extent % (count * BLOCK):
+                raise ValueError(
+                    f"MmaConfig.{tile} = {extent} must be a multiple of 16 x {warps} = "
+                    f"{16 * count}: each warp's tile is whole 16 x 16 blocks"
+                )
+        if self.block_k % BLOCK:
+            raise ValueError(f"MmaConfig.block_k = {self.block_k} must be a multiple of 16")
+        if self.threads > 1024:
+            raise ValueError(f"MmaConfig has {self.threads} threads per CTA; CUDA allows 1024")
+        vec = VECTOR_BYTES // np.dtype(storage).itemsize
+        for tile in (self.block_m, self.block_n):
+            if (tile * self.block_k) % (vec * self.threads):
+                raise ValueError(
+                    f"a {tile} x {self.block_k} tile must split into whole 16-byte copies "
+                    f"for each of the {self.threads} threads"
+                )
+        if self.stages < 2:
+            raise ValueError("MmaConfig.stages must be >= 2 so that loads overlap compute")
+
+    def shared_bytes(self, storage, a_axis: str = "k", b_axis: str = "k", operand="bf16") -> int:
+        """Dynamic shared memory per CTA: ``stages`` padded tiles of A and B."""
+        a = _TileShape.of(self, storage, operand, self.block_m, a_axis)
+        b = _TileShape.of(self, storage, operand, self.block_n, b_axis)
+        return self.stages * (a.size + b.size) * np.dtype(storage).itemsize
+
+    def label(self) -> str:
+        return (
+            f"mma {self.block_m}x{self.block_n}x{self.block_k}/w{self.warps_m}x{self.warps_n}"
+            f"/s{self.stages}/g{self.group_m}"
+        )
+
+
+# Fallback tiles (the tuning cache may hold better ones per device): 128 x 128 C tiles of four
+# 64 x 64 warp tiles keep 128 accumulators per lane and reuse each fragment 4-8 times.
+DEFAULT_MMA_CONFIGS = {
+    UINT16: MmaConfig(128, 128, 32, 2, 2, 4, 8),
+    FLOAT32: MmaConfig(128, 128, 16, 2, 2, 3, 8),
+}
+
+
+def default_mma_config(storage) -> MmaConfig:
+    return DEFAULT_MMA_CONFIGS[np.dtype(storage)]
+
+
+def storage_dtype(dtype) -> np.dtype:
+    """How the kernels hold operands of ``dtype``: 16-bit floats as their uint16 bits (Numba
+    has no bfloat16), float32 as itself."""
+    dtype = np.dtype(dtype)
+    return UINT16 if dtype in (BFLOAT16, FLOAT16) else dtype
+
+
+@dataclass(frozen=True)
+class _TileShape:
+    """One operand tile in shared memory: ``rows`` of ``row`` elements (``row`` includes the
+    padding); element (x, k) sits at ``x * stride_x + k * stride_k``."""
+
+    rows: int
+    row: int
+    stride_x: int
+    stride_k: int
+
+    @property
+    def size(self) -> int:
+        return self.rows * self.row
+
+    @staticmethod
+    def of(config: MmaConfig, storage, operand: str, extent_x: int, axis: str) -> _TileShape:
+        """The tile of ``extent_x`` rows (m or n) by ``block_k`` stored ``axis``-contiguous
+        (``"k"``: ``[x][k]``; ``"x"``: ``[k][x]``), padded by :func:`_padding`."""
+        pad = _padding(np.dtype(storage), operand, axis)
+        if axis == "k":
+            row = config.block_k + pad
+            return _TileShape(extent_x, row, row, 1)
+        row = extent_x + pad
+        return _TileShape(config.block_k, row, 1, row)
+
+
+def _padding(storage: np.dtype, operand: str, axis: str) -> int:
+    """Elements added to each stored row so that a warp's fragment loads hit distinct banks.
+
+    16-bit tiles: 16 bytes, so the 8 rows an ``ldmatrix`` phase reads (16 bytes each) start
+    in 8 distinct 16-byte bank groups. Float32 tiles, loaded a float per lane: the 32 lanes
+    read rows g < 8 and k t < 4 (TF32) or 2t, 2t + 1 (bf16 pairs); a row of 4 x odd floats
+    spreads k-contiguous rows over distinct banks (and bf16 pairs of m/n-contiguous rows), a
+    row of 8 x odd floats the TF32 m/n-contiguous ones. Rows stay multiples of 16 bytes.
+    """
+    if storage == UINT16:
+        return 8
+    if operand == "tf32" and axis == "x":
+        return 8
+    return 4
+
+
+def _operand_axis(stride_x: int, stride_k: int, extent_x: int, extent_k: int) -> str:
+    """``"k"`` where the operand's k axis is contiguous, ``"x"`` where its m (A) or n (B) axis
+    is, ``"k"`` (element copies) where neither is."""
+    if stride_k == 1 and extent_k > 1:
+        return "k"
+    if stride_x == 1 and extent_x > 1:
+        return "x"
+    return "k"
+
+
+def operand_mode(desc: MatrixDesc, x_first: bool) -> tuple[str, bool]:
+    """(contiguous axis, 16-byte copies allowed) of A (``x_first``: m is axis 0) or B."""
+    extents, strides = desc.shape, desc.strides
+    if x_first:
+        (extent_x, extent_k), (stride_x, stride_k) = extents, strides
+    else:
+        (extent_k, extent_x), (stride_k, stride_x) = extents, strides
+    axis = _operand_axis(stride_x, stride_k, extent_x, extent_k)
+    contiguous, other = (stride_k, stride_x) if axis == "k" else (stride_x, stride_k)
+    vec = VECTOR_BYTES // desc.dtype.itemsize
+    vectorised = (
+        contiguous == 1
+        and desc.address % VECTOR_BYTES == 0
+        and other % vec == 0
+        and desc.batch_stride % vec == 0
+    )
+    return axis, vectorised
+
+
+def _tile_loader(config: MmaConfig, storage: np.dtype, extent_x: int, mode: tuple, tile):
+    """Device function ``load(smem, dst, src, src0, stride_x, stride_k, x_left, k_left, tid)``:
+    the thread's copies of one operand tile, ``src[src0 + x * stride_x + k * stride_k]`` for
+    x < ``extent_x``, k < BLOCK_K, into ``smem[dst + x * tile.stride_x + k * tile.stride_k]``.
+    Elements past ``x_left`` rows or ``k_left`` columns are zeros. 16-byte ``cp.async`` copies
+    run along the contiguous axis where ``mode`` allows them, else element copies do."""
+    axis, vectorised = mode
+    width = VECTOR_BYTES // storage.itemsize if vectorised else 1
+    along_k = axis == "k"
+    runs = (config.block_k if along_k else extent_x) // width  # copies per stored row
+    copies = extent_x * config.block_k // (width * config.threads)
+    copy = cp_async(width) if width > 1 else None
+    zero = storage.type(0)
+
+    threads = config.threads
+
+    @cuda.jit(device=True)
+    def place(tid, r):
+        """(x, k) of the thread's copy r: consecutive threads take consecutive runs of
+        ``width`` elements along the stored rows."""
+        v = tid + r * threads
+        row, column = v // runs, (v % runs) * width
+        return (row, column) if along_k else (column, row)
+
+    @cuda.jit(device=True)
+    def load_vectors(smem, dst, src, src0, stride_x, stride_k, x_left, k_left, tid):
+        for r in range(copies):
+            x, k = place(tid, r)
+            left = (k_left - k) if along_k else (x_left - x)
+            inside = (x < x_left) if along_k else (k < k_left)
+            valid = min(max(left, 0), width) if inside else 0
+            copy(smem, dst + x * tile.stride_x + k * tile.stride_k,
+                 src, src0 + x * stride_x + k * stride_k if valid > 0 else 0, valid)  # fmt: skip
+
+    @cuda.jit(device=True)
+    def load_elements(smem, dst, src, src0, stride_x, stride_k, x_left, k_left, tid):
+        for r in range(copies):
+            x, k = place(tid, r)
+            offset = dst + x * tile.stride_x + k * tile.stride_k
+            if x < x_left and k < k_left:
+                smem[offset] = src[src0 + x * stride_x + k * stride_k]
+            else:
+                smem[offset] = zero
+
+    return load_vectors if width > 1 else load_elements
+
+
+@functools.cache
+def _kernel(
+    config: MmaConfig,
+    preset: Preset,
+    storage: np.dtype,
+    out_dtype: np.dtype,
+    a_mode: tuple,
+    b_mode: tuple,
+):
+    """The kernel specialised for one config, preset, operand storage, output dtype and the
+    operands' layouts."""
+    BLOCK_M, BLOCK_N, BLOCK_K = config.block_m, config.block_n, config.block_k
+    STAGES, GROUP_M, THREADS = config.stages, config.group_m, config.threads
+    WARPS_M, WARP_M, WARP_N = config.warps_m, config.warp_m, config.warp_n
+    operand, parts = preset.operand, preset.parts
+    K_STEP_ = K_STEP[operand]
+    BLOCKS_M, BLOCKS_N = WARP_M // BLOCK, WARP_N // BLOCK  # fragment blocks per warp tile
+    PRODUCTS = len(preset.products)
+    PART_A = tuple(p for p, _ in preset.products)
+    PART_B = tuple(q for _, q in preset.products)
+    LOAD_WORDS, WORDS, LOAD_DTYPE, WORD_DTYPE = fragment_words(operand, storage)
+    ACC_SIZE = BLOCKS_M * BLOCKS_N * 2 * 4
+    B_LOADED, B_WORDS = BLOCKS_N * LOAD_WORDS, BLOCKS_N * parts * WORDS
+    A_WORDS = parts * WORDS
+
+    a_tile = _TileShape.of(config, storage, operand, BLOCK_M, a_mode[0])
+    b_tile = _TileShape.of(config, storage, operand, BLOCK_N, b_mode[0])
+    A_STAGE, B_STAGE = a_tile.size, b_tile.size
+    B_BASE = STAGES * A_STAGE
+    load_a_tile = _tile_loader(config, storage, BLOCK_M, a_mode, a_tile)
+    load_b_tile = _tile_loader(config, storage, BLOCK_N, b_mode, b_tile)
+    load_a = fragment_loader(operand, storage, a_tile.stride_x, a_tile.stride_k)
+    load_b = fragment_loader(operand, storage, b_tile.stride_x, b_tile.stride_k)
+    prepare = splitter(operand, parts, storage)
+    multiply = mma(operand)
+    convert = output_converter(out_dtype)
+    wait = cp_async_wait(STAGES - 2)
+    tile_of_device = cuda.jit(device=True)(tile_of)
+
+    @cuda.jit(device=True)
+    def k_step(acc, a_raw, a_ops, b_raw, b_ops, smem, a_base, b_base, kk):
+        # B: this warp's BLOCKS_N blocks of 16 n x K_STEP, loaded and prepared once
+        for j in range(BLOCKS_N):
+            load_b(b_raw, j * LOAD_WORDS, smem,
+                   b_base + j * BLOCK * b_tile.stride_x + kk * K_STEP_ * b_tile.stride_k)
+            prepare(b_ops, j * parts * WORDS, b_raw, j * LOAD_WORDS)  # fmt: skip
+        # A: one block of 16 m x K_STEP at a time, against every B block, every partial product
+        for i in range(BLOCKS_M):
+            load_a(a_raw, 0, smem,
+                   a_base + i * BLOCK * a_tile.stride_x + kk * K_STEP_ * a_tile.stride_k)
+            prepare(a_ops, 0, a_raw, 0)  # fmt: skip
+            for q in range(PRODUCTS):
+                for j in range(BLOCKS_N):
+                    for half in range(2):
+                        multiply(acc, ((i * BLOCKS_N + j) * 2 + half) * 4,
+                                 a_ops, PART_A[q] * WORDS,
+                                 b_ops, (j * parts + PART_B[q]) * WORDS, half)  # fmt: skip
+
+    multiply_tile = unrolled(
+        k_step, BLOCK_K // K_STEP_, "acc, a_raw, a_ops, b_raw, b_ops, smem, a_base, b_base"
+    )
+
+    @kernel_jit(THREADS)
+    def mma_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn,
+                   c, stride_cb, stride_cm, stride_cn, M, N, K):  # fmt: skip
+        smem = cuda.shared.array(0, storage)
+        acc = cuda.local.array(ACC_SIZE, np.float32)
+        a_raw = cuda.local.array(LOAD_WORDS, LOAD_DTYPE)
+        a_ops = cuda.local.array(A_WORDS, WORD_DTYPE)
+        b_raw = cuda.local.array(B_LOADED, LOAD_DTYPE)
+        b_ops = cuda.local.array(B_WORDS, WORD_DTYPE)
+        for e in range(ACC_SIZE):
+            acc[e] = 0.0
+
+        # -- which C tile (grouped order); this warp's piece of it -------------------------
+        grid_m = (M + BLOCK_M - 1) // BLOCK_M
+        grid_n = (N + BLOCK_N - 1) // BLOCK_N
+        pid_m, pid_n = tile_of_device(cuda.blockIdx.x, grid_m, grid_n, GROUP_M)
+        m0, n0 = pid_m * BLOCK_M, pid_n * BLOCK_N
+        batch = cuda.blockIdx.y
+        tid = cuda.threadIdx.x
+        warp = tid // WARP
+        warp_m0, warp_n0 = (warp % WARPS_M) * WARP_M, (warp // WARPS_M) * WARP_N
+        a0 = batch * stride_ab + m0 * stride_am
+        b0 = batch * stride_bb + n0 * stride_bn
+
+        # -- pipeline: STAGES - 1 k-tiles in flight ahead of the one multiplied ------------
+        k_tiles = (K + BLOCK_K - 1) // BLOCK_K
+        for s in range(STAGES - 1):
+            if s < k_tiles:
+                k0 = s * BLOCK_K
+                load_a_tile(smem, s * A_STAGE, a, a0 + k0 * stride_ak, stride_am, stride_ak,
+                            M - m0, K - k0, tid)
+                load_b_tile(smem, B_BASE + s * B_STAGE, b, b0 + k0 * stride_bk, stride_bn,
+                            stride_bk, N - n0, K - k0, tid)  # fmt: skip
+            cp_async_commit()
+        for t in range(k_tiles):
+            # k-tile t has landed (at most STAGES - 2 younger groups pending); every warp is
+            # done with k-tile t - 1, whose buffers the copies below refill.
+            wait()
+            cuda.syncthreads()
+            ahead = t + STAGES - 1
+            if ahead < k_tiles:
+                s, k0 = ahead % STAGES, ahead * BLOCK_K
+                load_a_tile(smem, s * A_STAGE, a, a0 + k0 * stride_ak, stride_am, stride_ak,
+                            M - m0, K - k0, tid)
+                load_b_tile(smem, B_BASE + s * B_STAGE, b, b0 + k0 * stride_bk, stride_bn,
+                            stride_bk, N - n0, K - k0, tid)  # fmt: skip
+            cp_async_commit()
+            s = t % STAGES
+            multiply_tile(acc, a_raw, a_ops, b_raw, b_ops, smem,
+                          s * A_STAGE + warp_m0 * a_tile.stride_x,
+                          B_BASE + s * B_STAGE + warp_n0 * b_tile.stride_x)  # fmt: skip
+
+        # -- epilogue: accumulators -> C, converted to its dtype ---------------------------
+        lane = tid % WARP
+        g, t4 = lane // 4, lane % 4
+        c0 = batch * stride_cb
+        for i in range(BLOCKS_M):
+            for j in range(BLOCKS_N):
+                for half in range(2):
+                    for e in range(4):
+                        m = m0 + warp_m0 + i * BLOCK + g + 8 * (e // 2)
+                        n = n0 + warp_n0 + j * BLOCK + 8 * half + 2 * t4 + e % 2
+                        if m < M and n < N:
+                            c[c0 + m * stride_cm + n * stride_cn] = convert(
+                                acc[((i * BLOCKS_N + j) * 2 + half) * 4 + e]
+                            )
+
+    return mma_kernel
+
+
+def _storage_view(desc: MatrixDesc, dtype: np.dtype) -> MatrixDesc:
+    """``desc`` as the kernels take it: 16-bit floats as their uint16 bits."""
+    if desc.dtype == dtype:
+        return desc
+    data = desc.data.view(dtype) if desc.data is not None else None
+    return replace(desc, dtype=dtype, data=data)
+
+
+def plan_mma(config: MmaConfig, preset: Preset, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc
+             ) -> KernelLaunch:  # fmt: skip
+    """The ``mma.sync`` kernel's launch on validated operands: C (M x N) = A (M x K) @
+    B (K x N) under ``preset``, for each of ``c.batch`` products."""
+    storage = storage_dtype(a.dtype)
+    config.check(storage)
+    a, b = _storage_view(a, storage), _storage_view(b, storage)
+    out_dtype = c.dtype
+    c = _storage_view(c, storage_dtype(c.dtype))
+    a_mode, b_mode = operand_mode(a, True), operand_mode(b, False)
+    shared = config.shared_bytes(storage, a_mode[0], b_mode[0], preset.operand)
+    if shared > STATIC_SHARED_LIMIT and shared > (limit := shared_memory_limit()):
+        raise ValueError(
+            f"{config.label()} needs {shared} bytes of shared memory per block; this device "
+            f"allows {limit}"
+        )
+    (M, K), N = a.shape, b.shape[1]
+    kernel = _kernel(config, preset, storage, np.dtype(out_dtype), a_mode, b_mode)
+    grid = (cdiv(M, config.block_m) * cdiv(N, config.block_n), c.batch)
+    return kernel_launch(kernel, grid, config.threads, shared,
+                         (a, a.batch_stride, *a.strides, b, b.batch_stride, *b.strides,
+                          c, c.batch_stride, *c.strides, M, N, K))  # fmt: skip
+
