@@ -111,16 +111,20 @@ class _Memory:
 def _numba_view(pointer: int, dtype: np.dtype, shape, strides, owner, stream=None):
     """A Numba device array over ``pointer`` (``strides`` in bytes, None: C order), kept
     alive by ``owner``; with ``stream``, Numba's import synchronises the producer's stream."""
+    # The interface has no type string for bfloat16 ("<V2" is any 2 bytes): the view is made
+    # of uint16 and given the dtype afterwards.
+    named = dtype.kind != "V"
     interface = {
         "shape": tuple(shape),
         "strides": strides,
-        "typestr": dtype.str,
+        "typestr": dtype.str if named else f"<u{dtype.itemsize}",
         "data": (pointer, False),
         "version": 3,
     }
     if stream is not None:
         interface["stream"] = stream
-    return cuda.from_cuda_array_interface(interface, owner=owner)
+    view = cuda.from_cuda_array_interface(interface, owner=owner)
+    return view if named else view.view(dtype)
 
 
 @dataclass(frozen=True)
@@ -493,6 +497,11 @@ def _host_desc(name: str, x: np.ndarray, source: Any, on_device: bool = False) -
 
 def _device_desc(name: str, cai, source: Any, readonly: bool = False) -> ArrayDesc:
     fields = read_cuda_array_interface(name, cai)
+    if fields.dtype.kind == "V" and getattr(source, "dtype", None) in SUPPORTED_DTYPES:
+        # A type the interface cannot name (bfloat16 is "<V2"): the producer's own dtype,
+        # where it is one of the same size.
+        if np.dtype(source.dtype).itemsize == fields.dtype.itemsize:
+            fields = fields._replace(dtype=np.dtype(source.dtype))
     _check_dtype(name, fields.dtype)
     device = _pointer_device(name, fields.pointer) if math.prod(fields.shape) else current_device()
     desc = _validated(
@@ -631,7 +640,7 @@ def transpose_view(x: Any) -> Any:
                 f"{fields.shape}"
             )
         return _numba_view(
-            fields.pointer, fields.dtype, fields.shape[::-1], fields.strides[::-1], x
+            fields.pointer, np.dtype(x.dtype), fields.shape[::-1], fields.strides[::-1], x
         )
     if getattr(x, "ndim", 2) != 2:
         raise ValueError(f"x must be 2-D (a matrix), got shape {tuple(x.shape)}")

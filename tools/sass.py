@@ -1,7 +1,7 @@
 """The SASS of the launches a call would make on an H100, compiled here without a GPU.
 
     python tools/sass.py triple N [K1 K2 M] [--algorithm fused|unfused] [--max-registers R]
-    python tools/sass.py matmul M N K
+    python tools/sass.py matmul M N K [--dtype bfloat16|float16|float32] [--precision PRESET]
     ... [--dump DIR]: also write each launch's whole SASS to DIR/<launch>-<kernel>.sass
 
 For each launch: registers, stack, the binary's size and its SASS instruction count, and for
@@ -179,10 +179,12 @@ def _launches(args) -> list:
     from numba_gemm.descriptor import MatrixDesc
     from numba_gemm.triple_product import plan_triple
 
-    def desc(name, shape):  # a device operand at an aligned address: only its layout matters
-        return MatrixDesc(
-            name, tuple(shape), (shape[1], 1), np.dtype(np.float32), None, True, 1 << 20, None
-        )
+    from numba_gemm.precision import resolve
+
+    dtype = np.dtype(args.dtype)
+
+    def desc(name, shape, kind=dtype):  # a device operand at an aligned address: its layout
+        return MatrixDesc(name, tuple(shape), (shape[1], 1), kind, None, True, 1 << 20, None)
 
     def counters(count):
         return MatrixDesc(
@@ -191,7 +193,10 @@ def _launches(args) -> list:
 
     if args.op == "matmul":
         M, N, K = args.sizes
-        return [plan(desc("a", (M, K)), desc("b", (K, N)), desc("c", (M, N)), "tiled")]
+        preset = resolve(args.precision, dtype)
+        algorithm = "mma" if preset.tensor_cores else "tiled"
+        return [plan(desc("a", (M, K)), desc("b", (K, N)), desc("c", (M, N)), algorithm, None,
+                     preset)]  # fmt: skip
     N, K1, K2, M = (args.sizes + [args.sizes[0]] * 3)[:4]
     return plan_triple(
         desc("a", (M, K1)),
@@ -212,6 +217,10 @@ def main(argv=None) -> None:
         "sizes", type=int, nargs="+", help="triple: N [K1 K2 M] (default: all N); matmul: M N K"
     )
     parser.add_argument("--algorithm", default="fused", choices=("fused", "unfused"))
+    parser.add_argument(
+        "--dtype", default="float32", help="matmul: the operands' dtype (float32, bfloat16, ...)"
+    )
+    parser.add_argument("--precision", help="matmul: a precision preset (numba_gemm.precision)")
     parser.add_argument(
         "--max-registers", type=int, help="the fused kernel's register cap (default: the library's)"
     )
@@ -235,14 +244,16 @@ def main(argv=None) -> None:
         args.dump.mkdir(parents=True, exist_ok=True)
     for index, launch in enumerate(_launches(args)):
         sass, registers, stack, size = compile_launch(launch)
-        count = len(instructions(sass)[0])
+        body = instructions(sass)[0]
         name = launch.kernel.py_func.__name__
         if args.dump:
             (args.dump / f"{index}-{name}.sass").write_text(sass)
+        mix = {op: sum(i.split()[0].startswith(op) for i in body) for op in ("HMMA", "LDSM", "LDGSTS")}
         print(
             f"{name}: grid {launch.grid[0]} x {launch.block} "
             f"threads, {registers} registers, stack {stack} B, cubin {size // 1024} KB, "
-            f"{count} SASS instructions"
+            f"{len(body)} SASS instructions"
+            + "".join(f", {n} {op}" for op, n in mix.items() if n)
         )
         for loop in k_loops(sass):
             print(

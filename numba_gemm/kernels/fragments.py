@@ -116,13 +116,15 @@ else:
         return types.float32(bits), codegen
 
     def _unary_float(text: str, doc: str):
+        """A float32 -> float32 conversion whose PTX result is a ``.b32`` register."""
+
         def typer(typingctx, x):
             if x != types.float32:
                 return None
 
             def codegen(context, builder, sig, args):
-                asm = ir.InlineAsm(ir.FunctionType(_F32, [_F32]), text, "=f,f")
-                return builder.call(asm, args)
+                asm = ir.InlineAsm(ir.FunctionType(_I32, [_F32]), text, "=r,f")
+                return builder.bitcast(builder.call(asm, args), _F32)
 
             return types.float32(x), codegen
 

@@ -231,7 +231,7 @@ def operand_mode(desc: MatrixDesc, x_first: bool) -> tuple[str, bool]:
 def _tile_loader(config: MmaConfig, storage: np.dtype, extent_x: int, mode: tuple, tile):
     """Device function ``load(smem, dst, src, src0, stride_x, stride_k, x_left, k_left, tid)``:
     the thread's copies of one operand tile, ``src[src0 + x * stride_x + k * stride_k]`` for
-    x < ``extent_x``, k < BLOCK_K, into ``smem[dst + x * tile.stride_x + k * tile.stride_k]``.
+    x < ``extent_x``, k < BLOCK_K, into ``smem[dst + x * tile_sx + k * tile_sk]``.
     Elements past ``x_left`` rows or ``k_left`` columns are zeros. 16-byte ``cp.async`` copies
     run along the contiguous axis where ``mode`` allows them, else element copies do."""
     axis, vectorised = mode
@@ -243,6 +243,7 @@ def _tile_loader(config: MmaConfig, storage: np.dtype, extent_x: int, mode: tupl
     zero = storage.type(0)
 
     threads = config.threads
+    tile_sx, tile_sk = tile.stride_x, tile.stride_k  # ints: kernels cannot read a dataclass
 
     @cuda.jit(device=True)
     def place(tid, r):
@@ -259,14 +260,14 @@ def _tile_loader(config: MmaConfig, storage: np.dtype, extent_x: int, mode: tupl
             left = (k_left - k) if along_k else (x_left - x)
             inside = (x < x_left) if along_k else (k < k_left)
             valid = min(max(left, 0), width) if inside else 0
-            copy(smem, dst + x * tile.stride_x + k * tile.stride_k,
+            copy(smem, dst + x * tile_sx + k * tile_sk,
                  src, src0 + x * stride_x + k * stride_k if valid > 0 else 0, valid)  # fmt: skip
 
     @cuda.jit(device=True)
     def load_elements(smem, dst, src, src0, stride_x, stride_k, x_left, k_left, tid):
         for r in range(copies):
             x, k = place(tid, r)
-            offset = dst + x * tile.stride_x + k * tile.stride_k
+            offset = dst + x * tile_sx + k * tile_sk
             if x < x_left and k < k_left:
                 smem[offset] = src[src0 + x * stride_x + k * stride_k]
             else:
@@ -303,38 +304,78 @@ def _kernel(
     a_tile = _TileShape.of(config, storage, operand, BLOCK_M, a_mode[0])
     b_tile = _TileShape.of(config, storage, operand, BLOCK_N, b_mode[0])
     A_STAGE, B_STAGE = a_tile.size, b_tile.size
+    A_SX, A_SK, B_SX, B_SK = a_tile.stride_x, a_tile.stride_k, b_tile.stride_x, b_tile.stride_k
     B_BASE = STAGES * A_STAGE
     load_a_tile = _tile_loader(config, storage, BLOCK_M, a_mode, a_tile)
     load_b_tile = _tile_loader(config, storage, BLOCK_N, b_mode, b_tile)
-    load_a = fragment_loader(operand, storage, a_tile.stride_x, a_tile.stride_k)
-    load_b = fragment_loader(operand, storage, b_tile.stride_x, b_tile.stride_k)
+    load_a = fragment_loader(operand, storage, A_SX, A_SK)
+    load_b = fragment_loader(operand, storage, B_SX, B_SK)
     prepare = splitter(operand, parts, storage)
     multiply = mma(operand)
     convert = output_converter(out_dtype)
     wait = cp_async_wait(STAGES - 2)
     tile_of_device = cuda.jit(device=True)(tile_of)
 
+    # One k step (K_STEP of k) of the warp tile, as straight-line code: every fragment index a
+    # literal, so fragments and accumulators stay in registers.
+    @cuda.jit(device=True)
+    def product(acc, a_ops, b_ops, i, q, j, half):
+        multiply(acc, ((i * BLOCKS_N + j) * 2 + half) * 4, a_ops, PART_A[q] * WORDS,
+                 b_ops, (j * parts + PART_B[q]) * WORDS, half)  # fmt: skip
+
+    products = unrolled(
+        product,
+        [(q, j, half) for q in range(PRODUCTS) for j in range(BLOCKS_N) for half in range(2)],
+        "acc, a_ops, b_ops, i",
+    )
+
+    @cuda.jit(device=True)
+    def b_block(b_raw, b_ops, smem, b_base, kk, j):
+        load_b(b_raw, j * LOAD_WORDS, smem, b_base + j * BLOCK * B_SX + kk * K_STEP_ * B_SK)
+        prepare(b_ops, j * parts * WORDS, b_raw, j * LOAD_WORDS)
+
+    b_blocks = unrolled(b_block, BLOCKS_N, "b_raw, b_ops, smem, b_base, kk")
+
+    @cuda.jit(device=True)
+    def a_block(acc, a_raw, a_ops, b_ops, smem, a_base, kk, i):
+        load_a(a_raw, 0, smem, a_base + i * BLOCK * A_SX + kk * K_STEP_ * A_SK)
+        prepare(a_ops, 0, a_raw, 0)
+        products(acc, a_ops, b_ops, i)
+
+    a_blocks = unrolled(a_block, BLOCKS_M, "acc, a_raw, a_ops, b_ops, smem, a_base, kk")
+
     @cuda.jit(device=True)
     def k_step(acc, a_raw, a_ops, b_raw, b_ops, smem, a_base, b_base, kk):
-        # B: this warp's BLOCKS_N blocks of 16 n x K_STEP, loaded and prepared once
-        for j in range(BLOCKS_N):
-            load_b(b_raw, j * LOAD_WORDS, smem,
-                   b_base + j * BLOCK * b_tile.stride_x + kk * K_STEP_ * b_tile.stride_k)
-            prepare(b_ops, j * parts * WORDS, b_raw, j * LOAD_WORDS)  # fmt: skip
-        # A: one block of 16 m x K_STEP at a time, against every B block, every partial product
-        for i in range(BLOCKS_M):
-            load_a(a_raw, 0, smem,
-                   a_base + i * BLOCK * a_tile.stride_x + kk * K_STEP_ * a_tile.stride_k)
-            prepare(a_ops, 0, a_raw, 0)  # fmt: skip
-            for q in range(PRODUCTS):
-                for j in range(BLOCKS_N):
-                    for half in range(2):
-                        multiply(acc, ((i * BLOCKS_N + j) * 2 + half) * 4,
-                                 a_ops, PART_A[q] * WORDS,
-                                 b_ops, (j * parts + PART_B[q]) * WORDS, half)  # fmt: skip
+        # B: this warp's BLOCKS_N blocks of 16 n x K_STEP, loaded and prepared once; then A,
+        # one block of 16 m x K_STEP at a time, against every B block and partial product.
+        b_blocks(b_raw, b_ops, smem, b_base, kk)
+        a_blocks(acc, a_raw, a_ops, b_ops, smem, a_base, kk)
 
     multiply_tile = unrolled(
         k_step, BLOCK_K // K_STEP_, "acc, a_raw, a_ops, b_raw, b_ops, smem, a_base, b_base"
+    )
+
+    @cuda.jit(device=True)
+    def zero(acc, piece):
+        for e in range(4):
+            acc[piece * 4 + e] = 0.0
+
+    zero_all = unrolled(zero, ACC_SIZE // 4, "acc")
+
+    @cuda.jit(device=True)
+    def store(c, c0, stride_cm, stride_cn, M, N, acc, row0, col0, i, j, half):
+        for e in range(4):
+            m = row0 + i * BLOCK + 8 * (e // 2)
+            n = col0 + j * BLOCK + 8 * half + e % 2
+            if m < M and n < N:
+                c[c0 + m * stride_cm + n * stride_cn] = convert(
+                    acc[((i * BLOCKS_N + j) * 2 + half) * 4 + e]
+                )
+
+    store_all = unrolled(
+        store,
+        [(i, j, half) for i in range(BLOCKS_M) for j in range(BLOCKS_N) for half in range(2)],
+        "c, c0, stride_cm, stride_cn, M, N, acc, row0, col0",
     )
 
     @kernel_jit(THREADS)
@@ -346,8 +387,7 @@ def _kernel(
         a_ops = cuda.local.array(A_WORDS, WORD_DTYPE)
         b_raw = cuda.local.array(B_LOADED, LOAD_DTYPE)
         b_ops = cuda.local.array(B_WORDS, WORD_DTYPE)
-        for e in range(ACC_SIZE):
-            acc[e] = 0.0
+        zero_all(acc)
 
         # -- which C tile (grouped order); this warp's piece of it -------------------------
         grid_m = (M + BLOCK_M - 1) // BLOCK_M
@@ -386,23 +426,13 @@ def _kernel(
             cp_async_commit()
             s = t % STAGES
             multiply_tile(acc, a_raw, a_ops, b_raw, b_ops, smem,
-                          s * A_STAGE + warp_m0 * a_tile.stride_x,
-                          B_BASE + s * B_STAGE + warp_n0 * b_tile.stride_x)  # fmt: skip
+                          s * A_STAGE + warp_m0 * A_SX,
+                          B_BASE + s * B_STAGE + warp_n0 * B_SX)  # fmt: skip
 
         # -- epilogue: accumulators -> C, converted to its dtype ---------------------------
         lane = tid % WARP
-        g, t4 = lane // 4, lane % 4
-        c0 = batch * stride_cb
-        for i in range(BLOCKS_M):
-            for j in range(BLOCKS_N):
-                for half in range(2):
-                    for e in range(4):
-                        m = m0 + warp_m0 + i * BLOCK + g + 8 * (e // 2)
-                        n = n0 + warp_n0 + j * BLOCK + 8 * half + 2 * t4 + e % 2
-                        if m < M and n < N:
-                            c[c0 + m * stride_cm + n * stride_cn] = convert(
-                                acc[((i * BLOCKS_N + j) * 2 + half) * 4 + e]
-                            )
+        store_all(c, batch * stride_cb, stride_cm, stride_cn, M, N, acc,
+                  m0 + warp_m0 + lane // 4, n0 + warp_n0 + 2 * (lane % 4))  # fmt: skip
 
     return mma_kernel
 

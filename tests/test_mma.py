@@ -1,0 +1,187 @@
+"""The tensor-core kernel (``kernels/mma.py``) under every precision preset, layout and edge.
+
+On the simulator the fragment building blocks are their twins (``kernels/fragments.py``),
+which round operands as the tensor cores do: so these tests check both the kernel's logic and
+that each preset loses the precision it should, no more and no less. On a GPU (``gpu``
+tests) the same checks run on the real instructions.
+"""
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import numba_gemm
+from checks import check_layouts
+from numba_gemm.kernels.mma import MmaConfig, operand_mode
+from numba_gemm.precision import PRESETS, resolve, tolerance
+from numba_gemm.reference import LAYOUTS, make_operands, poisoned, reference, relative_error
+
+BF16, F16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
+# (operand dtype, preset) of every tensor-core algorithm
+TENSOR_CORE_CASES = [
+    (BF16, "BF16_BF16_F32"),
+    (F16, "F16_F16_F32"),
+    (F32, "BF16_BF16_F32"),
+    (F32, "BF16_BF16_F32_X3"),
+    (F32, "BF16_BF16_F32_X6"),
+    (F32, "BF16_BF16_F32_X9"),
+    (F32, "TF32_TF32_F32"),
+    (F32, "TF32_TF32_F32_X3"),
+]
+# Small tiles, so that simulated problems span several CTAs, warps and k-tiles: two warps
+# along m, two stages, k-tiles of 16 (one bf16 k step, two TF32 ones).
+SMALL = MmaConfig(32, 32, 16, 2, 1, 2, 1)
+# 1 and primes (edges in every tile, element copies where rows are misaligned), and whole
+# tiles with several k-tiles (16-byte copies, every stage refilled).
+SHAPES = [(1, 1, 1), (17, 19, 23), (32, 64, 48)]
+
+
+def case_id(case):
+    dtype, preset = case
+    return f"{dtype}-{preset}"
+
+
+def check(out, a, b, preset, dtype, out_dtype=None):
+    """``out`` is A @ B within the preset's tolerance (float64 reference, NaN fails)."""
+    K = a.shape[-1]
+    error = relative_error(out, reference(a, b))
+    bound = tolerance(resolve(preset, dtype), dtype, K, out_dtype)
+    assert error <= bound, f"relative error {error:.3e} > {bound:.3e}"
+    return error
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("case", TENSOR_CORE_CASES, ids=case_id)
+def test_mma_matches_float64_reference(case, shape, layout, rng):
+    dtype, preset = case
+    M, N, K = shape
+    a, b = make_operands(M, N, K, dtype, layout, rng)
+    out = poisoned((M, N), dtype, layout=layout)  # NaN: an unwritten element fails the check
+    if min(shape) > 1:
+        check_layouts(layout, a, b, out)
+    assert numba_gemm.matmul(a, b, out, precision=preset, config=SMALL) is out
+    check(out, a, b, preset, dtype)
+
+
+@pytest.mark.parametrize("dtype", [BF16, F16])
+def test_16_bit_operands_default_to_tensor_cores_and_may_write_float32(dtype, rng):
+    a, b = make_operands(24, 40, 37, dtype, "row", rng)
+    out = poisoned((24, 40), np.float32)
+    numba_gemm.matmul(a, b, out, config=SMALL)
+    check(out, a, b, None, dtype, np.float32)
+    result = numba_gemm.matmul(a, b, config=SMALL)
+    assert result.dtype == dtype
+    check(result, a, b, None, dtype)
+
+
+def test_batched_stacks_run_on_tensor_cores(rng):
+    a = rng.standard_normal((3, 17, 20)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((20, 18)).astype(ml_dtypes.bfloat16)  # broadcast over the batch
+    out = numba_gemm.matmul(a, b, config=SMALL)
+    assert out.shape == (3, 17, 18) and out.dtype == BF16
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    error = np.linalg.norm(out.astype(np.float64) - ref) / np.linalg.norm(ref)
+    assert error <= tolerance(PRESETS["BF16_BF16_F32"], BF16, 20)
+
+
+def test_presets_lose_the_precision_they_should(rng):
+    """TF32 and bf16 lose their formats' precision; the split presets come within a small
+    factor of float32's own error (BF16_X3 near 2^-16); the FFMA kernel is the yardstick."""
+    M, N, K = 32, 32, 64
+    a, b = make_operands(M, N, K, F32, "row", rng)
+    ref = reference(a, b)
+
+    def error(precision):
+        config = None if precision == "F32_F32_F32" else SMALL
+        return relative_error(numba_gemm.matmul(a, b, precision=precision, config=config), ref)
+
+    exact = error("F32_F32_F32")
+    assert 2.0**-11 / 4 < error("TF32_TF32_F32") < 2.0**-11 * 4
+    assert 2.0**-9 / 4 < error("BF16_BF16_F32") < 2.0**-9 * 4
+    assert 2.0**-20 < error("BF16_BF16_F32_X3") < 2.0**-13
+    for precision in ("TF32_TF32_F32_X3", "BF16_BF16_F32_X6", "BF16_BF16_F32_X9"):
+        assert error(precision) < 4 * exact, precision
+    assert math.isfinite(exact) and exact < 2.0**-20
+
+
+def test_precision_names_follow_jax(rng):
+    jax = pytest.importorskip("jax")
+    f32 = np.dtype(np.float32)
+    assert resolve(None, f32).name == "F32_F32_F32"
+    assert resolve("highest", f32).name == "F32_F32_F32"
+    assert resolve("HIGH", f32).name == "TF32_TF32_F32"
+    assert resolve(jax.lax.Precision.DEFAULT, f32).name == "TF32_TF32_F32"
+    assert resolve(jax.lax.DotAlgorithmPreset.BF16_BF16_F32_X6, f32).name == "BF16_BF16_F32_X6"
+    assert resolve("highest", BF16).name == "BF16_BF16_F32"
+    assert resolve(None, np.dtype(np.float64)).name == "F64_F64_F64"
+
+
+@pytest.mark.parametrize(
+    "call, error, fragment",
+    [
+        (lambda a, b: numba_gemm.matmul(a, b.astype(np.float32)), TypeError, "cast one"),
+        (lambda a, b: numba_gemm.matmul(a, b, precision="F16_F16_F32"), ValueError, "takes float16"),
+        (lambda a, b: numba_gemm.matmul(a, b, precision="TF33"), ValueError, "unknown precision"),
+        (lambda a, b: numba_gemm.matmul(a, b, precision=3), TypeError, "precision must be"),
+        (lambda a, b: numba_gemm.matmul(a, b, algorithm="tiled"), ValueError, "cannot compute"),
+        (
+            lambda a, b: numba_gemm.matmul(a, b, algorithm="mma", config=numba_gemm.TileConfig()),
+            TypeError,
+            "MmaConfig",
+        ),
+        (
+            lambda a, b: numba_gemm.matmul(a, b, out=np.empty((4, 4), np.float64)),
+            TypeError,
+            "bfloat16 or float32",
+        ),
+        (
+            lambda a, b: numba_gemm.matmul(a, b, config=MmaConfig(24, 32, 16, 1, 1, 2, 1)),
+            ValueError,
+            "multiple of 16",
+        ),
+    ],
+)
+def test_tensor_core_refusals(call, error, fragment):
+    a = np.ones((4, 4), ml_dtypes.bfloat16)
+    with pytest.raises(error, match=fragment):
+        call(a, a.copy())
+
+
+def test_float32_tensor_core_presets_refuse_tiled_config(rng):
+    a, b = make_operands(8, 8, 8, F32, "row", rng)
+    with pytest.raises(TypeError, match="MmaConfig"):
+        numba_gemm.matmul(a, b, precision="TF32_TF32_F32", config=numba_gemm.TileConfig())
+    with pytest.raises(ValueError, match="cannot compute"):
+        numba_gemm.matmul(a, b, algorithm="mma")
+
+
+def test_operand_modes_pick_the_contiguous_axis(rng):
+    from numba_gemm.descriptor import describe
+
+    a, b = make_operands(32, 48, 16, BF16, "a_col", rng)
+    assert operand_mode(describe(a), True) == ("x", True)  # column-major A: m contiguous
+    assert operand_mode(describe(b), False) == ("x", True)  # row-major B: n contiguous
+    a, b = make_operands(32, 48, 16, BF16, "b_col", rng)
+    assert operand_mode(describe(a), True) == ("k", True)
+    assert operand_mode(describe(b), False) == ("k", True)
+    a, b = make_operands(17, 19, 23, BF16, "row", rng)  # rows of 23 elements: misaligned
+    assert operand_mode(describe(a), True) == ("k", False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("shape", [(1, 1, 1), (127, 129, 131), (256, 384, 512)], ids=str)
+@pytest.mark.parametrize("case", TENSOR_CORE_CASES, ids=case_id)
+def test_gpu_mma_default_configs(case, shape, layout, rng):
+    from numba import cuda
+
+    dtype, preset = case
+    M, N, K = shape
+    a, b = make_operands(M, N, K, dtype, layout, rng, to_device=True)
+    out = poisoned((M, N), dtype, to_device=True, layout=layout)
+    numba_gemm.matmul(a, b, out, precision=preset)
+    cuda.synchronize()
+    check(out, a, b, preset, dtype)
