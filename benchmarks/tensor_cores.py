@@ -100,7 +100,10 @@ def main() -> None:
             )
     if args.out:
         path = write_results(
-            args.out, device_name(), "tensor_cores", {"stack": stack_versions("torch"), "rows": rows}
+            args.out,
+            device_name(),
+            "tensor_cores",
+            {"stack": stack_versions("torch"), "rows": rows},
         )
         print(f"wrote {path}")
 

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
-from numba import cuda
 
 from .descriptor import ArrayDesc, MatrixDesc, current_device, describe, describe_array
 from .kernels.loop_orders import LOOP_ORDERS, plan_loop_order
@@ -18,10 +17,12 @@ from .launch import (
     KernelLaunch,
     allocate_array,
     allocate_output,
+    copy_to_host,
     device_operand,
     launch_kernel,
     serialised_on_simulator,
     simulated,
+    to_device,
 )
 from .loops import fold_loops
 from .precision import Preset, default_preset, normalise, output_dtypes, resolve
@@ -230,7 +231,8 @@ def plan(
     preset = default_preset(a.dtype) if preset is None else preset
     check_preset(preset, algorithm, config)
     if preset.tensor_cores:
-        return plan_mma(config or default_mma_config(storage_dtype(a.dtype)), preset, a, b, out)
+        config = config or default_mma_config(storage_dtype(a.dtype), preset)
+        return plan_mma(config, preset, a, b, out)
     if config is not None:
         config.check(a.dtype)
     if algorithm == "auto":
@@ -486,7 +488,7 @@ def _zero_element(dtype: np.dtype, on_device: bool, stream: Any = 0) -> ArrayDes
     shape, the operand of a K = 0 product."""
     zero = np.zeros(1, dtype)
     if on_device:
-        zero = cuda.to_device(zero, stream=stream)
+        zero = to_device(zero, stream=stream)
     return describe_array(zero, "zero", stream)
 
 
@@ -557,6 +559,6 @@ def run_in_memory_space(
     device_out = device_operand(out, stream)
     for launch in launches(*(device_operand(x, stream) for x in inputs), device_out):
         launch_kernel(launch, stream)
-    device_out.data.copy_to_host(out.data, stream=stream)
+    copy_to_host(device_out.data, out.data, stream=stream)
     if stream:
         stream.synchronize()  # an asynchronous copy must land before NumPy reads it

@@ -495,13 +495,16 @@ def _host_desc(name: str, x: np.ndarray, source: Any, on_device: bool = False) -
     )
 
 
-def _device_desc(name: str, cai, source: Any, readonly: bool = False) -> ArrayDesc:
+def _device_desc(
+    name: str, cai, source: Any, readonly: bool = False, dtype: np.dtype | None = None
+) -> ArrayDesc:
     fields = read_cuda_array_interface(name, cai)
-    if fields.dtype.kind == "V" and getattr(source, "dtype", None) in SUPPORTED_DTYPES:
-        # A type the interface cannot name (bfloat16 is "<V2"): the producer's own dtype,
-        # where it is one of the same size.
-        if np.dtype(source.dtype).itemsize == fields.dtype.itemsize:
-            fields = fields._replace(dtype=np.dtype(source.dtype))
+    if fields.dtype.kind == "V":
+        # A type the interface cannot name (bfloat16 is "<V2"): the one DLPack named
+        # (``dtype``), or the producer's own where it is a NumPy dtype of the same size.
+        named = dtype if dtype is not None else getattr(source, "dtype", None)
+        if named in SUPPORTED_DTYPES and np.dtype(named).itemsize == fields.dtype.itemsize:
+            fields = fields._replace(dtype=np.dtype(named))
     _check_dtype(name, fields.dtype)
     device = _pointer_device(name, fields.pointer) if math.prod(fields.shape) else current_device()
     desc = _validated(
@@ -548,15 +551,22 @@ def _dlpack_desc(name: str, x: Any, stream) -> ArrayDesc:
 
     # The producer orders its pending writes before our stream (DLPack's stream protocol).
     view = StridedMemoryView.from_dlpack(x, stream_ptr=_dlpack_stream(stream))
-    itemsize = np.dtype(view.dtype).itemsize
+    dtype = np.dtype(view.dtype)
+    if (
+        dtype.kind == "V"
+        and dtype.itemsize == 2
+        and str(getattr(x, "dtype", "")).endswith("bfloat16")
+    ):
+        dtype = np.dtype(ml_dtypes.bfloat16)  # a type NumPy has no code for (PyTorch's, JAX's)
+    itemsize = dtype.itemsize
     cai = {
         "shape": tuple(view.shape),
-        "typestr": np.dtype(view.dtype).str,
+        "typestr": dtype.str,
         "data": (view.ptr, bool(getattr(view, "readonly", False))),
         "strides": None if view.strides is None else tuple(s * itemsize for s in view.strides),
         "version": 3,
     }
-    return _device_desc(name, cai, x, readonly=_immutable(x))
+    return _device_desc(name, cai, x, readonly=_immutable(x), dtype=dtype)
 
 
 def describe_array(x: Any, name: str = "x", stream: Any = 0) -> ArrayDesc:

@@ -25,6 +25,8 @@ __all__ = [
     "SIMULATOR_LOCK",
     "serialised_on_simulator",
     "device_operand",
+    "to_device",
+    "copy_to_host",
     "allocate_output",
     "allocate_array",
     "new_device_array",
@@ -103,6 +105,29 @@ def _initialise_driver() -> None:
 _initialise_driver()
 
 
+def to_device(array: np.ndarray, stream=0):
+    """``cuda.to_device(array)`` for every supported dtype: Numba copies through Python's
+    buffer protocol, which has no code for ml_dtypes' bfloat16, so such arrays travel as their
+    uint16 bits and the device array is given their dtype back."""
+    if array.dtype.kind != "V":
+        return cuda.to_device(array, stream=stream)
+    bits = np.dtype(f"u{array.dtype.itemsize}")
+    return cuda.to_device(array.view(bits), stream=stream).view(array.dtype)
+
+
+def copy_to_host(device_array, host: np.ndarray | None = None, stream=0) -> np.ndarray:
+    """``device_array.copy_to_host(host)`` for every supported dtype (bfloat16 as its bits:
+    see :func:`to_device`); a new host array when ``host`` is None."""
+    dtype = np.dtype(device_array.dtype)
+    if dtype.kind != "V":
+        return device_array.copy_to_host(host, stream=stream)
+    bits = np.dtype(f"u{dtype.itemsize}")
+    if host is None:
+        return device_array.view(bits).copy_to_host(stream=stream).view(dtype)
+    device_array.view(bits).copy_to_host(host.view(bits), stream=stream)
+    return host
+
+
 def device_operand(desc: MatrixDesc, stream=0) -> MatrixDesc:
     """``desc`` with a buffer a kernel can read: host spans are copied to the GPU.
 
@@ -110,7 +135,7 @@ def device_operand(desc: MatrixDesc, stream=0) -> MatrixDesc:
     """
     if desc.on_device or simulated():
         return desc
-    data = cuda.to_device(desc.buffer(), stream=stream)  # the span: a contiguous 1-D view
+    data = to_device(desc.buffer(), stream=stream)  # the span: a contiguous 1-D view
     return replace(desc, data=data, on_device=True, address=data.device_ctypes_pointer.value)
 
 

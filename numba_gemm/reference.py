@@ -48,9 +48,9 @@ def _view(rows: int, cols: int, layout: str, base_values, dtype, to_device: bool
         raise ValueError(f"unknown layout {layout!r}")
     base = base_values(base_shape).astype(dtype)
     if to_device:
-        from numba import cuda
+        from .launch import to_device as copy_to_device
 
-        base = cuda.to_device(base)
+        base = copy_to_device(base)
     return view(base)
 
 
@@ -107,7 +107,11 @@ def poisoned(shape, dtype, to_device: bool = False, layout: str = "row"):
 
 def to_host(x) -> np.ndarray:
     """``x`` as a NumPy array (device arrays are copied to the host)."""
-    return x.copy_to_host() if hasattr(x, "copy_to_host") else np.asarray(x)
+    if hasattr(x, "copy_to_host"):
+        from .launch import copy_to_host
+
+        return copy_to_host(x)
+    return np.asarray(x)
 
 
 def reference(a, b, rows=None) -> np.ndarray:

@@ -123,7 +123,11 @@ def test_precision_names_follow_jax(rng):
     "call, error, fragment",
     [
         (lambda a, b: numba_gemm.matmul(a, b.astype(np.float32)), TypeError, "cast one"),
-        (lambda a, b: numba_gemm.matmul(a, b, precision="F16_F16_F32"), ValueError, "takes float16"),
+        (
+            lambda a, b: numba_gemm.matmul(a, b, precision="F16_F16_F32"),
+            ValueError,
+            "takes float16",
+        ),
         (lambda a, b: numba_gemm.matmul(a, b, precision="TF33"), ValueError, "unknown precision"),
         (lambda a, b: numba_gemm.matmul(a, b, precision=3), TypeError, "precision must be"),
         (lambda a, b: numba_gemm.matmul(a, b, algorithm="tiled"), ValueError, "cannot compute"),

@@ -177,9 +177,8 @@ def compile_launch(launch) -> tuple[str, int, int, int]:
 def _launches(args) -> list:
     from numba_gemm.api import plan
     from numba_gemm.descriptor import MatrixDesc
-    from numba_gemm.triple_product import plan_triple
-
     from numba_gemm.precision import resolve
+    from numba_gemm.triple_product import plan_triple
 
     dtype = np.dtype(args.dtype)
 
@@ -248,12 +247,13 @@ def main(argv=None) -> None:
         name = launch.kernel.py_func.__name__
         if args.dump:
             (args.dump / f"{index}-{name}.sass").write_text(sass)
-        mix = {op: sum(i.split()[0].startswith(op) for i in body) for op in ("HMMA", "LDSM", "LDGSTS")}
+        mix = {
+            op: sum(i.split()[0].startswith(op) for i in body) for op in ("HMMA", "LDSM", "LDGSTS")
+        }
         print(
             f"{name}: grid {launch.grid[0]} x {launch.block} "
             f"threads, {registers} registers, stack {stack} B, cubin {size // 1024} KB, "
-            f"{len(body)} SASS instructions"
-            + "".join(f", {n} {op}" for op, n in mix.items() if n)
+            f"{len(body)} SASS instructions" + "".join(f", {n} {op}" for op, n in mix.items() if n)
         )
         for loop in k_loops(sass):
             print(

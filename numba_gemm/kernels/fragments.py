@@ -4,8 +4,8 @@ Each block is PTX on a GPU (an ``@intrinsic`` of inline assembly, as in ``ptx.py
 twin on the CUDA simulator, chosen at import time. The twins reproduce what the hardware
 computes, rounding included: operands rounded to bf16 or TF32 as the kernels round them
 (``cvt.rn.bf16x2.f32``: to nearest, ties to even; ``cvt.rna.tf32.f32``: to nearest, ties away),
-products of those exact, sums in float32 (a twin adds each ``mma``'s 16 or 8 products exactly
-and rounds once into the accumulator).
+products of those exact, sums in float32 rounded toward zero (a twin adds each ``mma``'s 16 or 8
+products to the accumulator exactly and truncates the sum once).
 
 Fragments. A warp multiplies a *block* of A (16 rows of m by ``K_STEP`` of k) with a block of B
 (16 rows of n by ``K_STEP``): two ``mma.sync`` of m16n8, one per 8 rows of B. On a GPU a lane
@@ -352,6 +352,15 @@ def splitter(operand: str, parts: int, storage=np.float32):
 # --- mma.sync ----------------------------------------------------------------------------------
 
 
+def _toward_zero(x: float) -> np.float32:
+    """Twin helper: ``x`` rounded to float32 toward zero, as the tensor cores round the sum
+    they add into a float32 accumulator (they truncate; measured as a bias that grows with K)."""
+    rounded = np.float32(x)
+    if abs(float(rounded)) > abs(x):
+        rounded = np.nextafter(rounded, np.float32(0))
+    return rounded
+
+
 @functools.cache
 def mma(operand: str):
     """Device function ``mma(acc, acc_index, a, a_index, b, b_index, half)``: ``acc[acc_index:
@@ -368,10 +377,10 @@ def mma(operand: str):
             g, t = lane // 4, lane % 4
             for c in range(4):
                 row, col = g + 8 * (c // 2), 8 * half + 2 * t + c % 2
-                total = 0.0  # float64: the block's products and their sum, exactly enough
+                total = float(acc[acc_index + c])  # float64: exact enough for the sum
                 for k in range(k_step):
                     total += a[a_index + row * k_step + k] * b[b_index + col * k_step + k]
-                acc[acc_index + c] = np.float32(acc[acc_index + c] + total)
+                acc[acc_index + c] = _toward_zero(total)
 
         return mma_twin
     return _mma_sync(operand)
@@ -413,9 +422,7 @@ if not SIMULATED:
                     ),
                 ]
                 asm = ir.InlineAsm(
-                    ir.FunctionType(
-                        ir.LiteralStructType([_F32] * 4), [_I32] * 6 + [_F32] * 4
-                    ),
+                    ir.FunctionType(ir.LiteralStructType([_F32] * 4), [_I32] * 6 + [_F32] * 4),
                     text,
                     "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3",
                 )

@@ -22,7 +22,8 @@ Algorithm (one CTA of ``warps_m x warps_n`` warps per BLOCK_M x BLOCK_N tile of 
    (16 for bf16/f16, 8 for TF32) it loads its B blocks (16 n x k each; ``ldmatrix`` for
    16-bit operands, shared loads for float32), prepares them (as they are, rounded, or split
    into parts), then per A block (16 m x k) the same, and issues one ``mma.sync`` per partial
-   product, A block and 8 columns.
+   product, A block and 8 columns. Split presets add each k-tile's mma accumulators into
+   float32 totals on the FMA units (``PROMOTE``, below).
 4. *Epilogue*: each lane writes its accumulators to C, converted to C's dtype, skipping
    elements outside M x N.
 
@@ -138,16 +139,21 @@ class MmaConfig:
         )
 
 
-# Fallback tiles (the tuning cache may hold better ones per device): 128 x 128 C tiles of four
-# 64 x 64 warp tiles keep 128 accumulators per lane and reuse each fragment 4-8 times.
+# Default tiles, by operand storage and whether the preset splits operands: 16-bit operands in
+# 128 x 128 C tiles of four 64 x 64 warp tiles (128 accumulators per lane, each fragment used
+# 4-8 times); float32 operands, which take twice the fragment registers, in 32 x 64 warp tiles,
+# and 32 x 32 where the split parts and the promoted totals need registers too (the largest
+# tiles that compile with no spills at 255 registers).
 DEFAULT_MMA_CONFIGS = {
-    UINT16: MmaConfig(128, 128, 32, 2, 2, 4, 8),
-    FLOAT32: MmaConfig(128, 128, 16, 2, 2, 3, 8),
+    (UINT16, False): MmaConfig(128, 128, 32, 2, 2, 4, 8),
+    (FLOAT32, False): MmaConfig(128, 128, 32, 4, 2, 3, 8),
+    (FLOAT32, True): MmaConfig(128, 64, 32, 4, 2, 3, 8),
 }
 
 
-def default_mma_config(storage) -> MmaConfig:
-    return DEFAULT_MMA_CONFIGS[np.dtype(storage)]
+def default_mma_config(storage, preset: Preset) -> MmaConfig:
+    """The tiles ``plan_mma`` uses when the caller gives none."""
+    return DEFAULT_MMA_CONFIGS[np.dtype(storage), preset.parts > 1]
 
 
 def storage_dtype(dtype) -> np.dtype:
@@ -298,6 +304,12 @@ def _kernel(
     PART_B = tuple(q for _, q in preset.products)
     LOAD_WORDS, WORDS, LOAD_DTYPE, WORD_DTYPE = fragment_words(operand, storage)
     ACC_SIZE = BLOCKS_M * BLOCKS_N * 2 * 4
+    # Split presets promise float32 accuracy, which the tensor cores' own accumulation (it
+    # truncates: a bias that grows with K) would lose over a long k loop: their mma
+    # accumulators restart at 0 every k-tile and are added into float32 totals (round to
+    # nearest) on the FMA units, so truncation only ever acts within one k-tile.
+    PROMOTE = preset.parts > 1
+    TOTAL_SIZE = ACC_SIZE if PROMOTE else 1
     B_LOADED, B_WORDS = BLOCKS_N * LOAD_WORDS, BLOCKS_N * parts * WORDS
     A_WORDS = parts * WORDS
 
@@ -363,6 +375,14 @@ def _kernel(
     zero_all = unrolled(zero, ACC_SIZE // 4, "acc")
 
     @cuda.jit(device=True)
+    def promote(total, acc, piece):
+        for e in range(4):
+            total[piece * 4 + e] += acc[piece * 4 + e]
+            acc[piece * 4 + e] = 0.0
+
+    promote_all = unrolled(promote, ACC_SIZE // 4, "total, acc")
+
+    @cuda.jit(device=True)
     def store(c, c0, stride_cm, stride_cn, M, N, acc, row0, col0, i, j, half):
         for e in range(4):
             m = row0 + i * BLOCK + 8 * (e // 2)
@@ -383,11 +403,14 @@ def _kernel(
                    c, stride_cb, stride_cm, stride_cn, M, N, K):  # fmt: skip
         smem = cuda.shared.array(0, storage)
         acc = cuda.local.array(ACC_SIZE, np.float32)
+        total = cuda.local.array(TOTAL_SIZE, np.float32)
         a_raw = cuda.local.array(LOAD_WORDS, LOAD_DTYPE)
         a_ops = cuda.local.array(A_WORDS, WORD_DTYPE)
         b_raw = cuda.local.array(B_LOADED, LOAD_DTYPE)
         b_ops = cuda.local.array(B_WORDS, WORD_DTYPE)
         zero_all(acc)
+        if PROMOTE:
+            zero_all(total)
 
         # -- which C tile (grouped order); this warp's piece of it -------------------------
         grid_m = (M + BLOCK_M - 1) // BLOCK_M
@@ -406,8 +429,17 @@ def _kernel(
         for s in range(STAGES - 1):
             if s < k_tiles:
                 k0 = s * BLOCK_K
-                load_a_tile(smem, s * A_STAGE, a, a0 + k0 * stride_ak, stride_am, stride_ak,
-                            M - m0, K - k0, tid)
+                load_a_tile(
+                    smem,
+                    s * A_STAGE,
+                    a,
+                    a0 + k0 * stride_ak,
+                    stride_am,
+                    stride_ak,
+                    M - m0,
+                    K - k0,
+                    tid,
+                )
                 load_b_tile(smem, B_BASE + s * B_STAGE, b, b0 + k0 * stride_bk, stride_bn,
                             stride_bk, N - n0, K - k0, tid)  # fmt: skip
             cp_async_commit()
@@ -419,8 +451,17 @@ def _kernel(
             ahead = t + STAGES - 1
             if ahead < k_tiles:
                 s, k0 = ahead % STAGES, ahead * BLOCK_K
-                load_a_tile(smem, s * A_STAGE, a, a0 + k0 * stride_ak, stride_am, stride_ak,
-                            M - m0, K - k0, tid)
+                load_a_tile(
+                    smem,
+                    s * A_STAGE,
+                    a,
+                    a0 + k0 * stride_ak,
+                    stride_am,
+                    stride_ak,
+                    M - m0,
+                    K - k0,
+                    tid,
+                )
                 load_b_tile(smem, B_BASE + s * B_STAGE, b, b0 + k0 * stride_bk, stride_bn,
                             stride_bk, N - n0, K - k0, tid)  # fmt: skip
             cp_async_commit()
@@ -428,10 +469,12 @@ def _kernel(
             multiply_tile(acc, a_raw, a_ops, b_raw, b_ops, smem,
                           s * A_STAGE + warp_m0 * A_SX,
                           B_BASE + s * B_STAGE + warp_n0 * B_SX)  # fmt: skip
+            if PROMOTE:
+                promote_all(total, acc)
 
         # -- epilogue: accumulators -> C, converted to its dtype ---------------------------
         lane = tid % WARP
-        store_all(c, batch * stride_cb, stride_cm, stride_cn, M, N, acc,
+        store_all(c, batch * stride_cb, stride_cm, stride_cn, M, N, total if PROMOTE else acc,
                   m0 + warp_m0 + lane // 4, n0 + warp_n0 + 2 * (lane % 4))  # fmt: skip
 
     return mma_kernel
@@ -467,4 +510,3 @@ def plan_mma(config: MmaConfig, preset: Preset, a: MatrixDesc, b: MatrixDesc, c:
     return kernel_launch(kernel, grid, config.threads, shared,
                          (a, a.batch_stride, *a.strides, b, b.batch_stride, *b.strides,
                           c, c.batch_stride, *c.strides, M, N, K))  # fmt: skip
-
