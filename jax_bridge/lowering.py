@@ -35,7 +35,7 @@ from jax.interpreters import mlir
 from jax.interpreters.mlir import ir
 
 from .mapping import StridedGemm, strided_gemm
-from .primitive import gemm_p
+from .primitive import gemm_p, platform_preset
 
 __all__ = ["kernel_call", "kernel_call_lowering", "callback_lowering", "ptx_for", "xla_ptx"]
 
@@ -45,13 +45,18 @@ BUFFER_ALIGNMENT = 16
 
 
 def _descs(
-    gemm: StridedGemm, dtype, on_device: bool, arrays=(None, None, None), addresses=(0, 0, 0)
+    gemm: StridedGemm,
+    dtypes,
+    on_device: bool,
+    arrays=(None, None, None),
+    addresses=(0, 0, 0),
 ):
-    """MatrixDesc values for A, B and C of ``gemm``: 1-D ``arrays`` (or none, for a launch
-    that XLA fills in) at ``addresses`` (0 = XLA's aligned buffers)."""
+    """MatrixDesc values for A, B and C of ``gemm``, of ``dtypes`` (the operands', the
+    result's): 1-D ``arrays`` (or none, for a launch that XLA fills in) at ``addresses``
+    (0 = XLA's aligned buffers)."""
     from numba_gemm.descriptor import MatrixDesc
 
-    dtype = np.dtype(dtype)
+    operand_dtype, out_dtype = map(np.dtype, dtypes)
     shapes = ((gemm.m, gemm.k), (gemm.k, gemm.n), (gemm.m, gemm.n))
     strides = (gemm.lhs, gemm.rhs, gemm.out)
     return tuple(
@@ -67,8 +72,13 @@ def _descs(
             batch=gemm.batch,
             batch_stride=stride[0],
         )
-        for name, shape, stride, array, address in zip(
-            ("lhs", "rhs", "out"), shapes, strides, arrays, addresses
+        for name, shape, stride, array, address, dtype in zip(
+            ("lhs", "rhs", "out"),
+            shapes,
+            strides,
+            arrays,
+            addresses,
+            (operand_dtype, operand_dtype, out_dtype),
         )
     )
 
@@ -203,39 +213,47 @@ def kernel_call_lowering(launch, zeroed: tuple[str, ...] = ()):
     )
 
 
-def _native(ctx, lhs, rhs, gemm: StridedGemm, algorithm: str, config):
+def _dtypes(ctx) -> tuple:
+    return ctx.avals_in[0].dtype, ctx.avals_out[0].dtype
+
+
+def _native(ctx, lhs, rhs, gemm: StridedGemm, algorithm: str, config, preset):
     from numba_gemm.api import plan
 
-    launch = plan(*_descs(gemm, ctx.avals_in[0].dtype, on_device=True), algorithm, config)
+    launch = plan(*_descs(gemm, _dtypes(ctx), on_device=True), algorithm, config, preset)
     return kernel_call_lowering(launch)(ctx, lhs, rhs)
 
 
 # -- callbacks: Python launches the kernel ------------------------------------------------
 
 
-def _run_on_device(gemm: StridedGemm, algorithm: str, config, ctx, out, lhs, rhs) -> None:
+def _run_on_device(
+    gemm: StridedGemm, algorithm: str, config, preset, dtypes, ctx, out, lhs, rhs
+) -> None:
     from numba_gemm.api import plan
     from numba_gemm.launch import launch_kernel
 
     addresses = [x.__cuda_array_interface__["data"][0] for x in (lhs, rhs, out)]
-    descs = _descs(gemm, out.dtype, on_device=True, addresses=addresses)
-    launch_kernel(plan(*descs, algorithm, config), ctx.stream)
+    descs = _descs(gemm, dtypes, on_device=True, addresses=addresses)
+    launch_kernel(plan(*descs, algorithm, config, preset), ctx.stream)
 
 
-def _run_on_host(gemm: StridedGemm, algorithm: str, config, ctx, out, lhs, rhs) -> None:
+def _run_on_host(
+    gemm: StridedGemm, algorithm: str, config, preset, dtypes, ctx, out, lhs, rhs
+) -> None:
     from numba_gemm.api import execute
     from numba_gemm.launch import SIMULATOR_LOCK
 
     arrays = [np.asarray(x).reshape(-1) for x in (lhs, rhs, out)]
     descs = _descs(
         gemm,
-        arrays[2].dtype,
+        dtypes,
         on_device=False,
         arrays=arrays,
         addresses=[x.ctypes.data for x in arrays],
     )
     with SIMULATOR_LOCK:  # XLA runs callbacks from several threads
-        execute(*descs, algorithm, config)
+        execute(*descs, algorithm, config, 0, preset)
 
 
 def _check_host_backend() -> None:
@@ -273,22 +291,22 @@ def callback_lowering(ctx, callback, *operands):
 
 
 def _lowering(platform: str):
-    def lower(ctx, lhs, rhs, *, dimension_numbers, algorithm, lowering, config):
+    def lower(
+        ctx, lhs, rhs, *, dimension_numbers, precision, out_dtype, algorithm, lowering, config
+    ):
         out_aval, lhs_shape = ctx.avals_out[0], ctx.avals_in[0].shape
         if out_aval.size == 0 or any(lhs_shape[a] == 0 for a in dimension_numbers[0][0]):
             return _zeros(out_aval)(ctx, lhs, rhs)
         gemm = strided_gemm(lhs_shape, ctx.avals_in[1].shape, dimension_numbers)
+        preset = platform_preset(precision, ctx.avals_in[0].dtype, platform)
+        options = (gemm, algorithm, config, preset, _dtypes(ctx))
         if platform == "cpu":
             _check_host_backend()
-            return callback_lowering(
-                ctx, functools.partial(_run_on_host, gemm, algorithm, config), lhs, rhs
-            )
+            return callback_lowering(ctx, functools.partial(_run_on_host, *options), lhs, rhs)
         _check_device_backend()
         if lowering == "callback":
-            return callback_lowering(
-                ctx, functools.partial(_run_on_device, gemm, algorithm, config), lhs, rhs
-            )
-        return _native(ctx, lhs, rhs, gemm, algorithm, config)
+            return callback_lowering(ctx, functools.partial(_run_on_device, *options), lhs, rhs)
+        return _native(ctx, lhs, rhs, gemm, algorithm, config, preset)
 
     return lower
 

@@ -30,10 +30,19 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching
 
 from numba_gemm.descriptor import SUPPORTED_DTYPES
+from numba_gemm.precision import normalise, output_dtypes, resolve
 
 from .mapping import free_axes, output_shape, strided_gemm
 
-__all__ = ["gemm_p", "matmul", "dot_general", "make_dot_general", "LOWERINGS"]
+__all__ = [
+    "gemm_p",
+    "matmul",
+    "dot_general",
+    "make_dot_general",
+    "lax_precision",
+    "platform_preset",
+    "LOWERINGS",
+]
 
 LOWERINGS = ("native", "callback")
 
@@ -86,7 +95,10 @@ def _check(lhs, rhs, dimension_numbers) -> None:
     """Every trace-time check of a product; errors name the argument."""
     for name, x in (("lhs", lhs), ("rhs", rhs)):
         if np.dtype(x.dtype) not in SUPPORTED_DTYPES:
-            raise TypeError(f"{name} has dtype {x.dtype}; numba-gemm computes float32 and float64")
+            raise TypeError(
+                f"{name} has dtype {x.dtype}; numba-gemm computes "
+                + ", ".join(str(d) for d in SUPPORTED_DTYPES)
+            )
     if lhs.dtype != rhs.dtype:
         raise TypeError(f"lhs is {lhs.dtype} but rhs is {rhs.dtype}; cast one so both match")
     (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
@@ -112,15 +124,42 @@ def _check(lhs, rhs, dimension_numbers) -> None:
     strided_gemm(lhs.shape, rhs.shape, dimension_numbers)  # NotImplementedError if not one GEMM
 
 
-def _abstract_eval(lhs, rhs, *, dimension_numbers, algorithm, lowering, config):
+def platform_preset(precision, dtype, platform: str):
+    """The preset a product of ``dtype`` operands at ``precision`` (a normalised name, or None)
+    runs on ``platform``, as XLA decides for ``lax.dot_general``: on a GPU DEFAULT and HIGH
+    mean TF32 for float32 (:func:`numba_gemm.precision.resolve`); XLA:CPU computes float32
+    exactly at every ``lax.Precision``, and so do these kernels on the simulator there."""
+    if platform == "cpu" and precision in ("DEFAULT", "HIGH"):
+        precision = "HIGHEST"
+    return resolve(precision, dtype)
+
+
+def _abstract_eval(
+    lhs, rhs, *, dimension_numbers, precision, out_dtype, algorithm, lowering, config
+):
     _check(lhs, rhs, dimension_numbers)
-    if config is not None:
-        config.check(lhs.dtype)  # at trace time, not as a failed launch at run time
-    return jax.core.ShapedArray(output_shape(lhs.shape, rhs.shape, dimension_numbers), lhs.dtype)
+    dtype = np.dtype(lhs.dtype)
+    preset = resolve(precision, dtype)  # ValueError here, at trace time, for a misfit
+    out_dtype = dtype if out_dtype is None else np.dtype(out_dtype)
+    if out_dtype not in output_dtypes(preset, dtype):
+        raise TypeError(
+            f"{dtype} operands cannot give a {out_dtype} result; numba-gemm writes "
+            + " or ".join(map(str, output_dtypes(preset, dtype)))
+        )
+    if config is not None and precision not in ("DEFAULT", "HIGH"):  # those: per platform
+        from numba_gemm.api import check_preset
+        from numba_gemm.kernels.mma import storage_dtype
+
+        check_preset(preset, algorithm, config)  # at trace time, not as a failed launch
+        config.check(storage_dtype(dtype) if preset.tensor_cores else dtype)
+    return jax.core.ShapedArray(output_shape(lhs.shape, rhs.shape, dimension_numbers), out_dtype)
 
 
 @functools.partial(
-    jax.jit, static_argnames=("dimension_numbers", "algorithm", "lowering", "config")
+    jax.jit,
+    static_argnames=(
+        "dimension_numbers", "precision", "out_dtype", "algorithm", "lowering", "config"
+    ),
 )
 def _compiled(lhs, rhs, **params):
     return gemm_p.bind(lhs, rhs, **params)
@@ -139,6 +178,11 @@ def _transpose_lhs(ct, x, y, *, dimension_numbers, swap_ans=False, **params):
     x_aval = x.aval
     if type(ct) is ad.Zero:
         return ad.Zero(x_aval)
+    # A float32 result of 16-bit operands: its cotangent is rounded to the operands' dtype,
+    # which the kernels multiply (the gradient has x's dtype in any case).
+    if ct.dtype != x_aval.dtype:
+        ct = lax.convert_element_type(ct, x_aval.dtype)
+    params = {**params, "out_dtype": None}
     (x_contract, y_contract), (x_batch, y_batch) = dimension_numbers
     y_ndim = np.ndim(y)
     x_kept = free_axes(x_aval.ndim, x_contract, x_batch)
@@ -173,7 +217,7 @@ def _transpose_lhs(ct, x, y, *, dimension_numbers, swap_ans=False, **params):
     if fallback is None:  # no strided product at all: let lax compute this cotangent
         operands, dims, axes = candidates[0]
         return lax.transpose(
-            lax.dot_general(*operands, dims, precision=lax.Precision.HIGHEST),
+            lax.dot_general(*operands, dims, precision=lax.Precision.HIGHEST).astype(x_aval.dtype),
             tuple(np.argsort(axes)),
         )
     operands, dims, axes = fallback
@@ -239,6 +283,40 @@ def _options(algorithm: str, lowering: str, config) -> dict:
     return {"algorithm": algorithm, "lowering": lowering, "config": config}
 
 
+def _out_dtype(preferred_element_type):
+    return None if preferred_element_type is None else np.dtype(preferred_element_type)
+
+
+# jax_default_matmul_precision's values, as lax reads them
+_CONFIG_PRECISION = {
+    "bfloat16": "DEFAULT",
+    "fastest": "DEFAULT",
+    "tensorfloat32": "HIGH",
+    "float32": "HIGHEST",
+}
+
+
+def lax_precision(precision):
+    """``lax.dot_general``'s ``precision`` argument as one name (None stays None: the
+    operands' exact product): a ``lax.Precision`` or a pair of them (the higher counts), a
+    ``DotAlgorithmPreset``, a string; where None, ``jax_default_matmul_precision`` as lax
+    reads it, and DEFAULT where that is unset too."""
+    if isinstance(precision, (tuple, list)):
+        names = [lax_precision(p) for p in precision]
+        order = ["DEFAULT", "HIGH", "HIGHEST"]
+        if all(n in order for n in names):
+            return max(names, key=order.index)
+        if len(set(names)) != 1:
+            raise ValueError(f"precision {precision!r}: two different algorithms")
+        return names[0]
+    if precision is None:
+        configured = jax.config.jax_default_matmul_precision
+        if configured is None:
+            return "DEFAULT"
+        return normalise(_CONFIG_PRECISION.get(str(configured).lower(), configured))
+    return normalise(precision)
+
+
 def _bind(lhs, rhs, dimension_numbers, options: dict):
     lhs, rhs = jax.numpy.asarray(lhs), jax.numpy.asarray(rhs)
     dims = _normalise(dimension_numbers, lhs.ndim, rhs.ndim)
@@ -251,6 +329,8 @@ def matmul(
     *,
     transpose_a: bool = False,
     transpose_b: bool = False,
+    precision=None,
+    preferred_element_type=None,
     algorithm: str = "auto",
     lowering: str = "native",
     config=None,
@@ -258,8 +338,12 @@ def matmul(
     """``op(a) @ op(b)`` with numba-gemm's kernels, inside or outside ``jax.jit``.
 
     ``a`` is (M, K), or (K, M) with ``transpose_a``; ``b`` is (K, N), or (N, K)
-    with ``transpose_b``; float32 or float64. The flags read the buffer
-    transposed through strides: no copy is made. ``algorithm`` is one of
+    with ``transpose_b``; float32, float64, bfloat16 or float16. The flags read the buffer
+    transposed through strides: no copy is made. ``precision`` is ``numba_gemm.matmul``'s
+    (None: float32 and float64 exactly, 16-bit operands on the tensor cores; a preset name or
+    ``lax.DotAlgorithmPreset``; ``"default"``/``"high"``/``"highest"`` or a ``lax.Precision``
+    as ``lax.dot_general`` reads them); ``preferred_element_type``: the result's dtype (the
+    operands', or float32 for 16-bit operands). ``algorithm`` is one of
     ``numba_gemm.ALGORITHMS`` (``"auto"``: as ``numba_gemm.matmul`` decides);
     ``config`` a ``numba_gemm.TileConfig`` for the tiled kernel. On the GPU
     ``lowering="native"`` has XLA launch the kernel itself (no Python per
@@ -268,6 +352,7 @@ def matmul(
     Differentiable (``grad``, ``jvp``, ``vjp``) and batchable (``vmap``).
     """
     options = _options(algorithm, lowering, config)
+    options.update(precision=normalise(precision), out_dtype=_out_dtype(preferred_element_type))
     transpose_a, transpose_b = _flag("transpose_a", transpose_a), _flag("transpose_b", transpose_b)
     for name, x in (("a", a), ("b", b)):
         if np.ndim(x) != 2:
@@ -282,11 +367,13 @@ def make_dot_general(
     """A function with ``jax.lax.dot_general``'s signature that runs numba-gemm's kernels,
     e.g. for ``flax.linen.Dense(..., dot_general=make_dot_general())``.
 
-    Contractions that are not one strided GEMM (``jax_bridge.mapping``), and
-    ``preferred_element_type`` other than the inputs' dtype, raise
-    ``NotImplementedError``; with ``fallback=True`` they run through
-    ``lax.dot_general`` instead. ``precision`` is accepted and has no effect:
-    the kernels always compute in full float32/float64 (never TF32).
+    ``precision`` and ``preferred_element_type`` mean what they mean to ``lax.dot_general``
+    (:func:`lax_precision`): with neither given nor ``jax_default_matmul_precision`` set,
+    float32 runs at DEFAULT precision, which on a GPU is TF32 on the tensor cores (on the
+    CPU, exact), as lax's does; pass ``precision=lax.Precision.HIGHEST`` for float32.
+    Contractions that are not one strided GEMM (``jax_bridge.mapping``), mixed operand
+    dtypes and result dtypes the kernels do not write raise ``NotImplementedError``; with
+    ``fallback=True`` they run through ``lax.dot_general`` instead.
     """
     options = _options(algorithm, lowering, config)
     _flag("fallback", fallback)
@@ -295,22 +382,26 @@ def make_dot_general(
         lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, **kwargs
     ):
         lhs, rhs = jax.numpy.asarray(lhs), jax.numpy.asarray(rhs)
+        name = lax_precision(precision)
         try:
             if fallback and (lhs.dtype != rhs.dtype or np.dtype(lhs.dtype) not in SUPPORTED_DTYPES):
                 raise NotImplementedError(f"dtypes {lhs.dtype} and {rhs.dtype}")
             if kwargs.get("out_sharding") is not None:
                 raise NotImplementedError("out_sharding is not supported")
-            if preferred_element_type is not None and np.dtype(preferred_element_type) != np.dtype(
-                lhs.dtype
-            ):
-                raise NotImplementedError(
-                    f"preferred_element_type={np.dtype(preferred_element_type)} differs from the "
-                    f"inputs' {lhs.dtype}; the kernels return the inputs' dtype"
-                )
+            out_dtype = _out_dtype(preferred_element_type)
+            if out_dtype is not None and np.dtype(lhs.dtype) in SUPPORTED_DTYPES:
+                allowed = output_dtypes(resolve(name, lhs.dtype), lhs.dtype)
+                if out_dtype not in allowed:
+                    raise NotImplementedError(
+                        f"preferred_element_type={out_dtype} for {lhs.dtype} operands; the "
+                        f"kernels write {' or '.join(map(str, allowed))}"
+                    )
             dims = _normalise(dimension_numbers, lhs.ndim, rhs.ndim)
             if fallback:
                 strided_gemm(lhs.shape, rhs.shape, dims)
-            return gemm_p.bind(lhs, rhs, dimension_numbers=dims, **options)
+            return gemm_p.bind(
+                lhs, rhs, dimension_numbers=dims, precision=name, out_dtype=out_dtype, **options
+            )
         except NotImplementedError:
             if not fallback:
                 raise

@@ -47,6 +47,8 @@ from .launch import (
     simulated,
     stream_handle,
 )
+from .precision import Preset, default_preset, normalise
+from .precision import resolve as resolve_precision
 from .prepared import PreparedCalls
 from .tuned_configs import SEARCH_SPACE, config_for_shape
 
@@ -329,6 +331,11 @@ def check_triple_arguments(algorithm: str, order: str, config) -> None:
     check_choice("algorithm", algorithm, TRIPLE_ALGORITHMS)
     check_choice("order", order, ORDERS)
     check_config(config, algorithm, ("fused", "auto"), "the fused triple-product kernel")
+    if config is not None and not isinstance(config, TileConfig):
+        raise TypeError(
+            f"config must be a numba_gemm.TileConfig (the fused kernel's); got "
+            f"{type(config).__name__}"
+        )
 
 
 def resolve(
@@ -346,6 +353,8 @@ def resolve(
     config is given)."""
     if order == "auto":
         order = choose_order(M, K1, K2, N)
+    if algorithm == "auto" and default_preset(dtype).tensor_cores:
+        algorithm = "unfused"  # 16-bit operands: two products on the tensor cores
     if algorithm == "auto":
         sizes = (M, K1, K2, N) if order == "left" else (N, K2, K1, M)
         algorithm = "fused" if config is not None else choose_triple_algorithm(*sizes, dtype)
@@ -414,8 +423,11 @@ def plan_triple(
     config: TileConfig | None = None,
     counters=None,
     scratch=None,
+    preset: Preset | None = None,
 ) -> list[KernelLaunch]:
-    """The launches that compute ``out = a @ b @ c`` on validated operands.
+    """The launches that compute ``out = a @ b @ c`` on validated operands, at ``preset``
+    (default: the operands' exact one). Presets on the tensor cores run two ``mma`` products
+    through an intermediate of the operands' dtype (``"unfused"``).
 
     The one place that decides order, algorithm and tiles (``numba_gemm.triple``
     runs the result, ``jax_bridge.triple`` hands it to XLA). The right order is
@@ -424,6 +436,14 @@ def plan_triple(
     buffer, ``scratch(shape, name)`` a row-major scratch buffer named ``"ab"`` or ``"t"``
     (the intermediate) or ``"partials"`` (stream-K's partial tiles), both as descriptors.
     """
+    preset = default_preset(a.dtype) if preset is None else preset
+    if preset.tensor_cores:
+        if algorithm not in ("auto", "unfused"):
+            raise ValueError(
+                f"algorithm={algorithm!r} cannot compute precision {preset.name}; the tensor "
+                "cores run 'unfused' (two mma products)"
+            )
+        algorithm = "unfused"
     algorithm, order = resolve(
         a.shape[0], a.shape[1], c.shape[0], c.shape[1], algorithm, order, config, a.dtype
     )
@@ -457,7 +477,11 @@ def plan_triple(
             )
         ]
     intermediate = scratch((M, K2), "ab")
-    return [plan(a, b, intermediate, "tiled"), plan(intermediate, c, out, "tiled")]
+    algorithm = "auto" if preset.tensor_cores else "tiled"
+    return [
+        plan(a, b, intermediate, algorithm, None, preset),
+        plan(intermediate, c, out, algorithm, None, preset),
+    ]
 
 
 @serialised_on_simulator
@@ -470,9 +494,11 @@ def triple(
     algorithm: str = "auto",
     order: str = "auto",
     config: TileConfig | None = None,
+    precision: Any = None,
     stream: Any = 0,
 ) -> Any:
-    """D = A @ B @ C for A (M x K1), B (K1 x K2), C (K2 x N): float32 or float64, any strides
+    """D = A @ B @ C for A (M x K1), B (K1 x K2), C (K2 x N): float32, float64, bfloat16 or
+    float16, any strides
     (negative ones as ``matmul`` takes them), any sizes (zero: NumPy's result, empty or
     zeros), all on the host or all on the current GPU (as ``matmul``). Safe from any number of
     host threads and streams: each (context, stream, thread) has its own scratch.
@@ -490,6 +516,10 @@ def triple(
 
     ``order``: ``"left"`` computes (A @ B) @ C, ``"right"`` A @ (B @ C);
     ``"auto"`` the one with fewer multiply-adds (:func:`choose_order`).
+    ``precision``: as ``matmul``'s (``numba_gemm.precision``); presets on the tensor cores
+    (the default for bfloat16 and float16) run ``"unfused"``, two ``mma`` products whose
+    intermediate has the operands' dtype (float32 for the float32 presets, which keep
+    float32's accuracy with ``_X3``/``_X6``/``_X9``).
     ``config``: the fused kernel's :class:`~numba_gemm.TileConfig` (default:
     :func:`fused_config`; ``split_k`` > 1 runs several thread groups per tile, and two CTAs
     per SM where :func:`fused_ctas_per_sm` says).
@@ -499,24 +529,33 @@ def triple(
     arguments launch the plan prepared by the first (``numba_gemm.prepared``).
     """
     check_triple_arguments(algorithm, order, config)
+    precision = normalise(precision)
     if flipped_host(out):
         return through_fresh_out(
             out,
             lambda fresh: triple(
-                a, b, c, fresh, algorithm=algorithm, order=order, config=config, stream=stream
+                a, b, c, fresh, algorithm=algorithm, order=order, config=config,
+                precision=precision, stream=stream,
             ),
-        )
+        )  # fmt: skip
     a, b, c = positive_host(a), positive_host(b), positive_host(c)
     operands = (a, b, c)
     # The thread is part of the key: a cached call holds its thread's scratch (_stream_key).
-    key = _CALLS.key(operands, out, (algorithm, order, config, threading.get_ident()), stream)
+    key = _CALLS.key(
+        operands, out, (algorithm, order, config, precision, threading.get_ident()), stream
+    )
     if key is not None and (result := _CALLS.run(key, operands, out, stream)) is not None:
         return result
     (a_desc, b_desc, c_desc), out_desc = describe_product(
         (("a", a), ("b", b), ("c", c)), out, stream
     )
     dtype = a_desc.dtype
+    preset = resolve_precision(precision, dtype)
     if config is not None:
+        if preset.tensor_cores:
+            raise ValueError(
+                f"config sets the fused kernel's tiles; precision {preset.name} runs unfused"
+            )
         config.check(dtype)
     if out_desc.span == 0:  # M or N is 0: an empty result
         return out_desc.source
@@ -541,6 +580,7 @@ def triple(
             config,
             scratch=allocate_scratch,
             counters=lambda count: _COUNTERS.get(count, stream),
+            preset=preset,
         )
 
     if key is None:

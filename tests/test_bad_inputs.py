@@ -106,7 +106,7 @@ REFUSALS = [
     # -- matmul: operands ----------------------------------------------------------------
     ("list", lambda: numba_gemm.matmul([[1.0]], B), (TypeError, "a must be a NumPy array")),
     ("int32", lambda: numba_gemm.matmul(A.astype(np.int32), B), (TypeError, "a has dtype int32")),
-    ("float16", lambda: numba_gemm.matmul(A, B.astype(np.float16)), (TypeError, "b has dtype")),
+    ("mixed", lambda: numba_gemm.matmul(A, B.astype(np.float16)), (TypeError, "a is float32 but b is float16")),
     ("complex", lambda: numba_gemm.matmul(A.astype(np.complex64), B), (TypeError, "complex64")),
     ("big-endian", lambda: numba_gemm.matmul(A.astype(">f4"), B), (TypeError, "a has dtype >f4")),
     ("scalar", lambda: numba_gemm.matmul(np.ones((), F32), B), (ValueError, "a is 0-D")),
@@ -159,7 +159,7 @@ REFUSALS = [
     (
         "config algorithm",
         lambda: numba_gemm.matmul(A, B, algorithm="mnk", config=TileConfig()),
-        (ValueError, "config applies to the tiled kernel"),
+        (ValueError, "config applies to the tiled and mma kernels"),
     ),
     (
         "config dtype",
