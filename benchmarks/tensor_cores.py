@@ -76,12 +76,104 @@ def measure(case: str, n: int, config=None) -> dict:
     }
 
 
+def _wall_median(fn, sync, calls: int = 50, runs: int = 7) -> float:
+    """Median seconds per call of ``calls`` back-to-back calls, synchronised once per run (wall
+    clock: the JAX and Numba launches run on different streams)."""
+    import statistics
+    import time
+
+    fn()
+    sync()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        times.append((time.perf_counter() - start) / calls)
+    return statistics.median(times)
+
+
+def measure_bridge(n: int) -> dict:
+    """bf16 n^3 through ``jax.jit(jax_bridge.matmul)`` (XLA launches the kernel) against the
+    same plan launched directly, and ``jnp.matmul`` (cuBLAS through XLA)."""
+    import jax
+    import jax.numpy as jnp
+    from numba import cuda
+
+    import jax_bridge
+    from numba_gemm.api import plan
+    from numba_gemm.descriptor import describe
+    from numba_gemm.launch import PreparedLaunch
+
+    a = jax.random.normal(jax.random.key(0), (n, n), jnp.bfloat16)
+    b = jax.random.normal(jax.random.key(1), (n, n), jnp.bfloat16)
+    bridge, peer = jax.jit(jax_bridge.matmul), jax.jit(jnp.matmul)
+    out = cuda.device_array((n, n), np.uint16).view(np.dtype(jnp.bfloat16))
+    direct = PreparedLaunch(plan(describe(a, "a"), describe(b, "b"), describe(out, "out")), 0)
+    times = {
+        "bridge": _wall_median(lambda: bridge(a, b), lambda: jax.block_until_ready(bridge(a, b))),
+        "direct": _wall_median(direct, cuda.synchronize),
+        "jnp": _wall_median(lambda: peer(a, b), lambda: jax.block_until_ready(peer(a, b))),
+    }
+    flops = 2 * n**3
+    return {
+        "case": "bridge-bf16",
+        "size": n,
+        **{f"{k}_tflops": flops / v / 1e12 for k, v in times.items()},
+        "bridge_over_direct": times["direct"] / times["bridge"],
+    }
+
+
+def measure_triple(n: int, preset_name: str) -> dict:
+    """``numba_gemm.triple`` of float32 n x n matrices at ``preset_name`` against PyTorch
+    eager float32 (two SGEMMs, TF32 off), and both errors against float64."""
+    import torch
+    from numba import cuda
+
+    import numba_gemm
+
+    torch.set_float32_matmul_precision("highest")
+    g = torch.Generator(device="cuda").manual_seed(n)
+    a, b, c = (torch.randn((n, n), device="cuda", generator=g) for _ in range(3))
+    ta, tb, tc = (cuda.as_cuda_array(x) for x in (a, b, c))
+    out = cuda.device_array((n, n), np.float32)
+
+    def ours():
+        numba_gemm.triple(ta, tb, tc, out, precision=preset_name)
+
+    def peer():
+        return a @ b @ c
+
+    times = {
+        "numba_gemm": _wall_median(ours, cuda.synchronize, calls=200),
+        "torch": _wall_median(peer, torch.cuda.synchronize, calls=200),
+    }
+    reference = a.double() @ b.double() @ c.double()
+    result = torch.as_tensor(out, device="cuda")
+
+    def error(x):
+        return float(torch.linalg.norm(x.double() - reference) / torch.linalg.norm(reference))
+
+    return {
+        "case": f"triple-{preset_name}",
+        "size": n,
+        "numba_gemm_us": times["numba_gemm"] * 1e6,
+        "torch_us": times["torch"] * 1e6,
+        "speedup": times["torch"] / times["numba_gemm"],
+        "numba_gemm_error": error(result),
+        "torch_error": error(peer()),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 4096, 8192])
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--config", help="an MmaConfig as 7 comma-separated ints")
     parser.add_argument("--out", help="write <out>/tensor_cores/<device>.json")
+    parser.add_argument("--bridge", type=int, nargs="*", default=[], help="bridge sizes (bf16)")
+    parser.add_argument("--triple", nargs="*", default=[], help="presets for the triple at 512")
     args = parser.parse_args()
     from numba_gemm.kernels.mma import MmaConfig
     from numba_gemm.timing import device_name, stack_versions, write_results
@@ -98,6 +190,12 @@ def main() -> None:
                 f" (cuBLAS {row['cublas_error']:.2e})",
                 flush=True,
             )
+    for n in args.bridge:
+        rows.append(measure_bridge(n))
+        print(rows[-1], flush=True)
+    for preset_name in args.triple:
+        rows.append(measure_triple(512, preset_name))
+        print(rows[-1], flush=True)
     if args.out:
         path = write_results(
             args.out,

@@ -106,7 +106,11 @@ REFUSALS = [
     # -- matmul: operands ----------------------------------------------------------------
     ("list", lambda: numba_gemm.matmul([[1.0]], B), (TypeError, "a must be a NumPy array")),
     ("int32", lambda: numba_gemm.matmul(A.astype(np.int32), B), (TypeError, "a has dtype int32")),
-    ("mixed", lambda: numba_gemm.matmul(A, B.astype(np.float16)), (TypeError, "a is float32 but b is float16")),
+    (
+        "mixed",
+        lambda: numba_gemm.matmul(A, B.astype(np.float16)),
+        (TypeError, "a is float32 but b is float16"),
+    ),
     ("complex", lambda: numba_gemm.matmul(A.astype(np.complex64), B), (TypeError, "complex64")),
     ("big-endian", lambda: numba_gemm.matmul(A.astype(">f4"), B), (TypeError, "a has dtype >f4")),
     ("scalar", lambda: numba_gemm.matmul(np.ones((), F32), B), (ValueError, "a is 0-D")),

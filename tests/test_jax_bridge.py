@@ -245,10 +245,13 @@ DOT_CASES = {  # name: (lhs shape, rhs shape, dimension numbers)
 def test_dot_general_matches_lax(case, rng, poisoned_outputs):
     lhs_shape, rhs_shape, dims = DOT_CASES[case]
     lhs, rhs = random(rng, *lhs_shape), random(rng, *rhs_shape)
-    out = jax.jit(lambda x, y: jax_bridge.dot_general(x, y, dims))(lhs, rhs)
+    out = jax.jit(lambda x, y: jax_bridge.dot_general(x, y, dims, precision=HIGHEST))(lhs, rhs)
     ref = lax.dot_general(f64(lhs), f64(rhs), dims, precision=HIGHEST)
     assert_close(out, ref, 7)
-    grads = jax.grad(lambda x, y: jnp.sum(jnp.sin(jax_bridge.dot_general(x, y, dims))), (0, 1))
+    grads = jax.grad(
+        lambda x, y: jnp.sum(jnp.sin(jax_bridge.dot_general(x, y, dims, precision=HIGHEST))),
+        (0, 1),
+    )
     expected = jax.grad(
         lambda x, y: jnp.sum(jnp.sin(lax.dot_general(x, y, dims, precision=HIGHEST))), (0, 1)
     )
@@ -275,11 +278,12 @@ def test_dot_general_in_a_dense_layer(rng):
     """flax.linen.Dense calls dot_general(inputs, kernel, (((ndim-1,), (0,)), ((), ())),
     precision=...): the bridge takes that call unchanged (with flax itself where installed)."""
     x, w = random(rng, 2, 3, 6), random(rng, 6, 4)
-    out = jax_bridge.dot_general(x, w, (((x.ndim - 1,), (0,)), ((), ())), precision=None)
+    out = jax_bridge.dot_general(x, w, (((x.ndim - 1,), (0,)), ((), ())), precision=HIGHEST)
     assert_close(out, f64(x) @ f64(w), 6)
-    assert_close(jax_bridge.dot_general(x, w, (((-1,), (-2,)), ((), ()))), f64(x) @ f64(w), 6)
+    out = jax_bridge.dot_general(x, w, (((-1,), (-2,)), ((), ())), precision=HIGHEST)
+    assert_close(out, f64(x) @ f64(w), 6)
     nn = pytest.importorskip("flax.linen")
-    layer = nn.Dense(4, dot_general=jax_bridge.dot_general)
+    layer = nn.Dense(4, precision=HIGHEST, dot_general=jax_bridge.dot_general)
     params = layer.init(jax.random.key(0), x)
     reference = nn.Dense(4, precision=HIGHEST).apply(params, x)
     assert_close(layer.apply(params, x), reference, 6)
@@ -380,3 +384,107 @@ def test_xla_ptx_keeps_a_cap_already_there_and_needs_an_entry():
     assert fixed.count(".maxnreg") == 1 and ".maxnreg 128" in fixed
     with pytest.raises(RuntimeError, match="no .entry"):
         xla_ptx(".version 9.0\n.target sm_90\n", (9, 0), None)
+
+
+# -- precision: bf16/f16 operands, presets, lax's defaults -------------------------------------
+
+
+def test_precision_follows_lax_per_platform():
+    from jax_bridge.primitive import lax_precision, platform_preset
+
+    f32 = np.dtype(np.float32)
+    assert lax_precision(None) == "DEFAULT"  # jax_default_matmul_precision unset
+    assert lax_precision((lax.Precision.DEFAULT, HIGHEST)) == "HIGHEST"
+    assert lax_precision(lax.DotAlgorithmPreset.TF32_TF32_F32_X3) == "TF32_TF32_F32_X3"
+    with jax.default_matmul_precision("tensorfloat32"):
+        assert lax_precision(None) == "HIGH"
+    with jax.default_matmul_precision("float32"):
+        assert lax_precision(None) == "HIGHEST"
+    assert platform_preset("DEFAULT", f32, "cuda").name == "TF32_TF32_F32"
+    assert platform_preset("DEFAULT", f32, "cpu").name == "F32_F32_F32"  # as XLA:CPU
+    assert platform_preset(None, f32, "cuda").name == "F32_F32_F32"  # jax_bridge.matmul's
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_16_bit_products_grads_and_vmap(dtype, rng):
+    from numba_gemm.precision import default_preset
+    from numba_gemm.precision import tolerance as preset_tolerance
+
+    a, b = operands(rng, 9, 12, 20)
+    x, w = a.astype(dtype), b.astype(dtype)
+    ref = f64(x) @ f64(w)
+    bound = preset_tolerance(default_preset(dtype), dtype, 20)
+    out = jax.jit(jax_bridge.matmul)(x, w)
+    assert out.dtype == dtype and relative_error(out, ref) <= bound
+    wide = jax_bridge.dot_general(
+        x, w, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32
+    )
+    assert wide.dtype == jnp.float32
+    assert relative_error(wide, ref) <= preset_tolerance(
+        default_preset(dtype), dtype, 20, np.float32
+    )
+    grads = jax.grad(lambda x, w: jnp.sum(jax_bridge.matmul(x, w).astype(jnp.float32) ** 2), (0, 1))
+    expected = jax.grad(
+        lambda x, w: jnp.sum((x.astype(jnp.float32) @ w.astype(jnp.float32)) ** 2), (0, 1)
+    )
+    for got, want in zip(grads(x, w), expected(x, w)):
+        assert got.dtype == dtype
+        assert relative_error(got, f64(want)) <= 4 * bound
+    stacked = jax.vmap(jax_bridge.matmul, in_axes=(0, None))(jnp.stack([x, 2 * x]), w)
+    assert stacked.dtype == dtype and relative_error(stacked[1], 2 * ref) <= bound
+
+
+def test_presets_through_the_bridge(rng):
+    a, b = operands(rng, 16, 16, 32)
+    ref = f64(a) @ f64(b)
+    tf32 = jax_bridge.matmul(a, b, precision="TF32_TF32_F32")
+    assert 2.0**-11 / 4 < relative_error(tf32, ref) < 2.0**-11 * 4
+    x3 = jax_bridge.dot_general(
+        a, b, (((1,), (0,)), ((), ())), precision=lax.DotAlgorithmPreset.TF32_TF32_F32_X3
+    )
+    assert relative_error(x3, ref) <= 4 * tolerance(np.float32, 32)
+    with pytest.raises(ValueError, match="takes float16"):
+        jax.jit(lambda x, y: jax_bridge.matmul(x, y, precision="F16_F16_F32")).trace(a, b)
+    with pytest.raises(NotImplementedError, match="preferred_element_type"):
+        jax_bridge.dot_general(a, b, (((1,), (0,)), ((), ())), preferred_element_type=jnp.bfloat16)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
+def test_flax_model_trains_through_the_bridge_as_through_lax(dtype):
+    """A Dense model in ``dtype`` at lax's default precision (bf16: the tensor cores; float32:
+    TF32 on a GPU, exact on the CPU), trained a few SGD steps through the bridge and through
+    lax from the same weights: the losses agree to the precision's tolerance."""
+    nn = pytest.importorskip("flax.linen")
+
+    class Model(nn.Module):
+        dot_general: object
+
+        @nn.compact
+        def __call__(self, x):
+            x = nn.tanh(nn.Dense(16, dtype=dtype, dot_general=self.dot_general)(x))
+            return nn.Dense(1, dtype=dtype, dot_general=self.dot_general)(x)
+
+    key = jax.random.key(0)
+    x = jax.random.normal(key, (8, 12))
+    y = jnp.sin(x.sum(axis=1, keepdims=True))
+    params = Model(lax.dot_general).init(key, x)
+
+    def losses(dot_general):
+        model, p, out = Model(dot_general), params, []
+
+        @jax.jit
+        def step(p):
+            loss, grads = jax.value_and_grad(
+                lambda p: jnp.mean((model.apply(p, x).astype(jnp.float32) - y) ** 2)
+            )(p)
+            return jax.tree.map(lambda a, g: a - 0.1 * g, p, grads), loss
+
+        for _ in range(4):
+            p, loss = step(p)
+            out.append(float(loss))
+        return out
+
+    ours, theirs = losses(jax_bridge.dot_general), losses(lax.dot_general)
+    bound = 3e-2 if dtype == jnp.bfloat16 else (5e-3 if jax.default_backend() != "cpu" else 1e-5)
+    for a, b in zip(ours, theirs):
+        assert abs(a - b) <= bound * abs(b), (ours, theirs)
