@@ -186,8 +186,8 @@ def main() -> None:
             rows.append(row)
             print(
                 f"{case:7s} {n:5d}: {row['numba_gemm_tflops']:7.1f} TFLOP/s, cuBLAS "
-                f"{row['cublas_tflops']:7.1f} ({row['ratio']:.3f}x); error {row['numba_gemm_error']:.2e}"
-                f" (cuBLAS {row['cublas_error']:.2e})",
+                f"{row['cublas_tflops']:7.1f} ({row['ratio']:.3f}x); "
+                f"error {row['numba_gemm_error']:.2e} (cuBLAS {row['cublas_error']:.2e})",
                 flush=True,
             )
     for n in args.bridge:
