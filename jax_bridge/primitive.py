@@ -158,7 +158,12 @@ def _abstract_eval(
 @functools.partial(
     jax.jit,
     static_argnames=(
-        "dimension_numbers", "precision", "out_dtype", "algorithm", "lowering", "config"
+        "dimension_numbers",
+        "precision",
+        "out_dtype",
+        "algorithm",
+        "lowering",
+        "config",
     ),
 )
 def _compiled(lhs, rhs, **params):
