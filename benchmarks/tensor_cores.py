@@ -68,6 +68,8 @@ def measure(case: str, n: int, config=None) -> dict:
         "dtype": dtype_name,
         "size": n,
         "config": config.label() if config else "default",
+        "median_s": ours_s,
+        "cublas_median_s": peer_s,
         "numba_gemm_tflops": flops / ours_s / 1e12,
         "cublas_tflops": flops / peer_s / 1e12,
         "ratio": peer_s / ours_s,

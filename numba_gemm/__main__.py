@@ -48,7 +48,9 @@ def demo(args) -> int:
     import numpy as np
 
     from . import ALGORITHMS, choose_algorithm, describe, matmul
-    from .reference import make_operands, poisoned, reference, relative_error, tolerance
+    from .precision import BFLOAT16, resolve
+    from .precision import tolerance as preset_tolerance
+    from .reference import make_operands, poisoned, reference, relative_error
     from .timing import median_seconds
 
     if simulated:
@@ -66,34 +68,41 @@ def demo(args) -> int:
     rng = np.random.default_rng(args.seed)
     layouts = ("row", "col", "a_col", "b_col")
     header = (
-        f"{'algorithm':9} {'M x N x K':>16} {'layout':7} {'rel. error':>10} {'time':>10} "
+        f"{'algorithm':10} {'M x N x K':>16} {'layout':7} {'rel. error':>10} {'time':>10} "
         f"{'TFLOP/s':>8}"
     )
     print(header)
     print("-" * len(header))
     failures = 0
-    for algorithm in ALGORITHMS:
+    # (algorithm, operand dtype, precision): the FFMA algorithms in float32, the tensor cores
+    # in bfloat16 and at float32 accuracy from TF32 products
+    runs = [(algorithm, np.float32, None) for algorithm in ALGORITHMS if algorithm != "mma"]
+    runs += [("mma", BFLOAT16, None), ("mma", np.float32, "TF32_TF32_F32_X3")]
+    for algorithm, dtype, precision in runs:
         for layout in layouts:
-            a, b = make_operands(M, N, K, np.float32, layout, rng, to_device=not simulated)
-            out = poisoned((M, N), np.float32, to_device=not simulated, layout=layout)
-            run = functools.partial(matmul, a, b, out, algorithm=algorithm)
+            a, b = make_operands(M, N, K, dtype, layout, rng, to_device=not simulated)
+            out = poisoned((M, N), dtype, to_device=not simulated, layout=layout)
+            run = functools.partial(matmul, a, b, out, algorithm=algorithm, precision=precision)
             seconds = median_seconds(run, warmup=1, reps=reps)
             error = relative_error(out, reference(a, b))
-            name = (
-                f"auto:{choose_algorithm(describe(a), describe(b))}"
-                if algorithm == "auto"
-                else algorithm
-            )
-            ok = error <= tolerance(np.float32, K)
+            preset = resolve(precision, dtype)
+            if algorithm == "auto":
+                name = f"auto:{choose_algorithm(describe(a), describe(b))}"
+            elif preset.tensor_cores:
+                name = {"BF16_BF16_F32": "mma:bf16", "TF32_TF32_F32_X3": "mma:3xtf32"}[preset.name]
+            else:
+                name = algorithm
+            ok = error <= preset_tolerance(preset, dtype, K)
             failures += not ok
             print(
-                f"{name:9} {f'{M} x {N} x {K}':>16} {layout:7} {error:10.2e} "
+                f"{name:10} {f'{M} x {N} x {K}':>16} {layout:7} {error:10.2e} "
                 f"{seconds * 1e3:8.3f}ms {2 * M * N * K / seconds / 1e12:8.3g}"
                 f"{'' if ok else '  FAILED'}"
             )
     print(
         "layouts: row = A, B, C row-major; col = all column-major (transposed views); "
-        "a_col / b_col = only A / only B column-major"
+        "a_col / b_col = only A / only B column-major; mma:bf16 = bfloat16 operands on the "
+        "tensor cores, mma:3xtf32 = float32 accuracy from three TF32 products"
     )
     failures += _demo_triple(size, rng, simulated, reps)
     failures += _demo_bridge(M, N, K, rng, simulated, reps)

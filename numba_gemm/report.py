@@ -217,6 +217,16 @@ README_GEMM_SIZES = (1024, 2048, 4096, 8192)
 README_TRIPLE_SIZES = (256, 512, 1536, 4096)
 README_BRIDGE_SIZES = (512, 4096)
 README_BRIDGE_DIRECT_FROM = 4096
+# (case, size) of the tensor-core rows: benchmarks/tensor_cores.py's cases
+README_TENSOR_CORE_ROWS = (
+    ("bf16", 1024),
+    ("bf16", 4096),
+    ("bf16", 8192),
+    ("f16", 4096),
+    ("tf32", 4096),
+    ("tf32x3", 4096),
+    ("bf16x6", 4096),
+)
 
 
 def readme_rows(results: str | Path | None = None) -> list[dict]:
@@ -290,6 +300,22 @@ def readme_rows(results: str | Path | None = None) -> list[dict]:
             4 * n**3,
             _where(data),
             f"float32, no TF32, square, row-major; ran {row['config']}",
+            path,
+        )
+    path, data = latest_run("tensor_cores", results)
+    for case, n in README_TENSOR_CORE_ROWS:
+        row = _pick(data["rows"], case=case, size=n)
+        exact = row["preset"].endswith(("_X3", "_X6", "_X9"))
+        add(
+            f'`matmul(precision="{row["preset"]}")`',
+            ["cuBLAS float32" if exact else "cuBLAS"],
+            f"{n}^3",
+            row["median_s"],
+            [row["cublas_median_s"]],
+            2 * n**3,
+            _where(data),
+            f"{row['dtype']}, row-major, mma.sync; error {row['numba_gemm_error']:.1e} "
+            f"(cuBLAS {row['cublas_error']:.1e})",
             path,
         )
     path, data = latest_run("jax_bridge", results)
