@@ -146,10 +146,16 @@ else:
 
 
 @functools.cache
-def fragment_loader(operand: str, storage: np.dtype, stride_r: int, stride_c: int):
+def fragment_loader(operand: str, storage: np.dtype, stride_r: int, stride_c: int, role="a"):
     """Device function ``load(frag, index, smem, base)``: this lane's fragment of the block at
     ``smem[base + r * stride_r + c * stride_c]`` (16 rows r, ``K_STEP[operand]`` columns c)
-    into ``frag[index:index + words]`` (:func:`fragment_words`). One of the strides is 1."""
+    into ``frag[index:index + words]`` (:func:`fragment_words`). One of the strides is 1.
+
+    Word order on a GPU: for A (``role="a"``) word j holds rows ``8 (j % 2)..`` and k
+    ``(j // 2)`` half, as the ``mma``'s A registers; for B (``"b"``) rows ``8 (j // 2)..`` and
+    k half ``j % 2``, so that the two words one ``mma`` takes (its 8 n rows, both k halves) are
+    neighbours (``mma`` wants them in consecutive registers: apart, every ``mma`` costs two
+    register moves)."""
     storage = np.dtype(storage)
     k_step = K_STEP[operand]
     if stride_c != 1 and stride_r != 1:
@@ -164,23 +170,25 @@ def fragment_loader(operand: str, storage: np.dtype, stride_r: int, stride_c: in
                     frag[index + r * k_step + c] = decode(smem[base + r * stride_r + c * stride_c])
 
         return load_twin
+    b_order = role == "b"
     if storage == np.uint16:
-        return _ldmatrix_x4(stride_r, stride_c)
+        return _ldmatrix_x4(stride_r, stride_c, b_order)
     pairs = k_step == 16  # bf16 products from float32: two k per word of the operand
-    half = k_step // 2  # k of the words j = 2, 3
+    half = k_step // 2  # k of the second half's words
 
     @cuda.jit(device=True)
     def load_floats(frag, index, smem, base):
         lane = cuda.laneid
         g, t = lane >> 2, lane & 3
         for j in range(4):
-            r = g + 8 * (j % 2)
+            row_half, k_half = (j // 2, j % 2) if b_order else (j % 2, j // 2)
+            r = g + 8 * row_half
             if pairs:
-                c = 2 * t + half * (j // 2)
+                c = 2 * t + half * k_half
                 frag[index + 2 * j] = smem[base + r * stride_r + c * stride_c]
                 frag[index + 2 * j + 1] = smem[base + r * stride_r + (c + 1) * stride_c]
             else:
-                c = t + half * (j // 2)
+                c = t + half * k_half
                 frag[index + j] = smem[base + r * stride_r + c * stride_c]
 
     return load_floats
@@ -255,11 +263,12 @@ if not SIMULATED:
 
         return intrinsic(typer)
 
-    def _ldmatrix_x4(stride_r: int, stride_c: int):
+    def _ldmatrix_x4(stride_r: int, stride_c: int, b_order: bool):
         """The 16x16 block of 16-bit elements as ``mma``'s four words: matrix j is rows
-        8 (j % 2).. and columns 8 (j // 2).. of the block. Stored k-contiguous (``stride_c``
-        1) each matrix row is 8 consecutive k: plain ``ldmatrix``; stored row-contiguous, its
-        rows run along k and ``.trans`` hands each lane the transposed pair."""
+        8 (j % 2).. and columns 8 (j // 2).. of the block (``b_order``: rows 8 (j // 2).. and
+        columns 8 (j % 2)..). Stored k-contiguous (``stride_c`` 1) each matrix row is 8
+        consecutive k: plain ``ldmatrix``; stored row-contiguous, its rows run along k and
+        ``.trans`` hands each lane the transposed pair."""
         transposed = stride_c != 1
         load = _ldmatrix(transposed)
 
@@ -267,7 +276,10 @@ if not SIMULATED:
         def load_block(frag, index, smem, base):
             lane = cuda.laneid
             i, j = lane & 7, lane >> 3
-            r0, c0 = 8 * (j & 1), 8 * (j >> 1)
+            if b_order:
+                r0, c0 = 8 * (j >> 1), 8 * (j & 1)
+            else:
+                r0, c0 = 8 * (j & 1), 8 * (j >> 1)
             if transposed:
                 element = base + (c0 + i) * stride_c + r0
             else:
@@ -412,19 +424,22 @@ if not SIMULATED:
                 a_words = _load_words(context, builder, a_t, args[2], args[3], 4)
                 b_base = context.cast(builder, args[5], sig.args[5], types.int64)
                 half = context.cast(builder, args[6], half_t, types.int64)
-                first = builder.add(b_base, half)  # word `half`: rows 8 half.., k low
+                # words 2 half, 2 half + 1: rows 8 half.., k low and high (fragment_loader's B order)
+                first = builder.add(b_base, builder.mul(half, ir.Constant(i64, 2)))
                 b_words = [
                     builder.load(_element_pointer(context, builder, b_t, args[4], first)),
                     builder.load(
                         _element_pointer(
-                            context, builder, b_t, args[4], builder.add(first, ir.Constant(i64, 2))
+                            context, builder, b_t, args[4], builder.add(first, ir.Constant(i64, 1))
                         )
                     ),
                 ]
                 asm = ir.InlineAsm(
                     ir.FunctionType(ir.LiteralStructType([_F32] * 4), [_I32] * 6 + [_F32] * 4),
                     text,
-                    "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3",
+                    # C and D in separate registers: tying them ("0,1,2,3") made the backend
+                    # copy each accumulator before every mma (4 moves per HMMA in the SASS)
+                    "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f",
                 )
                 d = builder.call(asm, a_words + b_words + c)
                 _store_words(

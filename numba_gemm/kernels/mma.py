@@ -259,8 +259,16 @@ def _tile_loader(config: MmaConfig, storage: np.dtype, extent_x: int, mode: tupl
         row, column = v // runs, (v % runs) * width
         return (row, column) if along_k else (column, row)
 
+    block_k = config.block_k
+
     @cuda.jit(device=True)
     def load_vectors(smem, dst, src, src0, stride_x, stride_k, x_left, k_left, tid):
+        if x_left >= extent_x and k_left >= block_k:  # the whole tile inside: no bounds
+            for r in range(copies):
+                x, k = place(tid, r)
+                copy(smem, dst + x * tile_sx + k * tile_sk,
+                     src, src0 + x * stride_x + k * stride_k, width)  # fmt: skip
+            return
         for r in range(copies):
             x, k = place(tid, r)
             left = (k_left - k) if along_k else (x_left - x)
@@ -321,7 +329,7 @@ def _kernel(
     load_a_tile = _tile_loader(config, storage, BLOCK_M, a_mode, a_tile)
     load_b_tile = _tile_loader(config, storage, BLOCK_N, b_mode, b_tile)
     load_a = fragment_loader(operand, storage, A_SX, A_SK)
-    load_b = fragment_loader(operand, storage, B_SX, B_SK)
+    load_b = fragment_loader(operand, storage, B_SX, B_SK, "b")
     prepare = splitter(operand, parts, storage)
     multiply = mma(operand)
     convert = output_converter(out_dtype)
