@@ -424,7 +424,7 @@ if not SIMULATED:
                 a_words = _load_words(context, builder, a_t, args[2], args[3], 4)
                 b_base = context.cast(builder, args[5], sig.args[5], types.int64)
                 half = context.cast(builder, args[6], half_t, types.int64)
-                # words 2 half, 2 half + 1: rows 8 half.., k low and high (fragment_loader's B order)
+                # words 2 half, 2 half + 1: rows 8 half.., k low and high (the loader's B order)
                 first = builder.add(b_base, builder.mul(half, ir.Constant(i64, 2)))
                 b_words = [
                     builder.load(_element_pointer(context, builder, b_t, args[4], first)),
