@@ -31,6 +31,8 @@ from .tuned_configs import config_for
 
 __all__ = [
     "ALGORITHMS",
+    "FFMA_ALGORITHMS",
+    "TENSOR_CORE_ALGORITHMS",
     "matmul",
     "choose_algorithm",
     "check_algorithm",

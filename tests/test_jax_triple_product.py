@@ -76,7 +76,7 @@ def test_vmap(in_axes, order, rng):
     [
         (lambda a, b, c: (a, c, b), ValueError, "a is 5x7 and b is 9x4"),
         (lambda a, b, c: (a, b, c[None]), ValueError, "c must be 2-D"),
-        (lambda a, b, c: (a, b, c.astype(np.float16)), TypeError, "c has dtype float16"),
+        (lambda a, b, c: (a, b, c.astype(np.float16)), TypeError, "b is float32 but c is float16"),
         (lambda a, b, c: (a, b.astype(np.int32), c), TypeError, "b has dtype int32"),
     ],
 )

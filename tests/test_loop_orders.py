@@ -10,11 +10,12 @@ import pytest
 
 import numba_gemm
 from checks import assert_product, check_layouts
+from numba_gemm.api import FFMA_ALGORITHMS
 from numba_gemm.kernels.loop_orders import BLOCK_FAST, BLOCK_SLOW
 from numba_gemm.reference import LAYOUTS, make_operands, poisoned
 
 SHAPES = [(1, 1, 1), (1, 13, 7), (17, 1, 5), (13, 11, 17), (BLOCK_FAST + 1, BLOCK_SLOW + 1, 4)]
-ALGORITHMS = numba_gemm.ALGORITHMS
+ALGORITHMS = FFMA_ALGORITHMS  # float32 and float64: the tensor cores are tests/test_mma.py's
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import numba_gemm  # noqa: E402
-from numba_gemm.api import ALGORITHMS  # noqa: E402
+from numba_gemm.api import FFMA_ALGORITHMS as ALGORITHMS  # noqa: E402
 from numba_gemm.launch import simulated  # noqa: E402
 from numba_gemm.reference import tolerance  # noqa: E402
 from numba_gemm.triple_product import ORDERS, TRIPLE_ALGORITHMS  # noqa: E402
