@@ -16,6 +16,7 @@ __all__ = [
     "__version__",
     "ALGORITHMS",
     "MatrixDesc",
+    "MmaConfig",
     "TileConfig",
     "cdiv",
     "choose_algorithm",
@@ -23,6 +24,7 @@ __all__ = [
     "matmul",
     "model",
     "ordering",
+    "precision",
     "transpose_view",
     "triple",
     "tune",
@@ -37,13 +39,14 @@ _HOME = {
     "transpose_view": "descriptor",
     "cdiv": "launch",
     "TileConfig": "kernels.tiled",
+    "MmaConfig": "kernels.mma",
     "tune": "autotune",
     "triple": "triple_product",
 }
 
 
 def __getattr__(name):
-    if name in ("model", "ordering"):
+    if name in ("model", "ordering", "precision"):
         return import_module(f".{name}", __name__)
     if name not in _HOME:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
