@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .descriptor import SUPPORTED_DTYPES, MatrixDesc, current_device
+from .descriptor import MatrixDesc, current_device
 from .kernels.tiled import DEFAULT_CONFIGS, TileConfig, for_edge_tiles, whole_tiles
 from .launch import shared_memory_limit, simulated
 from .prepared import forget_prepared_calls
@@ -198,7 +198,7 @@ def _valid_entry(entry) -> bool:
         if not isinstance(entry, dict) or not all(isinstance(entry[k], str) for k in strings):
             return False
         dtype = np.dtype(entry["dtype"])
-        if dtype not in SUPPORTED_DTYPES:
+        if dtype not in DEFAULT_CONFIGS:  # the tiled kernel's dtypes: float32, float64
             return False
         for field in ("bucket", "shape"):
             value = entry[field]
