@@ -14,7 +14,7 @@ import pytest
 
 import numba_gemm
 from checks import check_layouts
-from numba_gemm.kernels.mma import MmaConfig, operand_mode
+from numba_gemm.kernels.mma import SIMULATOR_MMA_CONFIG, MmaConfig, operand_mode
 from numba_gemm.precision import PRESETS, resolve, tolerance
 from numba_gemm.reference import LAYOUTS, make_operands, poisoned, reference, relative_error
 
@@ -32,7 +32,7 @@ TENSOR_CORE_CASES = [
 ]
 # Small tiles, so that simulated problems span several CTAs, warps and k-tiles: two warps
 # along m, two stages, k-tiles of 16 (one bf16 k step, two TF32 ones).
-SMALL = MmaConfig(32, 32, 16, 2, 1, 2, 1)
+SMALL = SIMULATOR_MMA_CONFIG  # the default on the simulator, given explicitly for the GPU too
 # 1 and primes (edges in every tile, element copies where rows are misaligned), and whole
 # tiles: two CTAs, two k-tiles each (16-byte copies, a stage refilled).
 SHAPES = [(1, 1, 1), (17, 19, 23), (32, 64, 32)]

@@ -40,7 +40,14 @@ import numpy as np
 from numba import cuda
 
 from ..descriptor import MatrixDesc, is_int
-from ..launch import STATIC_SHARED_LIMIT, KernelLaunch, cdiv, kernel_launch, shared_memory_limit
+from ..launch import (
+    STATIC_SHARED_LIMIT,
+    KernelLaunch,
+    cdiv,
+    kernel_launch,
+    shared_memory_limit,
+    simulated,
+)
 from ..ordering import tile_of
 from ..precision import BFLOAT16, FLOAT16, FLOAT32, Preset
 from .fragments import K_STEP, fragment_loader, fragment_words, mma, output_converter, splitter
@@ -50,6 +57,7 @@ from .tiled import kernel_jit, unrolled
 __all__ = [
     "MmaConfig",
     "DEFAULT_MMA_CONFIGS",
+    "SIMULATOR_MMA_CONFIG",
     "default_mma_config",
     "operand_mode",
     "plan_mma",
@@ -151,8 +159,16 @@ DEFAULT_MMA_CONFIGS = {
 }
 
 
+# On the simulator, whose threads are Python threads: one warp's worth of small tiles, so that a
+# simulated product takes seconds, not minutes (the kernel code is the same).
+SIMULATOR_MMA_CONFIG = MmaConfig(32, 32, 16, 2, 1, 2, 1)
+
+
 def default_mma_config(storage, preset: Preset) -> MmaConfig:
-    """The tiles ``plan_mma`` uses when the caller gives none."""
+    """The tiles ``plan_mma`` uses when the caller gives none (:data:`SIMULATOR_MMA_CONFIG` on
+    the simulator)."""
+    if simulated():
+        return SIMULATOR_MMA_CONFIG
     return DEFAULT_MMA_CONFIGS[np.dtype(storage), preset.parts > 1]
 
 
