@@ -52,9 +52,22 @@ def check(out, a, b, preset, dtype, out_dtype=None):
     return error
 
 
-@pytest.mark.parametrize("layout", list(LAYOUTS))
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("case", TENSOR_CORE_CASES, ids=case_id)
+# Every case, shape and layout, but the three-part splits (9 or 6 products: the slowest on the
+# simulator) run the two-CTA shape in one layout only; their edges run in every layout.
+SIMULATED_CASES = [
+    (case, shape, layout)
+    for case in TENSOR_CORE_CASES
+    for shape in SHAPES
+    for layout in LAYOUTS
+    if not (PRESETS[case[1]].parts == 3 and shape == SHAPES[-1] and layout != "row")
+]
+
+
+@pytest.mark.parametrize(
+    "case, shape, layout",
+    SIMULATED_CASES,
+    ids=[f"{case_id(c)}-{'x'.join(map(str, s))}-{layout}" for c, s, layout in SIMULATED_CASES],
+)
 def test_mma_matches_float64_reference(case, shape, layout, rng):
     dtype, preset = case
     M, N, K = shape
