@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import struct
+import threading
 
 import ml_dtypes
 import numpy as np
@@ -163,7 +164,6 @@ def fragment_loader(operand: str, storage: np.dtype, stride_r: int, stride_c: in
     if SIMULATED:
         decode = _decoder(operand, storage)
 
-        @cuda.jit(device=True)
         def load_twin(frag, index, smem, base):
             for r in range(BLOCK_ROWS):
                 for c in range(k_step):
@@ -297,7 +297,6 @@ if not SIMULATED:
 # rounded). One part: x rounded to nearest.
 
 
-@cuda.jit(device=True)
 def _bf16_part(x, part, parts):
     """Part ``part`` of float32 ``x`` split into ``parts`` bf16 values (as float32)."""
     if parts == 1:
@@ -314,7 +313,6 @@ def _bf16_part(x, part, parts):
     return round_bf16(rest - mid)
 
 
-@cuda.jit(device=True)
 def _tf32_part(x, part, parts):
     """Part ``part`` of float32 ``x`` split into ``parts`` (1 or 2) TF32 values."""
     if parts == 1:
@@ -336,16 +334,16 @@ def splitter(operand: str, parts: int, storage=np.float32):
         if parts != 1:
             raise ValueError(f"{operand} operands are not split; got parts={parts}")
 
-        @cuda.jit(device=True)
         def as_loaded(out, out_index, frag, index):
             for w in range(words):
                 out[out_index + w] = frag[index + w]
 
-        return as_loaded
+        return as_loaded if SIMULATED else cuda.jit(device=True)(as_loaded)
     part_of = _bf16_part if operand == "bf16" else _tf32_part
+    if not SIMULATED:
+        part_of = cuda.jit(device=True)(part_of)
     pairs = operand == "bf16" and not SIMULATED
 
-    @cuda.jit(device=True)
     def split(out, out_index, frag, index):
         for p in range(parts):
             for w in range(words):
@@ -358,7 +356,10 @@ def splitter(operand: str, parts: int, storage=np.float32):
                 else:
                     out[out_index + p * words + w] = float_bits(part_of(frag[index + w], p, parts))
 
-    return split
+    # On the simulator the twins are plain functions: a simulated device function swaps its
+    # module's globals under a lock on every call, which is slow and, with many threads
+    # calling nested device functions of one module, was seen to deadlock.
+    return split if SIMULATED else cuda.jit(device=True)(split)
 
 
 # --- mma.sync ----------------------------------------------------------------------------------
@@ -383,9 +384,8 @@ def mma(operand: str):
     k_step = K_STEP[operand]
     if SIMULATED:
 
-        @cuda.jit(device=True)
         def mma_twin(acc, acc_index, a, a_index, b, b_index, half):
-            lane = cuda.threadIdx.x % 32
+            lane = threading.current_thread().threadIdx.x % 32  # the simulator's thread
             g, t = lane // 4, lane % 4
             for c in range(4):
                 row, col = g + 8 * (c // 2), 8 * half + 2 * t + c % 2
