@@ -39,7 +39,7 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 from numba import cuda
 
-from ..descriptor import MatrixDesc, is_int
+from ..descriptor import MatrixDesc
 from ..launch import (
     STATIC_SHARED_LIMIT,
     KernelLaunch,
@@ -52,7 +52,7 @@ from ..ordering import tile_of
 from ..precision import BFLOAT16, FLOAT16, FLOAT32, Preset
 from .fragments import K_STEP, fragment_loader, fragment_words, mma, output_converter, splitter
 from .ptx import cp_async, cp_async_commit, cp_async_wait
-from .tiled import kernel_jit, unrolled
+from .tiled import int_fields, kernel_jit, unrolled
 
 __all__ = [
     "MmaConfig",
@@ -89,11 +89,7 @@ class MmaConfig:
     group_m: int = 8
 
     def __post_init__(self):
-        for field in fields(self):
-            value = getattr(self, field.name)
-            if not is_int(value):
-                raise TypeError(f"MmaConfig.{field.name} must be an int; got {value!r}")
-            object.__setattr__(self, field.name, int(value))
+        int_fields(self)  # values, which depend on the operands' storage, in check()
 
     @property
     def threads(self) -> int:
@@ -352,6 +348,15 @@ def _kernel(
     wait = cp_async_wait(STAGES - 2)
     tile_of_device = cuda.jit(device=True)(tile_of)
 
+    @cuda.jit(device=True)
+    def load_stage(smem, stage, k0, a, a0, stride_am, stride_ak, b, b0, stride_bk, stride_bn,
+                   m_left, n_left, K, tid):  # fmt: skip
+        # The copies of k-tile k0 of A and B (their tiles from a0 and b0) into buffer ``stage``.
+        load_a_tile(smem, stage * A_STAGE, a, a0 + k0 * stride_ak, stride_am, stride_ak,
+                    m_left, K - k0, tid)  # fmt: skip
+        load_b_tile(smem, B_BASE + stage * B_STAGE, b, b0 + k0 * stride_bk, stride_bn, stride_bk,
+                    n_left, K - k0, tid)  # fmt: skip
+
     # One k step (K_STEP of k) of the warp tile, as straight-line code: every fragment index a
     # literal, so fragments and accumulators stay in registers.
     @cuda.jit(device=True)
@@ -452,20 +457,8 @@ def _kernel(
         k_tiles = (K + BLOCK_K - 1) // BLOCK_K
         for s in range(STAGES - 1):
             if s < k_tiles:
-                k0 = s * BLOCK_K
-                load_a_tile(
-                    smem,
-                    s * A_STAGE,
-                    a,
-                    a0 + k0 * stride_ak,
-                    stride_am,
-                    stride_ak,
-                    M - m0,
-                    K - k0,
-                    tid,
-                )
-                load_b_tile(smem, B_BASE + s * B_STAGE, b, b0 + k0 * stride_bk, stride_bn,
-                            stride_bk, N - n0, K - k0, tid)  # fmt: skip
+                load_stage(smem, s, s * BLOCK_K, a, a0, stride_am, stride_ak,
+                           b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid)  # fmt: skip
             cp_async_commit()
         for t in range(k_tiles):
             # k-tile t has landed (at most STAGES - 2 younger groups pending); every warp is
@@ -474,20 +467,8 @@ def _kernel(
             cuda.syncthreads()
             ahead = t + STAGES - 1
             if ahead < k_tiles:
-                s, k0 = ahead % STAGES, ahead * BLOCK_K
-                load_a_tile(
-                    smem,
-                    s * A_STAGE,
-                    a,
-                    a0 + k0 * stride_ak,
-                    stride_am,
-                    stride_ak,
-                    M - m0,
-                    K - k0,
-                    tid,
-                )
-                load_b_tile(smem, B_BASE + s * B_STAGE, b, b0 + k0 * stride_bk, stride_bn,
-                            stride_bk, N - n0, K - k0, tid)  # fmt: skip
+                load_stage(smem, ahead % STAGES, ahead * BLOCK_K, a, a0, stride_am, stride_ak,
+                           b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid)  # fmt: skip
             cp_async_commit()
             s = t % STAGES
             multiply_tile(acc, a_raw, a_ops, b_raw, b_ops, smem,

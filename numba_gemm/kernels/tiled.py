@@ -105,11 +105,23 @@ __all__ = [
     "operand_modes",
     "kernel_resources",
     "unrolled",
+    "int_fields",
 ]
 
 VECTOR_BYTES = 16  # one 128-bit load or store
 MAX_THREADS = 1024
 WARP = 32
+
+
+def int_fields(config) -> None:
+    """``TypeError`` naming the field unless every field of the frozen dataclass ``config`` is
+    an int (``is_int``: a list or a float would fail later as "unhashable" or deep in a kernel
+    build); NumPy ints are stored as Python ints."""
+    for field in fields(config):
+        value = getattr(config, field.name)
+        if not is_int(value):
+            raise TypeError(f"{type(config).__name__}.{field.name} must be an int; got {value!r}")
+        object.__setattr__(config, field.name, int(value))
 
 
 @dataclass(frozen=True)
@@ -136,13 +148,8 @@ class TileConfig:
     split_k: int = 1
 
     def __post_init__(self):
-        # Types here (a list or a float would fail later as "unhashable" or deep in a kernel
-        # build); values, which depend on the dtype, in check().
-        for field in fields(self):
-            value = getattr(self, field.name)
-            if not is_int(value):
-                raise TypeError(f"TileConfig.{field.name} must be an int; got {value!r}")
-            object.__setattr__(self, field.name, int(value))
+        # Types here; values, which depend on the dtype, in check().
+        int_fields(self)
 
     @property
     def threads_m(self) -> int:
