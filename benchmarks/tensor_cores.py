@@ -1,7 +1,7 @@
 """The tensor-core kernels against cuBLAS (through PyTorch) at the same precision, same run.
 
     python benchmarks/tensor_cores.py [--sizes 1024 4096 8192] [--cases bf16 tf32 ...]
-        [--config 128,128,32,2,2,4,8] [--out benchmarks/results]
+        [--config 128,256,4,8] [--out benchmarks/results]
 
 For each case (operand dtype and precision preset) and square size: numba-gemm's launch (the
 plan ``matmul`` makes, launched as its prepared calls launch it) and ``torch.matmul`` on the
@@ -67,6 +67,7 @@ def measure(case: str, n: int, config=None) -> dict:
         "preset": preset.name,
         "dtype": dtype_name,
         "size": n,
+        "kernel": launch.kernel.py_func.__name__,
         "config": config.label() if config else "default",
         "median_s": ours_s,
         "cublas_median_s": peer_s,
@@ -172,23 +173,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 4096, 8192])
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
-    parser.add_argument("--config", help="an MmaConfig as 7 comma-separated ints")
+    parser.add_argument(
+        "--config", help="comma-separated ints: an MmaConfig's 7 or a WgmmaConfig's 4"
+    )
     parser.add_argument("--out", help="write <out>/tensor_cores/<device>.json")
     parser.add_argument("--bridge", type=int, nargs="*", default=[], help="bridge sizes (bf16)")
     parser.add_argument("--triple", nargs="*", default=[], help="presets for the triple at 512")
     args = parser.parse_args()
     from numba_gemm.kernels.mma import MmaConfig
+    from numba_gemm.kernels.wgmma import WgmmaConfig
     from numba_gemm.timing import device_name, stack_versions, write_results
 
-    config = MmaConfig(*map(int, args.config.split(","))) if args.config else None
+    config = None
+    if args.config:
+        values = tuple(map(int, args.config.split(",")))
+        config = (MmaConfig if len(values) == 7 else WgmmaConfig)(*values)
     rows = []
     for case in args.cases:
         for n in args.sizes:
             row = measure(case, n, config if case != "f32" else None)
             rows.append(row)
             print(
-                f"{case:7s} {n:5d}: {row['numba_gemm_tflops']:7.1f} TFLOP/s, cuBLAS "
-                f"{row['cublas_tflops']:7.1f} ({row['ratio']:.3f}x); "
+                f"{case:7s} {n:5d} {row['kernel'][:5]}: {row['numba_gemm_tflops']:7.1f} "
+                f"TFLOP/s, cuBLAS {row['cublas_tflops']:7.1f} ({row['ratio']:.3f}x); "
                 f"error {row['numba_gemm_error']:.2e} (cuBLAS {row['cublas_error']:.2e})",
                 flush=True,
             )

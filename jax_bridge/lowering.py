@@ -126,10 +126,13 @@ def _ptx_for(kernel, arg_kinds: tuple, cc: tuple[int, int]) -> tuple[str, str]:
     from numba_gemm.launch import kernel_signature
 
     compiled = kernel.compile(kernel_signature(kernel, arg_kinds))
+    # Hopper and later: the arch-specific target (sm_90a), as Numba's own launches compile for
+    # it; wgmma needs it, and jaxlib's ptxas assembles it.
+    arch = (*cc, "a") if tuple(cc) >= (9, 0) else cc
     ptx = (
-        compiled.inspect_lto_ptx(cc)
+        compiled.inspect_lto_ptx(arch)
         if kernel.targetoptions.get("lto")
-        else (compiled.inspect_asm(cc))
+        else (compiled.inspect_asm(arch))
     )
     return xla_ptx(ptx, _max_ptx_version(), kernel.targetoptions.get("max_registers"))
 

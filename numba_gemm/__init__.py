@@ -18,6 +18,7 @@ __all__ = [
     "MatrixDesc",
     "MmaConfig",
     "TileConfig",
+    "WgmmaConfig",
     "cdiv",
     "choose_algorithm",
     "describe",
@@ -40,6 +41,7 @@ _HOME = {
     "cdiv": "launch",
     "TileConfig": "kernels.tiled",
     "MmaConfig": "kernels.mma",
+    "WgmmaConfig": "kernels.wgmma",
     "tune": "autotune",
     "triple": "triple_product",
 }

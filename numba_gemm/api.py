@@ -12,11 +12,13 @@ from .descriptor import ArrayDesc, MatrixDesc, current_device, describe, describ
 from .kernels.loop_orders import LOOP_ORDERS, plan_loop_order
 from .kernels.mma import MmaConfig, default_mma_config, plan_mma, storage_dtype
 from .kernels.tiled import TileConfig, plan_tiled
+from .kernels.wgmma import WGMMA_CC, WgmmaConfig, default_wgmma_config, plan_wgmma
 from .launch import (
     MAX_GRID_YZ,
     KernelLaunch,
     allocate_array,
     allocate_output,
+    compute_capability,
     copy_to_host,
     device_operand,
     launch_kernel,
@@ -55,11 +57,12 @@ __all__ = [
     "run_in_memory_space",
 ]
 
-ALGORITHMS = ("auto", "tiled", "mma") + tuple(LOOP_ORDERS)
+ALGORITHMS = ("auto", "tiled", "mma", "wgmma") + tuple(LOOP_ORDERS)
 # The algorithms of each kind of preset: the FFMA kernels compute float32 and float64 exactly,
 # the tensor-core kernel every bf16, f16 and TF32 preset.
 FFMA_ALGORITHMS = ("auto", "tiled") + tuple(LOOP_ORDERS)
-TENSOR_CORE_ALGORITHMS = ("auto", "mma")
+TENSOR_CORE_ALGORITHMS = ("auto", "mma", "wgmma")
+CONFIG_TYPES = {"tiled": TileConfig, "mma": MmaConfig, "wgmma": WgmmaConfig}
 
 # "auto" runs the tiled kernel from this many multiply-adds on (64^3); below it a large tile
 # is mostly empty and one thread per element does as well (docs/design/loop-orders.md).
@@ -175,9 +178,10 @@ def check_config(config, algorithm: str, takes_config: tuple[str, ...], kernel: 
     ``algorithm`` is not one of those that take one (``kernel`` says whose tiles it sets)."""
     if config is None:
         return
-    if not isinstance(config, (TileConfig, MmaConfig)):
+    if not isinstance(config, tuple(CONFIG_TYPES.values())):
         raise TypeError(
-            f"config must be a numba_gemm.TileConfig or MmaConfig; got {type(config).__name__}"
+            "config must be a numba_gemm.TileConfig, MmaConfig or WgmmaConfig; got "
+            f"{type(config).__name__}"
         )
     if algorithm not in takes_config:
         raise ValueError(f"config applies to {kernel}; algorithm={algorithm!r} takes none")
@@ -185,10 +189,11 @@ def check_config(config, algorithm: str, takes_config: tuple[str, ...], kernel: 
 
 def check_algorithm(algorithm: str, config) -> None:
     """``ValueError``/``TypeError`` for an unknown algorithm or a config it cannot take: a
-    ``TileConfig`` for ``"tiled"``, an ``MmaConfig`` for ``"mma"`` (either for ``"auto"``)."""
+    ``TileConfig`` for ``"tiled"``, an ``MmaConfig`` for ``"mma"``, a ``WgmmaConfig`` for
+    ``"wgmma"`` (any for ``"auto"``)."""
     check_choice("algorithm", algorithm, ALGORITHMS)
-    check_config(config, algorithm, ("tiled", "mma", "auto"), "the tiled and mma kernels")
-    wanted = {"tiled": TileConfig, "mma": MmaConfig}.get(algorithm)
+    check_config(config, algorithm, (*CONFIG_TYPES, "auto"), "the tiled, mma and wgmma kernels")
+    wanted = CONFIG_TYPES.get(algorithm)
     if config is not None and wanted is not None and not isinstance(config, wanted):
         raise TypeError(
             f"algorithm={algorithm!r} takes a numba_gemm.{wanted.__name__}; got "
@@ -205,12 +210,38 @@ def check_preset(preset: Preset, algorithm: str, config) -> None:
             f"algorithm={algorithm!r} cannot compute precision {preset.name}; it runs on "
             f"{', '.join(map(repr, algorithms))}"
         )
-    kind = MmaConfig if tensor_cores else TileConfig
-    if config is not None and not isinstance(config, kind):
+    kinds = (MmaConfig, WgmmaConfig) if tensor_cores else (TileConfig,)
+    if config is not None and not isinstance(config, kinds):
         raise TypeError(
-            f"precision {preset.name} runs the {'mma' if tensor_cores else 'tiled'} kernel, "
-            f"which takes a numba_gemm.{kind.__name__}; got {type(config).__name__}"
+            f"precision {preset.name} runs the {'mma or wgmma' if tensor_cores else 'tiled'} "
+            f"kernel, which takes a numba_gemm.{' or '.join(k.__name__ for k in kinds)}; got "
+            f"{type(config).__name__}"
         )
+
+
+def tensor_core_algorithm(algorithm: str, config, preset: Preset, a: MatrixDesc) -> str:
+    """``"wgmma"`` or ``"mma"``: the tensor-core kernel for ``preset`` on ``a``'s dtype. ``"auto"``
+    (with no config to say) takes wgmma for 16-bit operands at their own precision on a GPU of
+    compute capability 9.0 (Hopper), mma otherwise (float32 operands, other GPUs, the
+    simulator). ``ValueError`` where wgmma is asked for and cannot run."""
+    if algorithm == "auto" and config is not None:
+        algorithm = "wgmma" if isinstance(config, WgmmaConfig) else "mma"
+    cc = compute_capability()
+    sixteen_bit = a.dtype.itemsize == 2 and preset.parts == 1
+    if algorithm == "auto":
+        return "wgmma" if sixteen_bit and cc is not None and cc[0] == WGMMA_CC[0] else "mma"
+    if algorithm == "wgmma":
+        if not sixteen_bit:
+            raise ValueError(
+                f"algorithm='wgmma' takes bfloat16 or float16 operands at their own precision; "
+                f"{a.dtype} operands at precision {preset.name} run on 'mma'"
+            )
+        if cc is not None and cc[0] != WGMMA_CC[0]:
+            raise ValueError(
+                f"algorithm='wgmma' needs a Hopper GPU (compute capability 9.x); this one is "
+                f"{cc[0]}.{cc[1]}: use 'mma'"
+            )
+    return algorithm
 
 
 def plan(
@@ -218,7 +249,7 @@ def plan(
     b: MatrixDesc,
     out: MatrixDesc,
     algorithm: str = "auto",
-    config: TileConfig | MmaConfig | None = None,
+    config: TileConfig | MmaConfig | WgmmaConfig | None = None,
     preset: Preset | None = None,
 ) -> KernelLaunch:
     """The launch that computes ``out = a @ b`` (for each of ``out.batch`` products) on
@@ -233,6 +264,8 @@ def plan(
     preset = default_preset(a.dtype) if preset is None else preset
     check_preset(preset, algorithm, config)
     if preset.tensor_cores:
+        if tensor_core_algorithm(algorithm, config, preset, a) == "wgmma":
+            return plan_wgmma(config or default_wgmma_config(), preset, a, b, out)
         config = config or default_mma_config(storage_dtype(a.dtype), preset)
         return plan_mma(config, preset, a, b, out)
     if config is not None:
@@ -254,7 +287,7 @@ def matmul(
     *,
     precision: Any = None,
     algorithm: str = "auto",
-    config: TileConfig | MmaConfig | None = None,
+    config: TileConfig | MmaConfig | WgmmaConfig | None = None,
     stream: Any = 0,
 ) -> Any:
     """``a @ b`` with NumPy's ``matmul`` semantics; float32, float64, bfloat16 or float16; any
@@ -286,13 +319,15 @@ def matmul(
     ``algorithm``: ``"tiled"`` (shared-memory tiles, register blocking, a cp.async pipeline and
     grouped CTA order: ``numba_gemm.kernels.tiled``), ``"mnk"``, ``"nmk"``, ``"kmn"``, ``"knm"``
     (seed 001's loop orders, see ``numba_gemm.kernels.loop_orders``), ``"mma"`` (tensor cores
-    through ``mma.sync``: ``numba_gemm.kernels.mma``) or ``"auto"``: the tensor cores for presets
-    that use them, else tiled for all but tiny problems (:func:`choose_algorithm`). All checks
-    run before any launch and raise ``ValueError``/``TypeError`` naming the argument.
+    through ``mma.sync``: ``numba_gemm.kernels.mma``), ``"wgmma"`` (Hopper's warpgroup tensor-core
+    instructions, bf16/f16 operands: ``numba_gemm.kernels.wgmma``) or ``"auto"``: the tensor
+    cores for presets that use them (wgmma for 16-bit operands on Hopper, else mma), else tiled
+    for all but tiny problems (:func:`choose_algorithm`). All checks run before any launch and
+    raise ``ValueError``/``TypeError`` naming the argument.
 
     ``config``: the tiled kernel's :class:`~numba_gemm.TileConfig` (by default the tuned one for
     this device, dtype, layout and shape class: :func:`numba_gemm.tuned_configs.config_for`), or
-    the mma kernel's ``MmaConfig``.
+    the mma kernel's ``MmaConfig``, or the wgmma kernel's ``WgmmaConfig``.
 
     ``stream``: the Numba stream the kernel runs on (default: the default stream). Foreign
     device arrays offering DLPack are ordered before it; device results are not synchronised, as
@@ -533,7 +568,7 @@ def execute(
     b: MatrixDesc,
     out: MatrixDesc,
     algorithm: str = "auto",
-    config: TileConfig | MmaConfig | None = None,
+    config: TileConfig | MmaConfig | WgmmaConfig | None = None,
     stream: Any = 0,
     preset: Preset | None = None,
 ) -> None:

@@ -32,6 +32,7 @@ __all__ = [
     "new_device_array",
     "POOL_RELEASE_THRESHOLD",
     "shared_memory_limit",
+    "compute_capability",
     "shared_memory_per_multiprocessor",
     "at_most_on_multiprocessor",
     "KernelLaunch",
@@ -344,6 +345,18 @@ def programmatic_launch() -> bool:
     if not OVERLAP_LAUNCHES or simulated():
         return False
     return tuple(cuda.get_current_device().compute_capability) >= PROGRAMMATIC_LAUNCH_CC
+
+
+def compute_capability() -> tuple[int, int] | None:
+    """The current device's compute capability, or None on the simulator."""
+    if simulated():
+        return None
+    return _device_compute_capability(cuda.get_current_device().id)
+
+
+@functools.cache
+def _device_compute_capability(device_id: int) -> tuple[int, int]:
+    return tuple(cuda.get_current_device().compute_capability)
 
 
 def multiprocessors() -> int:

@@ -199,6 +199,6 @@ def test_gpu_mma_default_configs(case, shape, layout, rng):
     M, N, K = shape
     a, b = make_operands(M, N, K, dtype, layout, rng, to_device=True)
     out = poisoned((M, N), dtype, to_device=True, layout=layout)
-    numba_gemm.matmul(a, b, out, precision=preset)
+    numba_gemm.matmul(a, b, out, precision=preset, algorithm="mma")  # Hopper's auto: wgmma
     cuda.synchronize()
     check(out, a, b, preset, dtype)

@@ -2,6 +2,7 @@
 
     python tools/sass.py triple N [K1 K2 M] [--algorithm fused|unfused] [--max-registers R]
     python tools/sass.py matmul M N K [--dtype bfloat16|float16|float32] [--precision PRESET]
+        [--algorithm auto|tiled|mma|wgmma]
     ... [--dump DIR]: also write each launch's whole SASS to DIR/<launch>-<kernel>.sass
 
 For each launch: registers, stack, the binary's size and its SASS instruction count, and for
@@ -122,7 +123,7 @@ def _fake_h100() -> None:
     for module in (numba.cuda, numba.cuda.api, numba.cuda.compiler, numba.cuda.dispatcher):
         module.get_current_device = lambda: H100
     numba.cuda.dispatcher._Kernel.bind = lambda self: None  # no driver to load the code into
-    numba.cuda.codegen.CUDACodeLibrary._ensure_cc = lambda self, cc: cc or (9, 0)
+    numba.cuda.codegen.CUDACodeLibrary._ensure_cc = lambda self, cc: cc or (9, 0, "a")
     launch._device_shared_limit = lambda device_id: H100.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
     launch._device_shared_per_multiprocessor = lambda device_id: (
         H100.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
@@ -155,7 +156,7 @@ def compile_launch(launch) -> tuple[str, int, int, int]:
     launch.kernel.compile(signature)
     library = launch.kernel.overloads[signature]._codelibrary
     library._lto = True  # as numba-cuda compiles on the GPU machines: LTO-IR, nvJitLink
-    cubin = library.get_cubin(cc=(9, 0))
+    cubin = library.get_cubin(cc=(9, 0, "a"))
     cubin = getattr(cubin, "code", cubin)
     with tempfile.NamedTemporaryFile(suffix=".cubin") as file:
         file.write(cubin)
@@ -193,7 +194,7 @@ def _launches(args) -> list:
     if args.op == "matmul":
         M, N, K = args.sizes
         preset = resolve(args.precision, dtype)
-        algorithm = "mma" if preset.tensor_cores else "tiled"
+        algorithm = args.algorithm or ("auto" if preset.tensor_cores else "tiled")
         return [plan(desc("a", (M, K)), desc("b", (K, N)), desc("c", (M, N)), algorithm, None,
                      preset)]  # fmt: skip
     N, K1, K2, M = (args.sizes + [args.sizes[0]] * 3)[:4]
@@ -202,7 +203,7 @@ def _launches(args) -> list:
         desc("b", (K1, K2)),
         desc("c", (K2, N)),
         desc("d", (M, N)),
-        args.algorithm,
+        args.algorithm or "fused",
         "left",
         scratch=lambda shape, name: desc(name, shape),
         counters=counters,
@@ -215,7 +216,12 @@ def main(argv=None) -> None:
     parser.add_argument(
         "sizes", type=int, nargs="+", help="triple: N [K1 K2 M] (default: all N); matmul: M N K"
     )
-    parser.add_argument("--algorithm", default="fused", choices=("fused", "unfused"))
+    parser.add_argument(
+        "--algorithm",
+        choices=("fused", "unfused", "auto", "tiled", "mma", "wgmma"),
+        help="triple: fused (default) or unfused; matmul: as numba_gemm.matmul's (default: "
+        "auto for tensor-core presets, which is wgmma for 16-bit operands on an H100)",
+    )
     parser.add_argument(
         "--dtype", default="float32", help="matmul: the operands' dtype (float32, bfloat16, ...)"
     )
@@ -248,7 +254,8 @@ def main(argv=None) -> None:
         if args.dump:
             (args.dump / f"{index}-{name}.sass").write_text(sass)
         mix = {
-            op: sum(i.split()[0].startswith(op) for i in body) for op in ("HMMA", "LDSM", "LDGSTS")
+            op: sum(i.split()[0].startswith(op) for i in body)
+            for op in ("HGMMA", "HMMA", "LDSM", "LDGSTS")
         }
         print(
             f"{name}: grid {launch.grid[0]} x {launch.block} "

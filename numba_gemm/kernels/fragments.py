@@ -210,18 +210,18 @@ if not SIMULATED:
             context, builder, array_type, ary, [index], wraparound=False
         )
 
-    def _shared_address(context, builder, array_type, array, index):
+    def shared_address(context, builder, array_type, array, index):
         """The 32-bit ``.shared`` address of ``array[index]`` (a shared-memory array)."""
         pointer = _element_pointer(context, builder, array_type, array, index)
         shared = builder.addrspacecast(pointer, ir.PointerType(pointer.type.pointee, 3))
         return builder.ptrtoint(shared, _I32)
 
-    def _store_words(context, builder, array_type, array, index, values):
+    def store_words(context, builder, array_type, array, index, values):
         base = _element_pointer(context, builder, array_type, array, index)
         for i, value in enumerate(values):
             builder.store(value, builder.gep(base, [ir.Constant(ir.IntType(64), i)]))
 
-    def _load_words(context, builder, array_type, array, index, count):
+    def load_words(context, builder, array_type, array, index, count):
         base = _element_pointer(context, builder, array_type, array, index)
         return [
             builder.load(builder.gep(base, [ir.Constant(ir.IntType(64), i)])) for i in range(count)
@@ -247,7 +247,7 @@ if not SIMULATED:
                 return None
 
             def codegen(context, builder, sig, args):
-                address = _shared_address(context, builder, sig.args[2], args[2], args[3])
+                address = shared_address(context, builder, sig.args[2], args[2], args[3])
                 asm = ir.InlineAsm(
                     ir.FunctionType(ir.LiteralStructType([_I32] * 4), [_I32]),
                     text,
@@ -256,7 +256,7 @@ if not SIMULATED:
                 )
                 words = builder.call(asm, [address])
                 values = [builder.extract_value(words, i) for i in range(4)]
-                _store_words(context, builder, sig.args[0], args[0], args[1], values)
+                store_words(context, builder, sig.args[0], args[0], args[1], values)
                 return context.get_dummy_value()
 
             return types.void(frag, index, smem, element), codegen
@@ -420,8 +420,8 @@ if not SIMULATED:
             def codegen(context, builder, sig, args):
                 i64 = ir.IntType(64)
                 acc_t, _, a_t, _, b_t, _, half_t = sig.args
-                c = _load_words(context, builder, acc_t, args[0], args[1], 4)
-                a_words = _load_words(context, builder, a_t, args[2], args[3], 4)
+                c = load_words(context, builder, acc_t, args[0], args[1], 4)
+                a_words = load_words(context, builder, a_t, args[2], args[3], 4)
                 b_base = context.cast(builder, args[5], sig.args[5], types.int64)
                 half = context.cast(builder, args[6], half_t, types.int64)
                 # words 2 half, 2 half + 1: rows 8 half.., k low and high (the loader's B order)
@@ -442,7 +442,7 @@ if not SIMULATED:
                     "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f",
                 )
                 d = builder.call(asm, a_words + b_words + c)
-                _store_words(
+                store_words(
                     context,
                     builder,
                     acc_t,

@@ -62,6 +62,9 @@ __all__ = [
     "operand_mode",
     "plan_mma",
     "storage_dtype",
+    "storage_view",
+    "tile_loader",
+    "linear_slot",
 ]
 
 VECTOR_BYTES = 16
@@ -246,22 +249,30 @@ def operand_mode(desc: MatrixDesc, x_first: bool) -> tuple[str, bool]:
     return axis, vectorised
 
 
-def _tile_loader(config: MmaConfig, storage: np.dtype, extent_x: int, mode: tuple, tile):
+def linear_slot(tile: _TileShape):
+    """Device function ``slot(x, k)``: element (x, k)'s offset in a padded ``tile``."""
+    stride_x, stride_k = tile.stride_x, tile.stride_k  # ints: kernels cannot read a dataclass
+
+    def slot(x, k):
+        return x * stride_x + k * stride_k
+
+    return slot if simulated() else cuda.jit(device=True)(slot)
+
+
+def tile_loader(threads: int, block_k: int, storage: np.dtype, extent_x: int, mode: tuple, slot):
     """Device function ``load(smem, dst, src, src0, stride_x, stride_k, x_left, k_left, tid)``:
-    the thread's copies of one operand tile, ``src[src0 + x * stride_x + k * stride_k]`` for
-    x < ``extent_x``, k < BLOCK_K, into ``smem[dst + x * tile_sx + k * tile_sk]``.
-    Elements past ``x_left`` rows or ``k_left`` columns are zeros. 16-byte ``cp.async`` copies
-    run along the contiguous axis where ``mode`` allows them, else element copies do."""
+    thread ``tid``'s copies (of ``threads``) of one operand tile,
+    ``src[src0 + x * stride_x + k * stride_k]`` for x < ``extent_x``, k < ``block_k``, into
+    ``smem[dst + slot(x, k)]``. Elements past ``x_left`` rows or ``k_left`` columns are zeros.
+    16-byte ``cp.async`` copies run along the contiguous axis where ``mode`` allows them
+    (``slot`` must keep each 16-byte run contiguous), else element copies do."""
     axis, vectorised = mode
     width = VECTOR_BYTES // storage.itemsize if vectorised else 1
     along_k = axis == "k"
-    runs = (config.block_k if along_k else extent_x) // width  # copies per stored row
-    copies = extent_x * config.block_k // (width * config.threads)
+    runs = (block_k if along_k else extent_x) // width  # copies per stored row
+    copies = extent_x * block_k // (width * threads)
     copy = cp_async(width) if width > 1 else None
     zero = storage.type(0)
-
-    threads = config.threads
-    tile_sx, tile_sk = tile.stride_x, tile.stride_k  # ints: kernels cannot read a dataclass
 
     @cuda.jit(device=True)
     def place(tid, r):
@@ -271,29 +282,26 @@ def _tile_loader(config: MmaConfig, storage: np.dtype, extent_x: int, mode: tupl
         row, column = v // runs, (v % runs) * width
         return (row, column) if along_k else (column, row)
 
-    block_k = config.block_k
-
     @cuda.jit(device=True)
     def load_vectors(smem, dst, src, src0, stride_x, stride_k, x_left, k_left, tid):
         if x_left >= extent_x and k_left >= block_k:  # the whole tile inside: no bounds
             for r in range(copies):
                 x, k = place(tid, r)
-                copy(smem, dst + x * tile_sx + k * tile_sk,
-                     src, src0 + x * stride_x + k * stride_k, width)  # fmt: skip
+                copy(smem, dst + slot(x, k), src, src0 + x * stride_x + k * stride_k, width)
             return
         for r in range(copies):
             x, k = place(tid, r)
             left = (k_left - k) if along_k else (x_left - x)
             inside = (x < x_left) if along_k else (k < k_left)
             valid = min(max(left, 0), width) if inside else 0
-            copy(smem, dst + x * tile_sx + k * tile_sk,
+            copy(smem, dst + slot(x, k),
                  src, src0 + x * stride_x + k * stride_k if valid > 0 else 0, valid)  # fmt: skip
 
     @cuda.jit(device=True)
     def load_elements(smem, dst, src, src0, stride_x, stride_k, x_left, k_left, tid):
         for r in range(copies):
             x, k = place(tid, r)
-            offset = dst + x * tile_sx + k * tile_sk
+            offset = dst + slot(x, k)
             if x < x_left and k < k_left:
                 smem[offset] = src[src0 + x * stride_x + k * stride_k]
             else:
@@ -338,8 +346,8 @@ def _kernel(
     A_STAGE, B_STAGE = a_tile.size, b_tile.size
     A_SX, A_SK, B_SX, B_SK = a_tile.stride_x, a_tile.stride_k, b_tile.stride_x, b_tile.stride_k
     B_BASE = STAGES * A_STAGE
-    load_a_tile = _tile_loader(config, storage, BLOCK_M, a_mode, a_tile)
-    load_b_tile = _tile_loader(config, storage, BLOCK_N, b_mode, b_tile)
+    load_a_tile = tile_loader(THREADS, BLOCK_K, storage, BLOCK_M, a_mode, linear_slot(a_tile))
+    load_b_tile = tile_loader(THREADS, BLOCK_K, storage, BLOCK_N, b_mode, linear_slot(b_tile))
     load_a = fragment_loader(operand, storage, A_SX, A_SK)
     load_b = fragment_loader(operand, storage, B_SX, B_SK, "b")
     prepare = splitter(operand, parts, storage)
@@ -485,7 +493,7 @@ def _kernel(
     return mma_kernel
 
 
-def _storage_view(desc: MatrixDesc, dtype: np.dtype) -> MatrixDesc:
+def storage_view(desc: MatrixDesc, dtype: np.dtype) -> MatrixDesc:
     """``desc`` as the kernels take it: 16-bit floats as their uint16 bits."""
     if desc.dtype == dtype:
         return desc
@@ -499,9 +507,9 @@ def plan_mma(config: MmaConfig, preset: Preset, a: MatrixDesc, b: MatrixDesc, c:
     B (K x N) under ``preset``, for each of ``c.batch`` products."""
     storage = storage_dtype(a.dtype)
     config.check(storage)
-    a, b = _storage_view(a, storage), _storage_view(b, storage)
+    a, b = storage_view(a, storage), storage_view(b, storage)
     out_dtype = c.dtype
-    c = _storage_view(c, storage_dtype(c.dtype))
+    c = storage_view(c, storage_dtype(c.dtype))
     a_mode, b_mode = operand_mode(a, True), operand_mode(b, False)
     shared = config.shared_bytes(storage, a_mode[0], b_mode[0], preset.operand)
     if shared > STATIC_SHARED_LIMIT and shared > (limit := shared_memory_limit()):

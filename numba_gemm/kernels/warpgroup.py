@@ -1,0 +1,306 @@
+"""Hopper warpgroup building blocks: the swizzled tile layout, ``wgmma`` and its fences.
+
+Each block is PTX on a GPU (sm_90a: numba-cuda compiles for ``sm_90a`` on a compute
+capability 9.0 device) and a plain twin on the CUDA simulator, chosen at import time, as in
+``fragments``. The twins compute what the hardware computes: products of 16-bit operands exact,
+their sum added into the float32 accumulator and rounded toward zero, as ``fragments.mma``'s.
+
+Tile layout (PTX's 128-byte swizzle). A 16-bit operand tile of ``extent_x`` rows (m of A or n
+of B) by ``TILE_K`` = 64 k is stored in 128-byte *rows* of 64 elements along the operand's
+contiguous axis:
+
+- k-major (the operand's k axis contiguous): row x holds k = 0..63; rows follow one another.
+- m/n-major (its m or n axis contiguous): row k of chunk q holds x = 64 q .. 64 q + 63; a chunk
+  is ``TILE_K`` rows (8 KB), chunks follow one another.
+
+Within each 1024-byte atom (8 rows) the 16-byte piece c of row r sits at piece ``c ^ r``
+(byte-address bits 4-6 xor bits 7-9), so that the 8 rows a tensor-core read touches at one
+column fall in 8 distinct bank groups. The swizzle acts on the shared-memory address itself:
+tiles start at multiples of 1024 bytes (:func:`aligned_start`).
+
+``wgmma`` reads a 64 x 16 block of A and a 16 x N block of B through 64-bit matrix descriptors
+(start address, the leading and stride byte offsets, the swizzle mode). In the layout above:
+k-major blocks step 1024 bytes per 8 rows of m/n (stride offset) and start 32 bytes further
+per 16 k; m/n-major blocks step 1024 bytes per 8 k (stride offset) and 8 KB per 64 m/n
+(leading offset), and start 2 KB further per 16 k. ``wgmma``'s transpose flags say which.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+import ml_dtypes
+import numpy as np
+from numba import cuda, types
+
+__all__ = [
+    "TILE_K",
+    "WGMMA_K",
+    "WARPGROUP",
+    "ALIGNMENT",
+    "tile_slot",
+    "block_start",
+    "aligned_start",
+    "wgmma",
+    "wgmma_fence",
+    "wgmma_commit",
+    "wgmma_wait",
+    "async_proxy_fence",
+]
+
+SIMULATED = bool(cuda.config.ENABLE_CUDASIM)
+ROW_BYTES = 128  # one swizzled row
+ATOM_BYTES = 1024  # 8 rows: the swizzle's period
+ELEMENT_BYTES = 2
+TILE_K = ROW_BYTES // ELEMENT_BYTES  # k per tile: one row of a k-major tile
+CHUNK_BYTES = TILE_K * ROW_BYTES  # an m/n-major tile's 64-wide chunk
+WGMMA_K = 16  # k per wgmma (16-bit operands)
+WARPGROUP = 128  # threads: 4 consecutive warps
+ALIGNMENT = ATOM_BYTES
+
+
+def _swizzled(byte):
+    """The 128-byte swizzle of a shared-memory byte address: bits 4-6 ^= bits 7-9."""
+    return byte ^ (((byte >> 7) & 7) << 4)
+
+
+def _tile_slot(extent_x: int, axis: str):
+    def slot(x, k):
+        if axis == "k":
+            byte = x * ROW_BYTES + k * ELEMENT_BYTES
+        else:
+            byte = (x // TILE_K) * CHUNK_BYTES + k * ROW_BYTES + (x % TILE_K) * ELEMENT_BYTES
+        return (byte ^ (((byte >> 7) & 7) << 4)) // ELEMENT_BYTES  # _swizzled, inline
+
+    return slot
+
+
+@functools.cache
+def tile_slot(extent_x: int, axis: str):
+    """Device function ``slot(x, k)``: the element offset, from the tile's start, of element
+    (x, k) of an ``extent_x`` x ``TILE_K`` tile stored ``axis``-contiguous (``"k"`` or
+    ``"x"``), swizzled. 16-byte runs along the contiguous axis stay contiguous."""
+    slot = _tile_slot(extent_x, axis)
+    return slot if SIMULATED else cuda.jit(device=True)(slot)
+
+
+def tile_bytes(extent_x: int) -> int:
+    """Bytes of one ``extent_x`` x ``TILE_K`` tile (either layout)."""
+    return extent_x * ROW_BYTES
+
+
+def block_start(axis: str, x0: int, k_step: int) -> int:
+    """Element offset, from its tile's start, of the wgmma block at row ``x0`` (a multiple of
+    64) and k step ``k_step`` (16 k each)."""
+    if axis == "k":
+        byte = x0 * ROW_BYTES + k_step * WGMMA_K * ELEMENT_BYTES
+    else:
+        byte = (x0 // TILE_K) * CHUNK_BYTES + k_step * WGMMA_K * ROW_BYTES
+    return byte // ELEMENT_BYTES
+
+
+def _offsets(axis: str) -> tuple[int, int]:
+    """(leading, stride) byte offsets of a block stored ``axis``-contiguous."""
+    if axis == "k":
+        return 16, ATOM_BYTES  # leading: unused by swizzled k-major blocks (PTX wants 1)
+    return CHUNK_BYTES, ATOM_BYTES
+
+
+def _element_byte(axis: str, start: int, x: int, k: int) -> int:
+    """Twin helper: the byte a descriptor at byte ``start`` reads for element (x, k) of its
+    block, as PTX's canonical layouts define it (then swizzled); elementwise on arrays."""
+    leading, stride = _offsets(axis)
+    if axis == "k":
+        byte = start + (x % 8) * ROW_BYTES + (x // 8) * stride + k * ELEMENT_BYTES
+    else:
+        byte = start + (x % TILE_K) * ELEMENT_BYTES + (x // TILE_K) * leading
+        byte += (k % 8) * ROW_BYTES + (k // 8) * stride
+    return _swizzled(byte)
+
+
+def _toward_zero(x: float) -> np.float32:
+    """Twin helper: ``x`` rounded to float32 toward zero (the tensor cores' accumulation)."""
+    rounded = np.float32(x)
+    if abs(float(rounded)) > abs(x):
+        rounded = np.nextafter(rounded, np.float32(0))
+    return rounded
+
+
+def _twin_block(smem, start: int, axis: str, rows: int, kind) -> np.ndarray:
+    """Twin helper: the ``rows`` x 16 block whose descriptor starts at element ``start``, as
+    float64 values."""
+    x, k = np.meshgrid(np.arange(rows), np.arange(WGMMA_K), indexing="ij")
+    byte = _element_byte(axis, start * ELEMENT_BYTES, x, k)
+    bits = np.asarray(smem).view(np.uint16)[byte // ELEMENT_BYTES]
+    return bits.view(kind).astype(np.float64)
+
+
+@functools.cache
+def wgmma(operand: str, n: int, a_axis: str, b_axis: str):
+    """Device function ``wgmma(acc, smem, a_start, b_start)``: ``acc += A @ B`` for the 64 x 16
+    block of A whose descriptor starts at element ``a_start`` of shared array ``smem`` (stored
+    ``a_axis``-contiguous) and the 16 x ``n`` block of B at ``b_start`` (``b_axis``), both
+    16-bit (``operand`` "bf16" or "f16"; ``smem`` uint16), swizzled as :func:`tile_slot` stores
+    them. Issued by the 128 threads of a warpgroup; asynchronous on a GPU (complete after
+    :func:`wgmma_commit` and :func:`wgmma_wait`). ``acc``: this thread's ``n / 2`` float32
+    accumulators, 4 per 8 columns j: C(r, 8 j + 2 t), C(r, 8 j + 2 t + 1), C(r + 8, 8 j + 2 t),
+    C(r + 8, 8 j + 2 t + 1), with r = 16 (warp % 4) + lane // 4 and t = lane % 4."""
+    if operand not in ("bf16", "f16"):
+        raise ValueError(f"wgmma here takes bf16 or f16 operands; got {operand!r}")
+    if n % 8 or not 8 <= n <= 256:
+        raise ValueError(f"wgmma's n is a multiple of 8 in [8, 256]; got {n}")
+    if SIMULATED:
+        kind = ml_dtypes.bfloat16 if operand == "bf16" else np.float16
+
+        def wgmma_twin(acc, smem, a_start, b_start):
+            thread = threading.current_thread().threadIdx.x % WARPGROUP
+            warp, lane = thread // 32, thread % 32
+            a = _twin_block(smem, a_start, a_axis, 64, kind)  # (64, 16)
+            b = _twin_block(smem, b_start, b_axis, n, kind)  # (n, 16)
+            for j in range(n // 8):
+                for e in range(4):
+                    row = 16 * warp + lane // 4 + 8 * (e // 2)
+                    col = 8 * j + 2 * (lane % 4) + e % 2
+                    total = float(acc[4 * j + e]) + float(np.dot(a[row], b[col]))
+                    acc[4 * j + e] = _toward_zero(total)
+
+        return wgmma_twin
+    return _wgmma_async(operand, n, a_axis, b_axis)
+
+
+if SIMULATED:
+
+    def aligned_start(smem):
+        """Twin: the simulator's shared arrays start at offset 0, aligned."""
+        return 0
+
+    def wgmma_fence():
+        pass
+
+    def wgmma_commit():
+        pass
+
+    def wgmma_wait(pending):
+        """Twin: each twin ``wgmma`` completes as it is issued."""
+        return lambda: None
+
+    def async_proxy_fence():
+        pass
+
+else:
+    from llvmlite import ir
+    from numba.cuda.extending import intrinsic
+
+    from .fragments import shared_address
+
+    _I32, _I64, _F32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
+
+    @intrinsic
+    def aligned_start(typingctx, smem):
+        """The first element of shared array ``smem`` (16-bit) whose address is a multiple of
+        ``ALIGNMENT`` bytes: where the swizzled tiles may start."""
+        if not (isinstance(smem, types.Array) and smem.dtype.bitwidth == 16):
+            return None
+
+        def codegen(context, builder, sig, args):
+            zero = context.get_constant(types.intp, 0)
+            address = shared_address(context, builder, sig.args[0], args[0], zero)
+            mask = ir.Constant(_I32, ALIGNMENT - 1)
+            pad = builder.and_(builder.sub(ir.Constant(_I32, ALIGNMENT), address), mask)
+            return builder.zext(builder.lshr(pad, ir.Constant(_I32, 1)), _I64)
+
+        return types.int64(smem), codegen
+
+    def _statement(text: str, doc: str):
+        """A device function running one PTX statement (volatile; orders memory)."""
+
+        def typer(typingctx):
+            def codegen(context, builder, sig, args):
+                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}", True)
+                builder.call(asm, [])
+                return context.get_dummy_value()
+
+            return types.void(), codegen
+
+        block = intrinsic(typer)
+        block.__doc__ = doc
+        return block
+
+    wgmma_fence = _statement(
+        "wgmma.fence.sync.aligned;",
+        "Orders this warpgroup's register accesses before the wgmmas that follow.",
+    )
+    wgmma_commit = _statement(
+        "wgmma.commit_group.sync.aligned;", "Closes a group of the wgmmas issued so far."
+    )
+    async_proxy_fence = _statement(
+        "fence.proxy.async.shared::cta;",
+        "Makes this thread's shared-memory writes visible to the tensor cores' (async) reads.",
+    )
+
+    @functools.cache
+    def wgmma_wait(pending: int):
+        """Device function: wait until at most ``pending`` wgmma groups are in flight."""
+        return _statement(
+            f"wgmma.wait_group.sync.aligned {int(pending)};",
+            f"Waits until at most {pending} wgmma groups are in flight.",
+        )
+
+    def _descriptor(builder, address, axis: str):
+        """The 64-bit matrix descriptor of a block at 32-bit shared ``address``."""
+        leading, stride = _offsets(axis)
+        start = builder.lshr(builder.zext(builder.and_(address, ir.Constant(_I32, 0x3FFFF)), _I64),
+                             ir.Constant(_I64, 4))  # fmt: skip
+        fields = (leading >> 4) << 16 | (stride >> 4) << 32 | 1 << 62  # 1: the 128-byte swizzle
+        return builder.or_(start, ir.Constant(_I64, fields))
+
+    def _wgmma_async(operand: str, n: int, a_axis: str, b_axis: str):
+        words = n // 2
+        outputs = ", ".join(f"${i}" for i in range(words))
+        a_t, b_t = int(a_axis != "k"), int(b_axis != "k")  # transpose: m/n-major
+        text = (
+            "{ .reg .pred scale_d; "
+            f"setp.ne.b32 scale_d, ${2 * words + 2}, 0; "
+            f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{operand}.{operand} "
+            f"{{{outputs}}}, ${2 * words}, ${2 * words + 1}, scale_d, 1, 1, {a_t}, {b_t}; }}"
+        )
+        constraints = ",".join(["=f"] * words + [str(i) for i in range(words)] + ["l", "l", "r"])
+
+        def typer(typingctx, acc, smem, a_start, b_start):
+            if not (
+                isinstance(acc, types.Array)
+                and acc.dtype == types.float32
+                and isinstance(smem, types.Array)
+                and smem.dtype.bitwidth == 16
+            ):
+                return None
+
+            def codegen(context, builder, sig, args):
+                from .fragments import load_words, store_words
+
+                acc_t, smem_t = sig.args[0], sig.args[1]
+                zero = context.get_constant(types.intp, 0)
+                c = load_words(context, builder, acc_t, args[0], zero, words)
+                a_desc = _descriptor(
+                    builder, shared_address(context, builder, smem_t, args[1], args[2]), a_axis
+                )
+                b_desc = _descriptor(
+                    builder, shared_address(context, builder, smem_t, args[1], args[3]), b_axis
+                )
+                asm = ir.InlineAsm(
+                    ir.FunctionType(
+                        ir.LiteralStructType([_F32] * words), [_F32] * words + [_I64, _I64, _I32]
+                    ),
+                    text,
+                    constraints,
+                    side_effect=True,
+                )
+                d = builder.call(asm, c + [a_desc, b_desc, ir.Constant(_I32, 1)])
+                store_words(context, builder, acc_t, args[0], zero,
+                            [builder.extract_value(d, i) for i in range(words)])  # fmt: skip
+                return context.get_dummy_value()
+
+            return types.void(acc, smem, a_start, b_start), codegen
+
+        return intrinsic(typer)

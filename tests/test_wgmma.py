@@ -1,0 +1,124 @@
+"""The Hopper kernel (``kernels/wgmma.py``): bf16 and f16 on ``wgmma``, every layout and edge.
+
+On the simulator ``wgmma`` is its twin (``kernels/warpgroup.py``), which reads each block
+through the matrix descriptor's layout (leading and stride offsets, the 128-byte swizzle) as
+PTX defines it, while the kernel's copies store tiles through ``tile_slot``: a mismatch between
+the two shows as a wrong product. ``gpu`` tests run the real instructions on a Hopper GPU.
+"""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import numba_gemm
+from checks import check_layouts
+from numba_gemm.kernels.warpgroup import TILE_K, _element_byte, tile_slot
+from numba_gemm.kernels.wgmma import SIMULATOR_WGMMA_CONFIG, WgmmaConfig
+from numba_gemm.precision import PRESETS, tolerance
+from numba_gemm.reference import LAYOUTS, make_operands, poisoned, reference, relative_error
+
+BF16, F16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
+PRESET = {BF16: "BF16_BF16_F32", F16: "F16_F16_F32"}
+SMALL = SIMULATOR_WGMMA_CONFIG  # one warpgroup, 64 x 64 tiles, 3 stages
+# 1; edges of every tile (two CTAs each way, a k tail, element copies where rows of an odd
+# length misalign); whole tiles: two CTAs, four k slices (each of the 3 stages refilled).
+SHAPES = [(1, 1, 1), (65, 67, 70), (64, 128, 256)]
+# bf16 in every layout (the transposed descriptors); f16 (the same code, another type) in two.
+SIMULATED_CASES = [(BF16, shape, layout) for shape in SHAPES for layout in LAYOUTS] + [
+    (F16, shape, layout) for shape in SHAPES for layout in ("row", "b_col")
+]
+
+
+def check(out, a, b, dtype, out_dtype=None):
+    """``out`` is A @ B within the preset's tolerance (float64 reference, NaN fails)."""
+    error = relative_error(out, reference(a, b))
+    bound = tolerance(PRESETS[PRESET[dtype]], dtype, a.shape[-1], out_dtype)
+    assert error <= bound, f"relative error {error:.3e} > {bound:.3e}"
+
+
+@pytest.mark.parametrize("axis", ["k", "x"])
+def test_tile_slots_are_what_the_descriptors_read(axis):
+    """Element (x, k) of a tile, stored through ``tile_slot``, is where a wgmma block's
+    descriptor (start at row x0, k step) reads it: checked for every element of a 128-row tile."""
+    slot = tile_slot(128, axis)
+    for x in range(128):
+        for k in range(TILE_K):
+            x0, k_step = (x // 64) * 64, k // 16
+            if axis == "k":
+                start = x0 * 128 + k_step * 32
+            else:
+                start = (x0 // 64) * 8192 + k_step * 16 * 128
+            read = _element_byte(axis, start, x - x0, k % 16)
+            assert read == 2 * slot(x, k), (x, k)
+
+
+@pytest.mark.parametrize(
+    "dtype, shape, layout",
+    SIMULATED_CASES,
+    ids=[f"{d}-{'x'.join(map(str, s))}-{layout}" for d, s, layout in SIMULATED_CASES],
+)
+def test_wgmma_matches_float64_reference(dtype, shape, layout, rng):
+    M, N, K = shape
+    a, b = make_operands(M, N, K, dtype, layout, rng)
+    out = poisoned((M, N), dtype, layout=layout)
+    if min(shape) > 1:
+        check_layouts(layout, a, b, out)
+    assert numba_gemm.matmul(a, b, out, algorithm="wgmma", config=SMALL) is out
+    check(out, a, b, dtype)
+
+
+def test_wgmma_writes_float32_and_batches(rng):
+    a = rng.standard_normal((2, 33, 70)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((70, 40)).astype(ml_dtypes.bfloat16)  # broadcast over the batch
+    out = np.full((2, 33, 40), np.nan, np.float32)
+    numba_gemm.matmul(a, b, out, algorithm="wgmma")  # the simulator's default: SMALL
+    check(out, a, b, BF16, np.float32)
+
+
+def test_auto_takes_mma_on_the_simulator(rng):
+    from numba_gemm.api import plan
+    from numba_gemm.descriptor import describe
+
+    a, b = make_operands(8, 8, 8, BF16, "row", rng)
+    c = np.empty((8, 8), BF16)
+    launch = plan(describe(a), describe(b), describe(c), "auto", None, PRESETS["BF16_BF16_F32"])
+    assert launch.kernel.py_func.__name__ == "mma_kernel"
+    launch = plan(describe(a), describe(b), describe(c), "wgmma", None, PRESETS["BF16_BF16_F32"])
+    assert launch.kernel.py_func.__name__ == "wgmma_kernel"
+
+
+@pytest.mark.parametrize(
+    "kwargs, dtype, error, fragment",
+    [
+        ({"algorithm": "wgmma"}, F32, ValueError, "cannot compute"),
+        ({"algorithm": "wgmma", "precision": "BF16_BF16_F32"}, F32, ValueError, "bfloat16 or f"),
+        ({"algorithm": "mma", "config": WgmmaConfig()}, BF16, TypeError, "MmaConfig"),
+        ({"algorithm": "wgmma", "config": WgmmaConfig(96)}, BF16, ValueError, "64 rows"),
+        ({"algorithm": "wgmma", "config": WgmmaConfig(64, 320)}, BF16, ValueError, "up to 256"),
+        ({"algorithm": "wgmma", "config": WgmmaConfig(64, 64, 2)}, BF16, ValueError, "stages"),
+        ({"precision": "TF32_TF32_F32", "config": WgmmaConfig()}, F32, ValueError, "bfloat16"),
+    ],
+)
+def test_wgmma_refusals(kwargs, dtype, error, fragment):
+    a = np.ones((4, 4), dtype)
+    with pytest.raises(error, match=fragment):
+        numba_gemm.matmul(a, a.copy(), **kwargs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("out_dtype", [None, F32], ids=["own", "f32"])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("shape", [(1, 1, 1), (127, 129, 131), (256, 384, 512), (300, 520, 1000)],
+                         ids=str)  # fmt: skip
+@pytest.mark.parametrize("dtype", [BF16, F16], ids=str)
+def test_gpu_wgmma_default_config(dtype, shape, layout, out_dtype, rng):
+    from numba import cuda
+
+    if cuda.get_current_device().compute_capability[0] != 9:
+        pytest.skip("wgmma needs a Hopper GPU")
+    M, N, K = shape
+    a, b = make_operands(M, N, K, dtype, layout, rng, to_device=True)
+    out = poisoned((M, N), out_dtype or dtype, to_device=True, layout=layout)
+    numba_gemm.matmul(a, b, out, algorithm="wgmma")
+    cuda.synchronize()
+    check(out, a, b, dtype, out_dtype)
