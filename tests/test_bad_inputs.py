@@ -163,7 +163,7 @@ REFUSALS = [
     (
         "config algorithm",
         lambda: numba_gemm.matmul(A, B, algorithm="mnk", config=TileConfig()),
-        (ValueError, "config applies to the tiled and mma kernels"),
+        (ValueError, "config applies to the tiled, mma and wgmma kernels"),
     ),
     (
         "config dtype",

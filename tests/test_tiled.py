@@ -153,7 +153,7 @@ def test_config_argument_is_checked(rng):
     a, b = make_operands(8, 8, 8, np.float32, "row", rng)
     with pytest.raises(TypeError, match="config must be a numba_gemm.TileConfig"):
         numba_gemm.matmul(a, b, algorithm="tiled", config=(16, 16, 4))
-    with pytest.raises(ValueError, match="config applies to the tiled and mma kernels"):
+    with pytest.raises(ValueError, match="config applies to the tiled, mma and wgmma kernels"):
         numba_gemm.matmul(a, b, algorithm="mnk", config=SIMULATOR_CONFIG)
 
 

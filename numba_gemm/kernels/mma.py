@@ -250,64 +250,105 @@ def operand_mode(desc: MatrixDesc, x_first: bool) -> tuple[str, bool]:
 
 
 def linear_slot(tile: _TileShape):
-    """Device function ``slot(x, k)``: element (x, k)'s offset in a padded ``tile``."""
+    """``slot(x, k)``: element (x, k)'s offset in a padded ``tile`` (a plain function, for
+    :func:`tile_loader`)."""
     stride_x, stride_k = tile.stride_x, tile.stride_k  # ints: kernels cannot read a dataclass
 
     def slot(x, k):
         return x * stride_x + k * stride_k
 
-    return slot if simulated() else cuda.jit(device=True)(slot)
+    return slot
 
 
 def tile_loader(threads: int, block_k: int, storage: np.dtype, extent_x: int, mode: tuple, slot):
     """Device function ``load(smem, dst, src, src0, stride_x, stride_k, x_left, k_left, tid)``:
     thread ``tid``'s copies (of ``threads``) of one operand tile,
     ``src[src0 + x * stride_x + k * stride_k]`` for x < ``extent_x``, k < ``block_k``, into
-    ``smem[dst + slot(x, k)]``. Elements past ``x_left`` rows or ``k_left`` columns are zeros.
-    16-byte ``cp.async`` copies run along the contiguous axis where ``mode`` allows them
-    (``slot`` must keep each 16-byte run contiguous), else element copies do."""
+    ``smem[dst + slot(x, k)]`` (``slot``: a plain function of ints). Elements past ``x_left``
+    rows or ``k_left`` columns are zeros. 16-byte ``cp.async`` copies run along the contiguous
+    axis where ``mode`` allows them, else element copies do.
+
+    Copy r of a thread is its first plus r whole stored rows (``threads`` copies fill
+    ``row_step`` rows), so its addresses are the first's plus r constant steps: the k loop
+    spends a few integer instructions per copy, not a position and a swizzle each.
+    ``ValueError`` where a tile cannot be split that way (a row of copies wider than the CTA,
+    or a slot that is not linear in rows, such as a swizzle period the step does not cover)."""
     axis, vectorised = mode
     width = VECTOR_BYTES // storage.itemsize if vectorised else 1
     along_k = axis == "k"
     runs = (block_k if along_k else extent_x) // width  # copies per stored row
     copies = extent_x * block_k // (width * threads)
     copy = cp_async(width) if width > 1 else None
-    zero = storage.type(0)
+    if width == 1:
+        return _element_loader(threads, block_k, storage, extent_x, along_k, slot)
+    if threads % runs:
+        raise ValueError(
+            f"a {extent_x} x {block_k} tile stored {'k' if along_k else 'm/n'}-contiguous has "
+            f"{runs} copies per row, which the CTA's {threads} threads cannot split evenly"
+        )
+    row_step = threads // runs
+    step_x, step_k = (row_step, 0) if along_k else (0, row_step)
 
-    @cuda.jit(device=True)
-    def place(tid, r):
-        """(x, k) of the thread's copy r: consecutive threads take consecutive runs of
+    def first(tid):
+        """(x, k) of the thread's first copy: consecutive threads take consecutive runs of
         ``width`` elements along the stored rows."""
-        v = tid + r * threads
-        row, column = v // runs, (v % runs) * width
+        row, column = tid // runs, (tid % runs) * width
         return (row, column) if along_k else (column, row)
+
+    slot_step = slot(step_x, step_k) - slot(0, 0)
+    for tid in range(threads):
+        x, k = first(tid)
+        for r in range(copies):
+            if slot(x + r * step_x, k + r * step_k) != slot(x, k) + r * slot_step:
+                raise ValueError(
+                    f"the shared-memory layout of a {extent_x} x {block_k} tile is not linear "
+                    f"in steps of {row_step} rows: use more threads per CTA or another tile"
+                )
+    if not simulated():
+        first, slot = cuda.jit(device=True)(first), cuda.jit(device=True)(slot)
 
     @cuda.jit(device=True)
     def load_vectors(smem, dst, src, src0, stride_x, stride_k, x_left, k_left, tid):
+        x, k = first(tid)
+        to, source = dst + slot(x, k), src0 + x * stride_x + k * stride_k
+        source_step = step_x * stride_x + step_k * stride_k
         if x_left >= extent_x and k_left >= block_k:  # the whole tile inside: no bounds
             for r in range(copies):
-                x, k = place(tid, r)
-                copy(smem, dst + slot(x, k), src, src0 + x * stride_x + k * stride_k, width)
+                copy(smem, to + r * slot_step, src, source + r * source_step, width)
             return
         for r in range(copies):
-            x, k = place(tid, r)
-            left = (k_left - k) if along_k else (x_left - x)
-            inside = (x < x_left) if along_k else (k < k_left)
+            left = (k_left - k) if along_k else (x_left - x)  # along the run
+            inside = (x + r * step_x < x_left) if along_k else (k + r * step_k < k_left)
             valid = min(max(left, 0), width) if inside else 0
-            copy(smem, dst + slot(x, k),
-                 src, src0 + x * stride_x + k * stride_k if valid > 0 else 0, valid)  # fmt: skip
+            copy(smem, to + r * slot_step,
+                 src, source + r * source_step if valid > 0 else 0, valid)  # fmt: skip
+
+    return load_vectors
+
+
+def _element_loader(threads: int, block_k: int, storage: np.dtype, extent_x: int, along_k: bool,
+                    slot):  # fmt: skip
+    """:func:`tile_loader` for operands with no usable contiguous axis: one element per copy,
+    consecutive threads along the stored rows, each slot computed."""
+    runs = block_k if along_k else extent_x
+    copies = extent_x * block_k // threads
+    zero = storage.type(0)
+    if not simulated():
+        slot = cuda.jit(device=True)(slot)
 
     @cuda.jit(device=True)
     def load_elements(smem, dst, src, src0, stride_x, stride_k, x_left, k_left, tid):
         for r in range(copies):
-            x, k = place(tid, r)
+            v = tid + r * threads
+            row, column = v // runs, v % runs
+            x, k = (row, column) if along_k else (column, row)
             offset = dst + slot(x, k)
             if x < x_left and k < k_left:
                 smem[offset] = src[src0 + x * stride_x + k * stride_k]
             else:
                 smem[offset] = zero
 
-    return load_vectors if width > 1 else load_elements
+    return load_elements
 
 
 @functools.cache

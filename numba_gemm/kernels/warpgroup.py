@@ -78,11 +78,11 @@ def _tile_slot(extent_x: int, axis: str):
 
 @functools.cache
 def tile_slot(extent_x: int, axis: str):
-    """Device function ``slot(x, k)``: the element offset, from the tile's start, of element
-    (x, k) of an ``extent_x`` x ``TILE_K`` tile stored ``axis``-contiguous (``"k"`` or
-    ``"x"``), swizzled. 16-byte runs along the contiguous axis stay contiguous."""
-    slot = _tile_slot(extent_x, axis)
-    return slot if SIMULATED else cuda.jit(device=True)(slot)
+    """``slot(x, k)``: the element offset, from the tile's start, of element (x, k) of an
+    ``extent_x`` x ``TILE_K`` tile stored ``axis``-contiguous (``"k"`` or ``"x"``), swizzled
+    (a plain function, for ``mma.tile_loader``). 16-byte runs along the contiguous axis stay
+    contiguous."""
+    return _tile_slot(extent_x, axis)
 
 
 def tile_bytes(extent_x: int) -> int:
