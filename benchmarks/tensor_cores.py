@@ -8,7 +8,8 @@ plan ``matmul`` makes, launched as its prepared calls launch it) and ``torch.mat
 same operands, interleaved rounds of back-to-back calls on the CUDA event clock
 (``numba_gemm.timing``), and each result's relative error against a float64 product. cuBLAS's
 peer: bf16 and f16 products as they are, TF32 with ``torch.set_float32_matmul_precision("high")``,
-float32 (the peer of the float32-accurate presets) with ``"highest"``.
+float32 (the peer of the float32-accurate presets) with ``"highest"``. For bf16 and f16 also
+the Triton tutorial's kernel (``triton_peer.py``), autotuned before the timed rounds.
 """
 
 from __future__ import annotations
@@ -53,7 +54,13 @@ def measure(case: str, n: int, config=None) -> dict:
         torch.set_float32_matmul_precision(peer_precision)
         torch.matmul(a, b, out=peer_out)
 
-    timed = interleaved_medians({"numba_gemm": ours, "cublas": peer}, rounds=9, round_s=0.05)
+    calls = {"numba_gemm": ours, "cublas": peer}
+    if dtype_name in ("bfloat16", "float16"):  # the Triton tutorial's kernel, 16-bit only
+        from triton_peer import triton_matmul
+
+        calls["triton"] = triton_matmul(a, b, torch.empty_like(c))
+        calls["triton"]()  # autotune outside the timed rounds
+    timed = interleaved_medians(calls, rounds=9, round_s=0.05)
     torch.cuda.synchronize()
     reference = a.double() @ b.double()
 
@@ -74,6 +81,14 @@ def measure(case: str, n: int, config=None) -> dict:
         "numba_gemm_tflops": flops / ours_s / 1e12,
         "cublas_tflops": flops / peer_s / 1e12,
         "ratio": peer_s / ours_s,
+        **(
+            {
+                "triton_tflops": flops / timed.medians["triton"] / 1e12,
+                "triton_ratio": timed.medians["triton"] / ours_s,
+            }
+            if "triton" in calls
+            else {}
+        ),
         "numba_gemm_error": error(c),
         "cublas_error": error(peer_out),
     }
@@ -196,7 +211,8 @@ def main() -> None:
             print(
                 f"{case:7s} {n:5d} {row['kernel'][:5]}: {row['numba_gemm_tflops']:7.1f} "
                 f"TFLOP/s, cuBLAS {row['cublas_tflops']:7.1f} ({row['ratio']:.3f}x); "
-                f"error {row['numba_gemm_error']:.2e} (cuBLAS {row['cublas_error']:.2e})",
+                f"error {row['numba_gemm_error']:.2e} (cuBLAS {row['cublas_error']:.2e})"
+                + (f"; Triton {row['triton_tflops']:.1f}" if "triton_tflops" in row else ""),
                 flush=True,
             )
     for n in args.bridge:

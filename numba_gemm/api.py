@@ -265,7 +265,8 @@ def plan(
     check_preset(preset, algorithm, config)
     if preset.tensor_cores:
         if tensor_core_algorithm(algorithm, config, preset, a) == "wgmma":
-            return plan_wgmma(config or default_wgmma_config(), preset, a, b, out)
+            config = config or default_wgmma_config(a.shape[0], b.shape[1], out.batch)
+            return plan_wgmma(config, preset, a, b, out)
         config = config or default_mma_config(storage_dtype(a.dtype), preset)
         return plan_mma(config, preset, a, b, out)
     if config is not None:

@@ -47,6 +47,7 @@ from ..launch import (
     KernelLaunch,
     cdiv,
     kernel_launch,
+    multiprocessors,
     shared_memory_limit,
     simulated,
 )
@@ -76,6 +77,7 @@ __all__ = [
     "WgmmaConfig",
     "DEFAULT_WGMMA_CONFIG",
     "SIMULATOR_WGMMA_CONFIG",
+    "SMALL_WGMMA_CONFIG",
     "WGMMA_CC",
     "default_wgmma_config",
     "plan_wgmma",
@@ -156,14 +158,23 @@ class WgmmaConfig:
 # Two warpgroups of 64 x 256: 128 accumulators per thread, each 16 x 256 block of B read by
 # both warpgroups; four stages of 48 KB fill the shared memory of an SM.
 DEFAULT_WGMMA_CONFIG = WgmmaConfig(128, 256, 4, 8)
+# Problems too small for half a wave of those tiles: 128 x 128 tiles (twice the CTAs), six
+# stages of 32 KB.
+SMALL_WGMMA_CONFIG = WgmmaConfig(128, 128, 6, 8)
 
 # On the simulator, one warpgroup and a 64 x 64 tile (the kernel code is the same).
 SIMULATOR_WGMMA_CONFIG = WgmmaConfig(64, 64, 3, 1)
 
 
-def default_wgmma_config() -> WgmmaConfig:
-    """The tiles ``plan_wgmma`` uses when the caller gives none."""
-    return SIMULATOR_WGMMA_CONFIG if simulated() else DEFAULT_WGMMA_CONFIG
+def default_wgmma_config(M: int, N: int, batch: int = 1) -> WgmmaConfig:
+    """The tiles for an M x N product (``batch`` of them) when the caller gives none:
+    :data:`DEFAULT_WGMMA_CONFIG`, or :data:`SMALL_WGMMA_CONFIG` where its tiles would occupy
+    fewer than half the SMs."""
+    if simulated():
+        return SIMULATOR_WGMMA_CONFIG
+    big = DEFAULT_WGMMA_CONFIG
+    tiles = cdiv(M, big.block_m) * cdiv(N, big.block_n) * batch
+    return SMALL_WGMMA_CONFIG if 2 * tiles < multiprocessors() else big
 
 
 @functools.cache
