@@ -48,6 +48,9 @@ def demo(args) -> int:
     import numpy as np
 
     from . import ALGORITHMS, choose_algorithm, describe, matmul
+    from .api import TENSOR_CORE_ALGORITHMS
+    from .kernels.wgmma import WGMMA_CC
+    from .launch import compute_capability
     from .precision import BFLOAT16, resolve
     from .precision import tolerance as preset_tolerance
     from .reference import make_operands, poisoned, reference, relative_error
@@ -75,9 +78,12 @@ def demo(args) -> int:
     print("-" * len(header))
     failures = 0
     # (algorithm, operand dtype, precision): the FFMA algorithms in float32, the tensor cores
-    # in bfloat16 and at float32 accuracy from TF32 products
-    runs = [(algorithm, np.float32, None) for algorithm in ALGORITHMS if algorithm != "mma"]
+    # in bfloat16 (wgmma on Hopper and the simulator) and at float32 accuracy from TF32 products
+    runs = [(a, np.float32, None) for a in ALGORITHMS if a not in TENSOR_CORE_ALGORITHMS[1:]]
     runs += [("mma", BFLOAT16, None), ("mma", np.float32, "TF32_TF32_F32_X3")]
+    cc = compute_capability()
+    if cc is None or cc[0] == WGMMA_CC[0]:
+        runs.append(("wgmma", BFLOAT16, None))
     for algorithm, dtype, precision in runs:
         for layout in layouts:
             a, b = make_operands(M, N, K, dtype, layout, rng, to_device=not simulated)
@@ -89,7 +95,8 @@ def demo(args) -> int:
             if algorithm == "auto":
                 name = f"auto:{choose_algorithm(describe(a), describe(b))}"
             elif preset.tensor_cores:
-                name = {"BF16_BF16_F32": "mma:bf16", "TF32_TF32_F32_X3": "mma:3xtf32"}[preset.name]
+                short = {"BF16_BF16_F32": "bf16", "TF32_TF32_F32_X3": "3xtf32"}[preset.name]
+                name = f"{algorithm}:{short}"
             else:
                 name = algorithm
             ok = error <= preset_tolerance(preset, dtype, K)
