@@ -64,7 +64,7 @@ else:
 # --- 16-byte vector moves and asynchronous copies for the tiled kernel -------------------------
 #
 # Each takes 1-D arrays and element indices. ``load_vector``/``store_vector`` move 16 bytes
-# (4 float32 or 2 float64) between a global or shared array, where the address must be
+# (4 float32, 2 float64, 8 uint16) between a global or shared array, where the address must be
 # 16-byte aligned, and a per-thread local array (registers once indices are constant).
 # ``load_global_vector`` is ``load_vector`` from global memory, said so to the compiler: an
 # ``ld.global`` even where NVVM cannot infer the space (a source chosen at run time between
@@ -145,7 +145,7 @@ else:
 
         def typer(typingctx, dst, dst_index, src, src_index):
             if not (
-                _same_arrays(dst, src)
+                _same_arrays(dst, src, (types.Float, types.Integer))
                 and isinstance(dst_index, types.Integer)
                 and isinstance(src_index, types.Integer)
             ):

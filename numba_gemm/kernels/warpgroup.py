@@ -47,6 +47,8 @@ __all__ = [
     "wgmma_commit",
     "wgmma_wait",
     "async_proxy_fence",
+    "accumulator_fence",
+    "thread_index",
 ]
 
 SIMULATED = bool(cuda.config.ENABLE_CUDASIM)
@@ -188,6 +190,14 @@ if SIMULATED:
     def async_proxy_fence():
         pass
 
+    def accumulator_fence(words):
+        """Twin: the accumulators are plain values already."""
+        return lambda acc: None
+
+    def thread_index():
+        """Twin: ``cuda.threadIdx.x``."""
+        return threading.current_thread().threadIdx.x
+
 else:
     from llvmlite import ir
     from numba.cuda.extending import intrinsic
@@ -246,6 +256,49 @@ else:
             f"wgmma.wait_group.sync.aligned {int(pending)};",
             f"Waits until at most {pending} wgmma groups are in flight.",
         )
+
+    @functools.cache
+    def accumulator_fence(words: int):
+        """Device function ``fence(acc)``: pins ``acc[:words]`` (wgmma accumulators) in place,
+        as an empty volatile statement that reads and rewrites them: the compiler moves no
+        computation on them across it. Placed after the last ``wgmma_wait``, so that nothing
+        reads an accumulator before the wgmmas writing it are done."""
+
+        def typer(typingctx, acc):
+            if not (isinstance(acc, types.Array) and acc.dtype == types.float32):
+                return None
+
+            def codegen(context, builder, sig, args):
+                from .fragments import load_words, store_words
+
+                zero = context.get_constant(types.intp, 0)
+                values = load_words(context, builder, sig.args[0], args[0], zero, words)
+                asm = ir.InlineAsm(
+                    ir.FunctionType(ir.LiteralStructType([_F32] * words), [_F32] * words),
+                    "",
+                    ",".join(["=f"] * words + [str(i) for i in range(words)]),
+                    side_effect=True,
+                )
+                pinned = builder.call(asm, values)
+                store_words(context, builder, sig.args[0], args[0], zero,
+                            [builder.extract_value(pinned, i) for i in range(words)])  # fmt: skip
+                return context.get_dummy_value()
+
+            return types.void(acc), codegen
+
+        return intrinsic(typer)
+
+    @intrinsic
+    def thread_index(typingctx):
+        """``threadIdx.x`` read afresh (volatile): index arithmetic after a long loop derived
+        from it is computed there, not hoisted before the loop and kept live across it (where
+        the accumulators need the registers)."""
+
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(_I32, []), "mov.u32 $0, %tid.x;", "=r", True)
+            return builder.zext(builder.call(asm, []), _I64)
+
+        return types.int64(), codegen
 
     def _descriptor(builder, address, axis: str):
         """The 64-bit matrix descriptor of a block at 32-bit shared ``address``."""

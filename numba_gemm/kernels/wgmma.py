@@ -21,8 +21,10 @@ owns rows 64 w .. 64 w + 63 of the tile):
    64 x BLOCK_N accumulators in registers (BLOCK_N / 2 float32 per thread), then commits them
    as one group and waits until at most ``IN_FLIGHT`` groups are pending, so that the next
    slice's copies and the tensor cores overlap.
-4. *Epilogue*: each thread writes its accumulators to C, converted to C's dtype, skipping
-   elements outside M x N.
+4. *Epilogue*: the warpgroups write their accumulators into a float32 C tile in shared memory
+   (the pipeline's buffers, free after the k loop); then every thread converts 16 bytes' worth
+   of C's elements at a time and stores them along C's rows (consecutive threads, consecutive
+   vectors), element by element at the edges or where C's rows are not contiguous and aligned.
 
 Order of a slice's buffer: copies land (``cp.async.wait_group``), each thread makes its writes
 visible to the tensor cores (``fence.proxy.async``), a CTA barrier; a buffer is refilled only
@@ -52,19 +54,21 @@ from ..launch import (
     simulated,
 )
 from ..ordering import tile_of
-from ..precision import Preset
+from ..precision import FLOAT32, Preset
 from .fragments import output_converter
-from .mma import UINT16, VECTOR_BYTES, operand_mode, storage_view, tile_loader
-from .ptx import cp_async_commit, cp_async_wait
+from .mma import UINT16, VECTOR_BYTES, operand_mode, storage_dtype, storage_view, tile_loader
+from .ptx import cp_async_commit, cp_async_wait, load_vector, store_vector
 from .tiled import int_fields, kernel_jit, unrolled
 from .warpgroup import (
     ALIGNMENT,
     TILE_K,
     WARPGROUP,
     WGMMA_K,
+    accumulator_fence,
     aligned_start,
     async_proxy_fence,
     block_start,
+    thread_index,
     tile_bytes,
     tile_slot,
     wgmma,
@@ -147,9 +151,12 @@ class WgmmaConfig:
             )
 
     def shared_bytes(self) -> int:
-        """Dynamic shared memory per CTA: ``stages`` tiles of A and B, and room to start them
-        at a 1024-byte boundary (the swizzle's period)."""
-        return self.stages * (tile_bytes(self.block_m) + tile_bytes(self.block_n)) + ALIGNMENT
+        """Dynamic shared memory per CTA: ``stages`` tiles of A and B, or after the k loop in the
+        same memory the float32 C tile (rows padded by 16 bytes), and room to start them at a
+        1024-byte boundary (the swizzle's period)."""
+        pipeline = self.stages * (tile_bytes(self.block_m) + tile_bytes(self.block_n))
+        c_tile = self.block_m * (self.block_n * 4 + VECTOR_BYTES)
+        return max(pipeline, c_tile) + ALIGNMENT
 
     def label(self) -> str:
         return f"wgmma {self.block_m}x{self.block_n}x{TILE_K}/s{self.stages}/g{self.group_m}"
@@ -178,8 +185,10 @@ def default_wgmma_config(M: int, N: int, batch: int = 1) -> WgmmaConfig:
 
 
 @functools.cache
-def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode: tuple):
-    """The kernel specialised for one config, operand kind, output dtype and operand layouts."""
+def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode: tuple,
+            c_vectors: bool):  # fmt: skip
+    """The kernel specialised for one config, operand kind, output dtype, operand layouts and
+    whether C's rows take 16-byte stores (``c_vectors``)."""
     BLOCK_M, BLOCK_N, STAGES = config.block_m, config.block_n, config.stages
     GROUP_M = config.group_m
     THREADS = config.threads
@@ -194,8 +203,14 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     load_b_tile = tile_loader(THREADS, TILE_K, UINT16, BLOCK_N, b_mode, tile_slot(BLOCK_N, b_axis))
     multiply = wgmma(operand, BLOCK_N, a_axis, b_axis)
     convert = output_converter(out_dtype)
+    C_STORAGE = storage_dtype(out_dtype)
+    C_VEC = VECTOR_BYTES // C_STORAGE.itemsize  # C's elements per 16-byte store
+    C_ROW = BLOCK_N + 4  # the staged float32 C tile's row, padded by 16 bytes (bank conflicts)
+    C_VECTORS = BLOCK_M * BLOCK_N // C_VEC // THREADS  # 16-byte stores per thread
+    C_VECTORS_OK = c_vectors
     copies_landed = cp_async_wait(LOOKAHEAD - 1)
     wgmma_in_flight, wgmma_done = wgmma_wait(IN_FLIGHT), wgmma_wait(0)
+    accumulators_ready = accumulator_fence(ACC_SIZE)
     tile_of_device = cuda.jit(device=True)(tile_of)
 
     @cuda.jit(device=True)
@@ -221,14 +236,32 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     zero_all = unrolled(zero, ACC_SIZE // 4, "acc")
 
     @cuda.jit(device=True)
-    def store(c, c0, stride_cm, stride_cn, M, N, acc, row0, col0, j):
+    def stage(c_tile, start, acc, row, col, j):
+        # this thread's accumulators of columns 8 j.. into the C tile in shared memory, as they
+        # are (converting here, on the accumulator registers, makes ptxas serialise the wgmmas)
         for e in range(4):
-            m = row0 + 8 * (e // 2)
-            n = col0 + 8 * j + e % 2
-            if m < M and n < N:
-                c[c0 + m * stride_cm + n * stride_cn] = convert(acc[4 * j + e])
+            c_tile[start + (row + 8 * (e // 2)) * C_ROW + col + 8 * j + e % 2] = acc[4 * j + e]
 
-    store_all = unrolled(store, ACC_SIZE // 4, "c, c0, stride_cm, stride_cn, M, N, acc, row0, col0")
+    stage_all = unrolled(stage, ACC_SIZE // 4, "c_tile, start, acc, row, col")
+
+    @cuda.jit(device=True)
+    def store_tile(c, c0, stride_cm, stride_cn, M, N, m0, n0, c_tile, start, floats, vector, tid):
+        # the staged C tile to C, converted: 16-byte stores, consecutive threads along a row
+        for i in range(C_VECTORS):
+            v = tid + i * THREADS
+            row, col = v // (BLOCK_N // C_VEC), (v % (BLOCK_N // C_VEC)) * C_VEC
+            m, n = m0 + row, n0 + col
+            here = start + row * C_ROW + col
+            if C_VECTORS_OK and m < M and n + C_VEC <= N:
+                for q in range(C_VEC // 4):
+                    load_vector(floats, 4 * q, c_tile, here + 4 * q)
+                for e in range(C_VEC):
+                    vector[e] = convert(floats[e])
+                store_vector(c, c0 + m * stride_cm + n, vector, 0)
+            elif m < M:
+                for e in range(C_VEC):
+                    if n + e < N:
+                        c[c0 + m * stride_cm + (n + e) * stride_cn] = convert(c_tile[here + e])
 
     @kernel_jit(THREADS)
     def wgmma_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn,
@@ -275,12 +308,21 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
             wgmma_commit()
             wgmma_in_flight()
         wgmma_done()
+        accumulators_ready(acc)  # nothing reads them before the wait
 
-        # -- epilogue: accumulators -> C, converted to its dtype ------------------------------
-        lane, warp = tid % 32, (tid % WARPGROUP) // 32
-        store_all(c, batch * stride_cb, stride_cm, stride_cn, M, N, acc,
-                  m0 + warpgroup * ROWS_PER_WARPGROUP + 16 * warp + lane // 4,
-                  n0 + 2 * (lane % 4))  # fmt: skip
+        # -- epilogue: accumulators -> C tile in shared memory (converted) -> C ---------------
+        cuda.syncthreads()  # every warpgroup is done with the pipeline's buffers
+        c_tile = cuda.shared.array(0, FLOAT32)  # the same memory, as float32
+        c_start = aligned_start(smem) // 2
+        tid = thread_index()  # afresh: nothing of the epilogue is computed before the k loop
+        warpgroup, lane, warp = tid // WARPGROUP, tid % 32, (tid % WARPGROUP) // 32
+        stage_all(c_tile, c_start, acc, warpgroup * ROWS_PER_WARPGROUP + 16 * warp + lane // 4,
+                  2 * (lane % 4))  # fmt: skip
+        cuda.syncthreads()
+        floats = cuda.local.array(C_VEC, np.float32)
+        vector = cuda.local.array(C_VEC, C_STORAGE)
+        store_tile(c, batch * stride_cb, stride_cm, stride_cn, M, N, m0, n0, c_tile, c_start,
+                   floats, vector, tid)  # fmt: skip
 
     return wgmma_kernel
 
@@ -301,6 +343,7 @@ def plan_wgmma(config: WgmmaConfig, preset: Preset, a: MatrixDesc, b: MatrixDesc
     if c.dtype.itemsize == 2:
         c = storage_view(c, UINT16)
     a_mode, b_mode = operand_mode(a, True), operand_mode(b, False)
+    c_vectors = operand_mode(c, True) == ("k", True)  # rows contiguous, 16-byte aligned
     shared = config.shared_bytes()
     if shared > STATIC_SHARED_LIMIT and shared > (limit := shared_memory_limit()):
         raise ValueError(
@@ -308,7 +351,7 @@ def plan_wgmma(config: WgmmaConfig, preset: Preset, a: MatrixDesc, b: MatrixDesc
             f"allows {limit}"
         )
     (M, K), N = a.shape, b.shape[1]
-    kernel = _kernel(config, preset.operand, np.dtype(out_dtype), a_mode, b_mode)
+    kernel = _kernel(config, preset.operand, np.dtype(out_dtype), a_mode, b_mode, c_vectors)
     grid = (cdiv(M, config.block_m) * cdiv(N, config.block_n), c.batch)
     return kernel_launch(kernel, grid, config.threads, shared,
                          (a, a.batch_stride, *a.strides, b, b.batch_stride, *b.strides,
