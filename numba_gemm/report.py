@@ -217,12 +217,14 @@ README_GEMM_SIZES = (1024, 2048, 4096, 8192)
 README_TRIPLE_SIZES = (256, 512, 1536, 4096)
 README_BRIDGE_SIZES = (512, 4096)
 README_BRIDGE_DIRECT_FROM = 4096
+README_TRITON_FROM = 4096
 # (case, size) of the tensor-core rows: benchmarks/tensor_cores.py's cases
 README_TENSOR_CORE_ROWS = (
     ("bf16", 1024),
     ("bf16", 4096),
     ("bf16", 8192),
     ("f16", 4096),
+    ("f16", 8192),
     ("tf32", 4096),
     ("tf32x3", 4096),
     ("bf16x6", 4096),
@@ -306,15 +308,24 @@ def readme_rows(results: str | Path | None = None) -> list[dict]:
     for case, n in README_TENSOR_CORE_ROWS:
         row = _pick(data["rows"], case=case, size=n)
         exact = row["preset"].endswith(("_X3", "_X6", "_X9"))
+        peers, peer_seconds = ["cuBLAS float32" if exact else "cuBLAS"], [row["cublas_median_s"]]
+        # 16-bit cases: the Triton tutorial's kernel too, from 4096 up (below, the time of its
+        # Python launch path, which back-to-back calls measure, exceeds the kernel's)
+        if "triton_tflops" in row and n >= README_TRITON_FROM:
+            peers.append("Triton tutorial")
+            peer_seconds.append(2 * n**3 / row["triton_tflops"] / 1e12)
+        kernel = {"wgmma_kernel": "wgmma", "mma_kernel": "mma.sync"}.get(
+            row.get("kernel"), "mma.sync"
+        )
         add(
             f'`matmul(precision="{row["preset"]}")`',
-            ["cuBLAS float32" if exact else "cuBLAS"],
+            peers,
             f"{n}^3",
             row["median_s"],
-            [row["cublas_median_s"]],
+            peer_seconds,
             2 * n**3,
             _where(data),
-            f"{row['dtype']}, row-major, mma.sync; error {row['numba_gemm_error']:.1e} "
+            f"{row['dtype']}, row-major, {kernel}; error {row['numba_gemm_error']:.1e} "
             f"(cuBLAS {row['cublas_error']:.1e})",
             path,
         )
