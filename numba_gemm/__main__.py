@@ -108,8 +108,9 @@ def demo(args) -> int:
             )
     print(
         "layouts: row = A, B, C row-major; col = all column-major (transposed views); "
-        "a_col / b_col = only A / only B column-major; mma:bf16 = bfloat16 operands on the "
-        "tensor cores, mma:3xtf32 = float32 accuracy from three TF32 products"
+        "a_col / b_col = only A / only B column-major; mma:bf16 / wgmma:bf16 = bfloat16 "
+        "operands on the tensor cores through mma.sync / Hopper's wgmma, mma:3xtf32 = float32 "
+        "accuracy from three TF32 products"
     )
     failures += _demo_triple(size, rng, simulated, reps)
     failures += _demo_bridge(M, N, K, rng, simulated, reps)
