@@ -88,6 +88,56 @@ def test_auto_takes_mma_on_the_simulator(rng):
 
 
 @pytest.mark.parametrize(
+    "cc, dtype, preset, kernel",
+    [
+        ((9, 0), BF16, "BF16_BF16_F32", "wgmma_kernel"),
+        ((9, 0), F16, "F16_F16_F32", "wgmma_kernel"),
+        ((9, 0), F32, "BF16_BF16_F32", "mma_kernel"),  # float32 operands: mma.sync
+        ((9, 0), F32, "TF32_TF32_F32_X3", "mma_kernel"),
+        ((8, 0), BF16, "BF16_BF16_F32", "mma_kernel"),
+        ((8, 9), F16, "F16_F16_F32", "mma_kernel"),
+    ],
+)
+def test_auto_picks_wgmma_for_16_bit_operands_on_hopper(cc, dtype, preset, kernel, monkeypatch):
+    from numba_gemm import api
+    from numba_gemm.descriptor import describe
+
+    monkeypatch.setattr(api, "compute_capability", lambda: cc)
+    a = np.ones((8, 8), dtype)
+    launch = api.plan(describe(a), describe(a.copy()), describe(np.empty((8, 8), dtype)),
+                      "auto", None, PRESETS[preset])  # fmt: skip
+    assert launch.kernel.py_func.__name__ == kernel
+
+
+def test_wgmma_refuses_gpus_before_hopper(monkeypatch):
+    from numba_gemm import api
+
+    monkeypatch.setattr(api, "compute_capability", lambda: (8, 9))
+    a = np.ones((8, 8), BF16)
+    with pytest.raises(ValueError, match="needs a Hopper GPU"):
+        numba_gemm.matmul(a, a.copy(), algorithm="wgmma")
+
+
+def test_default_tiles_halve_for_small_problems(monkeypatch):
+    from numba_gemm.kernels import wgmma
+
+    monkeypatch.setattr(wgmma, "simulated", lambda: False)
+    monkeypatch.setattr(wgmma, "multiprocessors", lambda: 132)
+    assert wgmma.default_wgmma_config(1024, 1024) == wgmma.SMALL_WGMMA_CONFIG  # 32 big tiles
+    assert wgmma.default_wgmma_config(2048, 2048) == wgmma.DEFAULT_WGMMA_CONFIG  # 128
+    assert wgmma.default_wgmma_config(1024, 1024, batch=4) == wgmma.DEFAULT_WGMMA_CONFIG
+
+
+def test_copies_refuse_a_tile_they_cannot_step_through(rng):
+    # One warpgroup copying a 64 k x 256 n tile of row-major B: 32 16-byte copies per k row,
+    # so copy r lies 4 k rows after the first, and the swizzle (period 8 rows) is not linear
+    # in steps of 4.
+    a, b = make_operands(64, 256, 64, BF16, "row", rng)
+    with pytest.raises(ValueError, match="not linear"):
+        numba_gemm.matmul(a, b, algorithm="wgmma", config=WgmmaConfig(64, 256, 3, 1))
+
+
+@pytest.mark.parametrize(
     "kwargs, dtype, error, fragment",
     [
         ({"algorithm": "wgmma"}, F32, ValueError, "cannot compute"),

@@ -65,6 +65,8 @@ __all__ = [
     "storage_view",
     "tile_loader",
     "linear_slot",
+    "accumulator_zeroer",
+    "tile_origin",
 ]
 
 VECTOR_BYTES = 16
@@ -351,6 +353,34 @@ def _element_loader(threads: int, block_k: int, storage: np.dtype, extent_x: int
     return load_elements
 
 
+def tile_origin(block_m: int, block_n: int, group_m: int):
+    """Device function ``origin(M, N) -> (m0, n0, batch)``: the first row and column of this
+    CTA's ``block_m x block_n`` tile of C, in seed 004's grouped order (``ordering.tile_of``)
+    over grid x, and its product of the batch (grid y)."""
+    tile_of_device = cuda.jit(device=True)(tile_of)
+
+    @cuda.jit(device=True)
+    def origin(M, N):
+        grid_m = (M + block_m - 1) // block_m
+        grid_n = (N + block_n - 1) // block_n
+        pid_m, pid_n = tile_of_device(cuda.blockIdx.x, grid_m, grid_n, group_m)
+        return pid_m * block_m, pid_n * block_n, cuda.blockIdx.y
+
+    return origin
+
+
+def accumulator_zeroer(size: int):
+    """Device function ``zero(acc)``: ``acc[:size] = 0`` (``size`` a multiple of 4) as
+    straight-line code, so that the accumulators keep literal indices and stay in registers."""
+
+    @cuda.jit(device=True)
+    def zero(acc, piece):
+        for e in range(4):
+            acc[piece * 4 + e] = 0.0
+
+    return unrolled(zero, size // 4, "acc")
+
+
 @functools.cache
 def _kernel(
     config: MmaConfig,
@@ -395,7 +425,7 @@ def _kernel(
     multiply = mma(operand)
     convert = output_converter(out_dtype)
     wait = cp_async_wait(STAGES - 2)
-    tile_of_device = cuda.jit(device=True)(tile_of)
+    origin = tile_origin(BLOCK_M, BLOCK_N, GROUP_M)
 
     @cuda.jit(device=True)
     def load_stage(smem, stage, k0, a, a0, stride_am, stride_ak, b, b0, stride_bk, stride_bn,
@@ -445,12 +475,7 @@ def _kernel(
         k_step, BLOCK_K // K_STEP_, "acc, a_raw, a_ops, b_raw, b_ops, smem, a_base, b_base"
     )
 
-    @cuda.jit(device=True)
-    def zero(acc, piece):
-        for e in range(4):
-            acc[piece * 4 + e] = 0.0
-
-    zero_all = unrolled(zero, ACC_SIZE // 4, "acc")
+    zero_all = accumulator_zeroer(ACC_SIZE)
 
     @cuda.jit(device=True)
     def promote(total, acc, piece):
@@ -491,11 +516,7 @@ def _kernel(
             zero_all(total)
 
         # -- which C tile (grouped order); this warp's piece of it -------------------------
-        grid_m = (M + BLOCK_M - 1) // BLOCK_M
-        grid_n = (N + BLOCK_N - 1) // BLOCK_N
-        pid_m, pid_n = tile_of_device(cuda.blockIdx.x, grid_m, grid_n, GROUP_M)
-        m0, n0 = pid_m * BLOCK_M, pid_n * BLOCK_N
-        batch = cuda.blockIdx.y
+        m0, n0, batch = origin(M, N)
         tid = cuda.threadIdx.x
         warp = tid // WARP
         warp_m0, warp_n0 = (warp % WARPS_M) * WARP_M, (warp // WARPS_M) * WARP_N

@@ -202,7 +202,7 @@ else:
     from llvmlite import ir
     from numba.cuda.extending import intrinsic
 
-    from .fragments import shared_address
+    from .fragments import load_words, shared_address, store_words
 
     _I32, _I64, _F32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
 
@@ -269,8 +269,6 @@ else:
                 return None
 
             def codegen(context, builder, sig, args):
-                from .fragments import load_words, store_words
-
                 zero = context.get_constant(types.intp, 0)
                 values = load_words(context, builder, sig.args[0], args[0], zero, words)
                 asm = ir.InlineAsm(
@@ -330,8 +328,6 @@ else:
                 return None
 
             def codegen(context, builder, sig, args):
-                from .fragments import load_words, store_words
-
                 acc_t, smem_t = sig.args[0], sig.args[1]
                 zero = context.get_constant(types.intp, 0)
                 c = load_words(context, builder, acc_t, args[0], zero, words)

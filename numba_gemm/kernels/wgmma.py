@@ -53,10 +53,18 @@ from ..launch import (
     shared_memory_limit,
     simulated,
 )
-from ..ordering import tile_of
 from ..precision import FLOAT32, Preset
 from .fragments import output_converter
-from .mma import UINT16, VECTOR_BYTES, operand_mode, storage_dtype, storage_view, tile_loader
+from .mma import (
+    UINT16,
+    VECTOR_BYTES,
+    accumulator_zeroer,
+    operand_mode,
+    storage_dtype,
+    storage_view,
+    tile_loader,
+    tile_origin,
+)
 from .ptx import cp_async_commit, cp_async_wait, load_vector, store_vector
 from .tiled import int_fields, kernel_jit, unrolled
 from .warpgroup import (
@@ -211,7 +219,7 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     copies_landed = cp_async_wait(LOOKAHEAD - 1)
     wgmma_in_flight, wgmma_done = wgmma_wait(IN_FLIGHT), wgmma_wait(0)
     accumulators_ready = accumulator_fence(ACC_SIZE)
-    tile_of_device = cuda.jit(device=True)(tile_of)
+    origin = tile_origin(BLOCK_M, BLOCK_N, GROUP_M)
 
     @cuda.jit(device=True)
     def load_stage(smem, base, stage, k0, a, a0, stride_am, stride_ak, b, b0, stride_bk, stride_bn,
@@ -228,12 +236,7 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
 
     multiply_slice = unrolled(k_step, TILE_K // WGMMA_K, "acc, smem, a_start, b_start")
 
-    @cuda.jit(device=True)
-    def zero(acc, piece):
-        for e in range(4):
-            acc[piece * 4 + e] = 0.0
-
-    zero_all = unrolled(zero, ACC_SIZE // 4, "acc")
+    zero_all = accumulator_zeroer(ACC_SIZE)
 
     @cuda.jit(device=True)
     def stage(c_tile, start, acc, row, col, j):
@@ -272,11 +275,7 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
         base = aligned_start(smem)  # the tiles start at a 1024-byte boundary
 
         # -- which C tile (grouped order); this warpgroup's rows of it -----------------------
-        grid_m = (M + BLOCK_M - 1) // BLOCK_M
-        grid_n = (N + BLOCK_N - 1) // BLOCK_N
-        pid_m, pid_n = tile_of_device(cuda.blockIdx.x, grid_m, grid_n, GROUP_M)
-        m0, n0 = pid_m * BLOCK_M, pid_n * BLOCK_N
-        batch = cuda.blockIdx.y
+        m0, n0, batch = origin(M, N)
         tid = cuda.threadIdx.x
         warpgroup = tid // WARPGROUP
         a0 = batch * stride_ab + m0 * stride_am
