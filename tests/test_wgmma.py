@@ -40,7 +40,7 @@ def check(out, a, b, dtype, out_dtype=None):
 def test_tile_slots_are_what_the_descriptors_read(axis):
     """Element (x, k) of a tile, stored through ``tile_slot``, is where a wgmma block's
     descriptor (start at row x0, k step) reads it: checked for every element of a 128-row tile."""
-    slot = tile_slot(128, axis)
+    slot = tile_slot(axis)
     for x in range(128):
         for k in range(TILE_K):
             x0, k_step = (x // 64) * 64, k // 16

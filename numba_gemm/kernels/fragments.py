@@ -44,6 +44,7 @@ __all__ = [
     "output_converter",
     "float_bits",
     "bits_float",
+    "toward_zero",
 ]
 
 # k per mma.sync: m16n8k16 for bf16/f16, m16n8k8 for TF32.
@@ -365,7 +366,7 @@ def splitter(operand: str, parts: int, storage=np.float32):
 # --- mma.sync ----------------------------------------------------------------------------------
 
 
-def _toward_zero(x: float) -> np.float32:
+def toward_zero(x: float) -> np.float32:
     """Twin helper: ``x`` rounded to float32 toward zero, as the tensor cores round the sum
     they add into a float32 accumulator (they truncate; measured as a bias that grows with K)."""
     rounded = np.float32(x)
@@ -392,7 +393,7 @@ def mma(operand: str):
                 total = float(acc[acc_index + c])  # float64: exact enough for the sum
                 for k in range(k_step):
                     total += a[a_index + row * k_step + k] * b[b_index + col * k_step + k]
-                acc[acc_index + c] = _toward_zero(total)
+                acc[acc_index + c] = toward_zero(total)
 
         return mma_twin
     return _mma_sync(operand)

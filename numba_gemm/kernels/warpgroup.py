@@ -34,6 +34,8 @@ import ml_dtypes
 import numpy as np
 from numba import cuda, types
 
+from .fragments import toward_zero
+
 __all__ = [
     "TILE_K",
     "WGMMA_K",
@@ -47,7 +49,6 @@ __all__ = [
     "wgmma_commit",
     "wgmma_wait",
     "async_proxy_fence",
-    "accumulator_fence",
     "thread_index",
 ]
 
@@ -67,24 +68,22 @@ def _swizzled(byte):
     return byte ^ (((byte >> 7) & 7) << 4)
 
 
-def _tile_slot(extent_x: int, axis: str):
+@functools.cache
+def tile_slot(axis: str):
+    """``slot(x, k)``: the element offset, from the tile's start, of element (x, k) of a tile
+    of ``TILE_K`` k stored ``axis``-contiguous (``"k"`` or ``"x"``), swizzled (a plain
+    function, for ``mma.tile_loader``, which compiles it). 16-byte runs along the contiguous
+    axis stay contiguous."""
+
     def slot(x, k):
         if axis == "k":
             byte = x * ROW_BYTES + k * ELEMENT_BYTES
         else:
             byte = (x // TILE_K) * CHUNK_BYTES + k * ROW_BYTES + (x % TILE_K) * ELEMENT_BYTES
-        return (byte ^ (((byte >> 7) & 7) << 4)) // ELEMENT_BYTES  # _swizzled, inline
+        # _swizzled, written out: a kernel cannot call a plain Python function
+        return (byte ^ (((byte >> 7) & 7) << 4)) // ELEMENT_BYTES
 
     return slot
-
-
-@functools.cache
-def tile_slot(extent_x: int, axis: str):
-    """``slot(x, k)``: the element offset, from the tile's start, of element (x, k) of an
-    ``extent_x`` x ``TILE_K`` tile stored ``axis``-contiguous (``"k"`` or ``"x"``), swizzled
-    (a plain function, for ``mma.tile_loader``). 16-byte runs along the contiguous axis stay
-    contiguous."""
-    return _tile_slot(extent_x, axis)
 
 
 def tile_bytes(extent_x: int) -> int:
@@ -119,14 +118,6 @@ def _element_byte(axis: str, start: int, x: int, k: int) -> int:
         byte = start + (x % TILE_K) * ELEMENT_BYTES + (x // TILE_K) * leading
         byte += (k % 8) * ROW_BYTES + (k // 8) * stride
     return _swizzled(byte)
-
-
-def _toward_zero(x: float) -> np.float32:
-    """Twin helper: ``x`` rounded to float32 toward zero (the tensor cores' accumulation)."""
-    rounded = np.float32(x)
-    if abs(float(rounded)) > abs(x):
-        rounded = np.nextafter(rounded, np.float32(0))
-    return rounded
 
 
 def _twin_block(smem, start: int, axis: str, rows: int, kind) -> np.ndarray:
@@ -165,7 +156,7 @@ def wgmma(operand: str, n: int, a_axis: str, b_axis: str):
                     row = 16 * warp + lane // 4 + 8 * (e // 2)
                     col = 8 * j + 2 * (lane % 4) + e % 2
                     total = float(acc[4 * j + e]) + float(np.dot(a[row], b[col]))
-                    acc[4 * j + e] = _toward_zero(total)
+                    acc[4 * j + e] = toward_zero(total)
 
         return wgmma_twin
     return _wgmma_async(operand, n, a_axis, b_axis)
@@ -189,10 +180,6 @@ if SIMULATED:
 
     def async_proxy_fence():
         pass
-
-    def accumulator_fence(words):
-        """Twin: the accumulators are plain values already."""
-        return lambda acc: None
 
     def thread_index():
         """Twin: ``cuda.threadIdx.x``."""
@@ -256,35 +243,6 @@ else:
             f"wgmma.wait_group.sync.aligned {int(pending)};",
             f"Waits until at most {pending} wgmma groups are in flight.",
         )
-
-    @functools.cache
-    def accumulator_fence(words: int):
-        """Device function ``fence(acc)``: pins ``acc[:words]`` (wgmma accumulators) in place,
-        as an empty volatile statement that reads and rewrites them: the compiler moves no
-        computation on them across it. Placed after the last ``wgmma_wait``, so that nothing
-        reads an accumulator before the wgmmas writing it are done."""
-
-        def typer(typingctx, acc):
-            if not (isinstance(acc, types.Array) and acc.dtype == types.float32):
-                return None
-
-            def codegen(context, builder, sig, args):
-                zero = context.get_constant(types.intp, 0)
-                values = load_words(context, builder, sig.args[0], args[0], zero, words)
-                asm = ir.InlineAsm(
-                    ir.FunctionType(ir.LiteralStructType([_F32] * words), [_F32] * words),
-                    "",
-                    ",".join(["=f"] * words + [str(i) for i in range(words)]),
-                    side_effect=True,
-                )
-                pinned = builder.call(asm, values)
-                store_words(context, builder, sig.args[0], args[0], zero,
-                            [builder.extract_value(pinned, i) for i in range(words)])  # fmt: skip
-                return context.get_dummy_value()
-
-            return types.void(acc), codegen
-
-        return intrinsic(typer)
 
     @intrinsic
     def thread_index(typingctx):
