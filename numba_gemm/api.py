@@ -12,7 +12,13 @@ from .descriptor import ArrayDesc, MatrixDesc, current_device, describe, describ
 from .kernels.loop_orders import LOOP_ORDERS, plan_loop_order
 from .kernels.mma import MmaConfig, default_mma_config, plan_mma, storage_dtype
 from .kernels.tiled import TileConfig, plan_tiled
-from .kernels.wgmma import WGMMA_CC, WgmmaConfig, default_wgmma_config, plan_wgmma
+from .kernels.wgmma import (
+    WGMMA_CC,
+    WgmmaConfig,
+    default_wgmma_config,
+    plan_wgmma,
+    wgmma_takes,
+)
 from .launch import (
     MAX_GRID_YZ,
     KernelLaunch,
@@ -221,20 +227,22 @@ def check_preset(preset: Preset, algorithm: str, config) -> None:
 
 def tensor_core_algorithm(algorithm: str, config, preset: Preset, a: MatrixDesc) -> str:
     """``"wgmma"`` or ``"mma"``: the tensor-core kernel for ``preset`` on ``a``'s dtype. ``"auto"``
-    (with no config to say) takes wgmma for 16-bit operands at their own precision on a GPU of
-    compute capability 9.0 (Hopper), mma otherwise (float32 operands, other GPUs, the
+    (with no config to say) takes wgmma where it computes the preset (16-bit operands at their
+    own precision, float32 ones as TF32 or 3xTF32: ``kernels.wgmma.wgmma_takes``) on a GPU of
+    compute capability 9.0 (Hopper), mma otherwise (the bf16 splits of float32, other GPUs, the
     simulator). ``ValueError`` where wgmma is asked for and cannot run."""
     if algorithm == "auto" and config is not None:
         algorithm = "wgmma" if isinstance(config, WgmmaConfig) else "mma"
     cc = compute_capability()
-    sixteen_bit = a.dtype.itemsize == 2 and preset.parts == 1
+    takes = wgmma_takes(preset, a.dtype)
     if algorithm == "auto":
-        return "wgmma" if sixteen_bit and cc is not None and cc[0] == WGMMA_CC[0] else "mma"
+        return "wgmma" if takes and cc is not None and cc[0] == WGMMA_CC[0] else "mma"
     if algorithm == "wgmma":
-        if not sixteen_bit:
+        if not takes:
             raise ValueError(
-                f"algorithm='wgmma' takes bfloat16 or float16 operands at their own precision; "
-                f"{a.dtype} operands at precision {preset.name} run on 'mma'"
+                "algorithm='wgmma' takes bfloat16 or float16 operands at their own precision "
+                f"and float32 ones at TF32_TF32_F32 or TF32_TF32_F32_X3; {a.dtype} operands at "
+                f"precision {preset.name} run on 'mma'"
             )
         if cc is not None and cc[0] != WGMMA_CC[0]:
             raise ValueError(
@@ -265,7 +273,7 @@ def plan(
     check_preset(preset, algorithm, config)
     if preset.tensor_cores:
         if tensor_core_algorithm(algorithm, config, preset, a) == "wgmma":
-            config = config or default_wgmma_config(a.shape[0], b.shape[1], out.batch)
+            config = config or default_wgmma_config(a.shape[0], b.shape[1], out.batch, preset)
             return plan_wgmma(config, preset, a, b, out)
         config = config or default_mma_config(storage_dtype(a.dtype), preset)
         return plan_mma(config, preset, a, b, out)
@@ -321,8 +329,9 @@ def matmul(
     grouped CTA order: ``numba_gemm.kernels.tiled``), ``"mnk"``, ``"nmk"``, ``"kmn"``, ``"knm"``
     (seed 001's loop orders, see ``numba_gemm.kernels.loop_orders``), ``"mma"`` (tensor cores
     through ``mma.sync``: ``numba_gemm.kernels.mma``), ``"wgmma"`` (Hopper's warpgroup tensor-core
-    instructions, bf16/f16 operands: ``numba_gemm.kernels.wgmma``) or ``"auto"``: the tensor
-    cores for presets that use them (wgmma for 16-bit operands on Hopper, else mma), else tiled
+    instructions, bf16/f16 operands and float32 ones as TF32 or 3xTF32:
+    ``numba_gemm.kernels.wgmma``) or ``"auto"``: the tensor cores for presets that use them
+    (wgmma where it takes the preset on Hopper, else mma), else tiled
     for all but tiny problems (:func:`choose_algorithm`). All checks run before any launch and
     raise ``ValueError``/``TypeError`` naming the argument.
 

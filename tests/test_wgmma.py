@@ -1,4 +1,5 @@
-"""The Hopper kernel (``kernels/wgmma.py``): bf16 and f16 on ``wgmma``, every layout and edge.
+"""The Hopper kernels (``kernels/wgmma.py``): bf16 and f16 on ``wgmma``, float32 as TF32 or
+3xTF32 through the converting kernel, every layout and edge.
 
 On the simulator ``wgmma`` is its twin (``kernels/warpgroup.py``), which reads each block
 through the matrix descriptor's layout (leading and stride offsets, the 128-byte swizzle) as
@@ -12,13 +13,18 @@ import pytest
 
 import numba_gemm
 from checks import check_layouts
-from numba_gemm.kernels.warpgroup import TILE_K, _element_byte, tile_slot
-from numba_gemm.kernels.wgmma import SIMULATOR_WGMMA_CONFIG, WgmmaConfig
+from numba_gemm.kernels.warpgroup import TF32_TILE_K, TILE_K, _element_byte, tile_slot
+from numba_gemm.kernels.wgmma import (
+    SIMULATOR_TF32_WGMMA_CONFIG,
+    SIMULATOR_WGMMA_CONFIG,
+    WgmmaConfig,
+)
 from numba_gemm.precision import PRESETS, tolerance
 from numba_gemm.reference import LAYOUTS, make_operands, poisoned, reference, relative_error
 
 BF16, F16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
 PRESET = {BF16: "BF16_BF16_F32", F16: "F16_F16_F32"}
+TF32, TF32_X3 = "TF32_TF32_F32", "TF32_TF32_F32_X3"
 SMALL = SIMULATOR_WGMMA_CONFIG  # one warpgroup, 64 x 64 tiles, 3 stages
 # 1; edges of every tile (two CTAs each way, a k tail, element copies where rows of an odd
 # length misalign); whole tiles: two CTAs, four k slices (each of the 3 stages refilled).
@@ -27,29 +33,39 @@ SHAPES = [(1, 1, 1), (65, 67, 70), (64, 128, 256)]
 SIMULATED_CASES = [(BF16, shape, layout) for shape in SHAPES for layout in LAYOUTS] + [
     (F16, shape, layout) for shape in SHAPES for layout in ("row", "b_col")
 ]
+# Float32 operands: both TF32 presets in every layout on the edge shapes; the two-CTA shape
+# (slow to simulate: three wgmmas per k step) for 3xTF32 in the row layout.
+FLOAT32_CASES = [
+    (preset, shape, layout)
+    for preset in (TF32, TF32_X3)
+    for shape in SHAPES[:2]
+    for layout in LAYOUTS
+] + [(TF32, SHAPES[2], "a_col"), (TF32_X3, SHAPES[2], "row")]
 
 
-def check(out, a, b, dtype, out_dtype=None):
+def check(out, a, b, dtype, out_dtype=None, preset=None):
     """``out`` is A @ B within the preset's tolerance (float64 reference, NaN fails)."""
     error = relative_error(out, reference(a, b))
-    bound = tolerance(PRESETS[PRESET[dtype]], dtype, a.shape[-1], out_dtype)
+    bound = tolerance(PRESETS[preset or PRESET[dtype]], dtype, a.shape[-1], out_dtype)
     assert error <= bound, f"relative error {error:.3e} > {bound:.3e}"
 
 
-@pytest.mark.parametrize("axis", ["k", "x"])
-def test_tile_slots_are_what_the_descriptors_read(axis):
+@pytest.mark.parametrize("axis, size", [("k", 2), ("x", 2), ("k", 4)])
+def test_tile_slots_are_what_the_descriptors_read(axis, size):
     """Element (x, k) of a tile, stored through ``tile_slot``, is where a wgmma block's
-    descriptor (start at row x0, k step) reads it: checked for every element of a 128-row tile."""
-    slot = tile_slot(axis)
+    descriptor (start at row x0, k step) reads it: checked for every element of a 128-row tile
+    of 16-bit elements (either layout) or TF32 ones (k-major)."""
+    slot = tile_slot(axis, size)
+    tile_k, k_per_wgmma = (TILE_K, 16) if size == 2 else (TF32_TILE_K, 8)
     for x in range(128):
-        for k in range(TILE_K):
-            x0, k_step = (x // 64) * 64, k // 16
+        for k in range(tile_k):
+            x0, k_step = (x // 64) * 64, k // k_per_wgmma
             if axis == "k":
                 start = x0 * 128 + k_step * 32
             else:
                 start = (x0 // 64) * 8192 + k_step * 16 * 128
-            read = _element_byte(axis, start, x - x0, k % 16)
-            assert read == 2 * slot(x, k), (x, k)
+            read = _element_byte(axis, start, x - x0, k % k_per_wgmma, size)
+            assert read == size * slot(x, k), (x, k)
 
 
 @pytest.mark.parametrize(
@@ -65,6 +81,32 @@ def test_wgmma_matches_float64_reference(dtype, shape, layout, rng):
         check_layouts(layout, a, b, out)
     assert numba_gemm.matmul(a, b, out, algorithm="wgmma", config=SMALL) is out
     check(out, a, b, dtype)
+
+
+@pytest.mark.parametrize(
+    "preset, shape, layout",
+    FLOAT32_CASES,
+    ids=[f"{p}-{'x'.join(map(str, s))}-{layout}" for p, s, layout in FLOAT32_CASES],
+)
+def test_wgmma_float32_matches_float64_reference(preset, shape, layout, rng):
+    """Float32 operands converted to their TF32 parts in shared memory (k-major, whatever the
+    operands' layout), within the preset's tolerance: TF32-sized error for one part, float32's
+    for the split."""
+    M, N, K = shape
+    a, b = make_operands(M, N, K, F32, layout, rng)
+    out = poisoned((M, N), F32, layout=layout)
+    if min(shape) > 1:
+        check_layouts(layout, a, b, out)
+    numba_gemm.matmul(a, b, out, precision=preset, algorithm="wgmma",
+                      config=SIMULATOR_TF32_WGMMA_CONFIG)  # fmt: skip
+    check(out, a, b, F32, preset=preset)
+
+
+def test_wgmma_float32_batches(rng):
+    a = rng.standard_normal((2, 33, 40)).astype(np.float32)
+    b = rng.standard_normal((2, 40, 20)).astype(np.float32)
+    out = numba_gemm.matmul(a, b, precision=TF32, algorithm="wgmma")
+    check(out, a, b, F32, preset=TF32)
 
 
 def test_wgmma_writes_float32_and_batches(rng):
@@ -92,13 +134,16 @@ def test_auto_takes_mma_on_the_simulator(rng):
     [
         ((9, 0), BF16, "BF16_BF16_F32", "wgmma_kernel"),
         ((9, 0), F16, "F16_F16_F32", "wgmma_kernel"),
-        ((9, 0), F32, "BF16_BF16_F32", "mma_kernel"),  # float32 operands: mma.sync
-        ((9, 0), F32, "TF32_TF32_F32_X3", "mma_kernel"),
+        ((9, 0), F32, "TF32_TF32_F32", "wgmma_tf32_kernel"),
+        ((9, 0), F32, "TF32_TF32_F32_X3", "wgmma_tf32_kernel"),
+        ((9, 0), F32, "BF16_BF16_F32", "mma_kernel"),  # bf16 from float32: mma.sync
+        ((9, 0), F32, "BF16_BF16_F32_X6", "mma_kernel"),
+        ((8, 0), F32, "TF32_TF32_F32", "mma_kernel"),
         ((8, 0), BF16, "BF16_BF16_F32", "mma_kernel"),
         ((8, 9), F16, "F16_F16_F32", "mma_kernel"),
     ],
 )
-def test_auto_picks_wgmma_for_16_bit_operands_on_hopper(cc, dtype, preset, kernel, monkeypatch):
+def test_auto_picks_wgmma_where_it_takes_the_preset(cc, dtype, preset, kernel, monkeypatch):
     from numba_gemm import api
     from numba_gemm.descriptor import describe
 
@@ -146,7 +191,9 @@ def test_copies_refuse_a_tile_they_cannot_step_through(rng):
         ({"algorithm": "wgmma", "config": WgmmaConfig(96)}, BF16, ValueError, "64 rows"),
         ({"algorithm": "wgmma", "config": WgmmaConfig(64, 320)}, BF16, ValueError, "up to 256"),
         ({"algorithm": "wgmma", "config": WgmmaConfig(64, 64, 2)}, BF16, ValueError, "stages"),
-        ({"precision": "TF32_TF32_F32", "config": WgmmaConfig()}, F32, ValueError, "bfloat16"),
+        ({"precision": "BF16_BF16_F32_X6", "config": WgmmaConfig()}, F32, ValueError, "bfloat16"),
+        ({"precision": TF32, "config": WgmmaConfig(64, 64)}, F32, ValueError, "must be 128"),
+        ({"precision": TF32, "config": WgmmaConfig(128, 64, 1)}, F32, ValueError, "stages"),
     ],
 )
 def test_wgmma_refusals(kwargs, dtype, error, fragment):
@@ -172,3 +219,21 @@ def test_gpu_wgmma_default_config(dtype, shape, layout, out_dtype, rng):
     numba_gemm.matmul(a, b, out, algorithm="wgmma")
     cuda.synchronize()
     check(out, a, b, dtype, out_dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("shape", [(1, 1, 1), (127, 129, 131), (256, 384, 512), (300, 520, 1000)],
+                         ids=str)  # fmt: skip
+@pytest.mark.parametrize("preset", [TF32, TF32_X3])
+def test_gpu_wgmma_float32_default_config(preset, shape, layout, rng):
+    from numba import cuda
+
+    if cuda.get_current_device().compute_capability[0] != 9:
+        pytest.skip("wgmma needs a Hopper GPU")
+    M, N, K = shape
+    a, b = make_operands(M, N, K, F32, layout, rng, to_device=True)
+    out = poisoned((M, N), F32, to_device=True, layout=layout)
+    numba_gemm.matmul(a, b, out, precision=preset, algorithm="wgmma")
+    cuda.synchronize()
+    check(out, a, b, F32, preset=preset)

@@ -40,6 +40,7 @@ __all__ = [
     "fragment_words",
     "fragment_loader",
     "splitter",
+    "operand_part",
     "mma",
     "output_converter",
     "float_bits",
@@ -325,6 +326,14 @@ def _tf32_part(x, part, parts):
 
 
 @functools.cache
+def operand_part(operand: str):
+    """Device function ``part(x, p, parts)``: part ``p`` of float32 ``x`` split into ``parts``
+    ``operand`` ("bf16" or "tf32") values, as a float32 (a plain function on the simulator)."""
+    part_of = _bf16_part if operand == "bf16" else _tf32_part
+    return part_of if SIMULATED else cuda.jit(device=True)(part_of)
+
+
+@functools.cache
 def splitter(operand: str, parts: int, storage=np.float32):
     """Device function ``split(out, out_index, frag, index)``: the loaded fragment
     ``frag[index:]`` as ``parts`` operand fragments, ``out[out_index + p * words:]`` for part
@@ -340,9 +349,7 @@ def splitter(operand: str, parts: int, storage=np.float32):
                 out[out_index + w] = frag[index + w]
 
         return as_loaded if SIMULATED else cuda.jit(device=True)(as_loaded)
-    part_of = _bf16_part if operand == "bf16" else _tf32_part
-    if not SIMULATED:
-        part_of = cuda.jit(device=True)(part_of)
+    part_of = operand_part(operand)
     pairs = operand == "bf16" and not SIMULATED
 
     def split(out, out_index, frag, index):

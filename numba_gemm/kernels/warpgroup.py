@@ -5,24 +5,26 @@ capability 9.0 device) and a plain twin on the CUDA simulator, chosen at import 
 ``fragments``. The twins compute what the hardware computes: products of 16-bit operands exact,
 their sum added into the float32 accumulator and rounded toward zero, as ``fragments.mma``'s.
 
-Tile layout (PTX's 128-byte swizzle). A 16-bit operand tile of ``extent_x`` rows (m of A or n
-of B) by ``TILE_K`` = 64 k is stored in 128-byte *rows* of 64 elements along the operand's
-contiguous axis:
+Tile layout (PTX's 128-byte swizzle). An operand tile of ``extent_x`` rows (m of A or n of B)
+by one 128-byte row of k (``TILE_K`` = 64 16-bit elements, ``TF32_TILE_K`` = 32 4-byte ones)
+is stored in 128-byte *rows* along the operand's contiguous axis:
 
-- k-major (the operand's k axis contiguous): row x holds k = 0..63; rows follow one another.
-- m/n-major (its m or n axis contiguous): row k of chunk q holds x = 64 q .. 64 q + 63; a chunk
-  is ``TILE_K`` rows (8 KB), chunks follow one another.
+- k-major (the operand's k axis contiguous): row x holds k = 0..63 (16-bit); rows follow one
+  another.
+- m/n-major (its m or n axis contiguous): row k of chunk q holds x = 64 q .. 64 q + 63 (16-bit;
+  32 4-byte elements); a chunk is a tile's k rows (8 KB, 4 KB), chunks follow one another.
 
 Within each 1024-byte atom (8 rows) the 16-byte piece c of row r sits at piece ``c ^ r``
 (byte-address bits 4-6 xor bits 7-9), so that the 8 rows a tensor-core read touches at one
 column fall in 8 distinct bank groups. The swizzle acts on the shared-memory address itself:
 tiles start at multiples of 1024 bytes (:func:`aligned_start`).
 
-``wgmma`` reads a 64 x 16 block of A and a 16 x N block of B through 64-bit matrix descriptors
-(start address, the leading and stride byte offsets, the swizzle mode). In the layout above:
-k-major blocks step 1024 bytes per 8 rows of m/n (stride offset) and start 32 bytes further
-per 16 k; m/n-major blocks step 1024 bytes per 8 k (stride offset) and 8 KB per 64 m/n
-(leading offset), and start 2 KB further per 16 k. ``wgmma``'s transpose flags say which.
+``wgmma`` reads a 64 x 16 block of A and a 16 x N block of B (16-bit; 8 k for TF32) through
+64-bit matrix descriptors (start address, the leading and stride byte offsets, the swizzle
+mode). In the layout above: k-major blocks step 1024 bytes per 8 rows of m/n (stride offset)
+and start 32 bytes further per wgmma; m/n-major blocks step 1024 bytes per 8 k (stride offset)
+and 8 KB per 64 m/n (leading offset), and start 2 KB further per 16 k. ``wgmma``'s transpose
+flags say which; TF32 blocks have no transpose: both must be k-major.
 """
 
 from __future__ import annotations
@@ -38,7 +40,10 @@ from .fragments import toward_zero
 
 __all__ = [
     "TILE_K",
+    "TF32_TILE_K",
     "WGMMA_K",
+    "OPERAND_BYTES",
+    "wgmma_k",
     "WARPGROUP",
     "ALIGNMENT",
     "tile_slot",
@@ -55,12 +60,19 @@ __all__ = [
 SIMULATED = bool(cuda.config.ENABLE_CUDASIM)
 ROW_BYTES = 128  # one swizzled row
 ATOM_BYTES = 1024  # 8 rows: the swizzle's period
-ELEMENT_BYTES = 2
-TILE_K = ROW_BYTES // ELEMENT_BYTES  # k per tile: one row of a k-major tile
-CHUNK_BYTES = TILE_K * ROW_BYTES  # an m/n-major tile's 64-wide chunk
-WGMMA_K = 16  # k per wgmma (16-bit operands)
+ELEMENT_BYTES = 2  # the default: 16-bit operands
+OPERAND_BYTES = {"bf16": 2, "f16": 2, "tf32": 4}  # bytes of an element in a tile
+TILE_K = ROW_BYTES // ELEMENT_BYTES  # k per tile: one row of a k-major tile (16-bit)
+TF32_TILE_K = ROW_BYTES // OPERAND_BYTES["tf32"]
+BLOCK_K_BYTES = 32  # k bytes of a block one wgmma reads: 16 16-bit elements, 8 TF32 ones
+WGMMA_K = BLOCK_K_BYTES // ELEMENT_BYTES  # k per wgmma (16-bit operands)
 WARPGROUP = 128  # threads: 4 consecutive warps
 ALIGNMENT = ATOM_BYTES
+
+
+def wgmma_k(operand: str) -> int:
+    """k per ``wgmma`` of ``operand`` ("bf16", "f16": 16; "tf32": 8)."""
+    return BLOCK_K_BYTES // OPERAND_BYTES[operand]
 
 
 def _swizzled(byte):
@@ -69,19 +81,21 @@ def _swizzled(byte):
 
 
 @functools.cache
-def tile_slot(axis: str):
+def tile_slot(axis: str, element_bytes: int = ELEMENT_BYTES):
     """``slot(x, k)``: the element offset, from the tile's start, of element (x, k) of a tile
-    of ``TILE_K`` k stored ``axis``-contiguous (``"k"`` or ``"x"``), swizzled (a plain
-    function, for ``mma.tile_loader``, which compiles it). 16-byte runs along the contiguous
-    axis stay contiguous."""
+    of one row of k (``128 / element_bytes``) stored ``axis``-contiguous (``"k"`` or ``"x"``),
+    swizzled (a plain function, for ``mma.tile_loader``, which compiles it). 16-byte runs along
+    the contiguous axis stay contiguous."""
+    per_row = ROW_BYTES // element_bytes  # elements of a row: the tile's k, a chunk's x
+    chunk = per_row * ROW_BYTES
 
     def slot(x, k):
         if axis == "k":
-            byte = x * ROW_BYTES + k * ELEMENT_BYTES
+            byte = x * ROW_BYTES + k * element_bytes
         else:
-            byte = (x // TILE_K) * CHUNK_BYTES + k * ROW_BYTES + (x % TILE_K) * ELEMENT_BYTES
+            byte = (x // per_row) * chunk + k * ROW_BYTES + (x % per_row) * element_bytes
         # _swizzled, written out: a kernel cannot call a plain Python function
-        return (byte ^ (((byte >> 7) & 7) << 4)) // ELEMENT_BYTES
+        return (byte ^ (((byte >> 7) & 7) << 4)) // element_bytes
 
     return slot
 
@@ -91,72 +105,82 @@ def tile_bytes(extent_x: int) -> int:
     return extent_x * ROW_BYTES
 
 
-def block_start(axis: str, x0: int, k_step: int) -> int:
+def block_start(axis: str, x0: int, k_step: int, element_bytes: int = ELEMENT_BYTES) -> int:
     """Element offset, from its tile's start, of the wgmma block at row ``x0`` (a multiple of
-    64) and k step ``k_step`` (16 k each)."""
+    64) and k step ``k_step`` (one wgmma's k each)."""
     if axis == "k":
-        byte = x0 * ROW_BYTES + k_step * WGMMA_K * ELEMENT_BYTES
+        byte = x0 * ROW_BYTES + k_step * BLOCK_K_BYTES
     else:
-        byte = (x0 // TILE_K) * CHUNK_BYTES + k_step * WGMMA_K * ROW_BYTES
-    return byte // ELEMENT_BYTES
+        per_row = ROW_BYTES // element_bytes
+        byte = (x0 // per_row) * per_row * ROW_BYTES
+        byte += k_step * (BLOCK_K_BYTES // element_bytes) * ROW_BYTES
+    return byte // element_bytes
 
 
 def _offsets(axis: str) -> tuple[int, int]:
-    """(leading, stride) byte offsets of a block stored ``axis``-contiguous."""
+    """(leading, stride) byte offsets of a block stored ``axis``-contiguous (m/n-major: 16-bit
+    only)."""
     if axis == "k":
         return 16, ATOM_BYTES  # leading: unused by swizzled k-major blocks (PTX wants 1)
-    return CHUNK_BYTES, ATOM_BYTES
+    return TILE_K * ROW_BYTES, ATOM_BYTES
 
 
-def _element_byte(axis: str, start: int, x: int, k: int) -> int:
+def _element_byte(axis: str, start: int, x: int, k: int, element_bytes: int) -> int:
     """Twin helper: the byte a descriptor at byte ``start`` reads for element (x, k) of its
     block, as PTX's canonical layouts define it (then swizzled); elementwise on arrays."""
     leading, stride = _offsets(axis)
     if axis == "k":
-        byte = start + (x % 8) * ROW_BYTES + (x // 8) * stride + k * ELEMENT_BYTES
+        byte = start + (x % 8) * ROW_BYTES + (x // 8) * stride + k * element_bytes
     else:
-        byte = start + (x % TILE_K) * ELEMENT_BYTES + (x // TILE_K) * leading
+        byte = start + (x % TILE_K) * element_bytes + (x // TILE_K) * leading
         byte += (k % 8) * ROW_BYTES + (k // 8) * stride
     return _swizzled(byte)
 
 
-def _twin_block(smem, start: int, axis: str, rows: int, kind) -> np.ndarray:
-    """Twin helper: the ``rows`` x 16 block whose descriptor starts at element ``start``, as
-    float64 values."""
-    x, k = np.meshgrid(np.arange(rows), np.arange(WGMMA_K), indexing="ij")
-    byte = _element_byte(axis, start * ELEMENT_BYTES, x, k)
-    bits = np.asarray(smem).view(np.uint16)[byte // ELEMENT_BYTES]
-    return bits.view(kind).astype(np.float64)
+def _twin_block(smem, start: int, axis: str, rows: int, operand: str) -> np.ndarray:
+    """Twin helper: the ``rows`` x k block (one wgmma's k) whose descriptor starts at element
+    ``start``, as float64 values. TF32 elements are float32 words of which the tensor cores
+    read the top 19 bits."""
+    size = OPERAND_BYTES[operand]
+    x, k = np.meshgrid(np.arange(rows), np.arange(wgmma_k(operand)), indexing="ij")
+    byte = _element_byte(axis, start * size, x, k, size)
+    words = np.asarray(smem).view(np.uint32 if size == 4 else np.uint16)[byte // size]
+    if operand == "tf32":
+        return (words & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
+    kind = ml_dtypes.bfloat16 if operand == "bf16" else np.float16
+    return words.view(kind).astype(np.float64)
 
 
 @functools.cache
 def wgmma(operand: str, n: int, a_axis: str, b_axis: str):
-    """Device function ``wgmma(acc, smem, a_start, b_start)``: ``acc += A @ B`` for the 64 x 16
-    block of A whose descriptor starts at element ``a_start`` of shared array ``smem`` (stored
-    ``a_axis``-contiguous) and the 16 x ``n`` block of B at ``b_start`` (``b_axis``), both
-    16-bit (``operand`` "bf16" or "f16"; ``smem`` uint16), swizzled as :func:`tile_slot` stores
+    """Device function ``wgmma(acc, smem, a_start, b_start, accumulate)``: ``acc = A @ B +
+    (acc if accumulate else 0)`` for the 64 x k block of A whose descriptor starts at element
+    ``a_start`` of shared array ``smem`` (stored ``a_axis``-contiguous) and the k x ``n`` block
+    of B at ``b_start`` (``b_axis``): ``operand`` "bf16" or "f16" (k = 16, ``smem`` uint16) or
+    "tf32" (k = 8, ``smem`` float32, both blocks k-major), swizzled as :func:`tile_slot` stores
     them. Issued by the 128 threads of a warpgroup; asynchronous on a GPU (complete after
     :func:`wgmma_commit` and :func:`wgmma_wait`). ``acc``: this thread's ``n / 2`` float32
     accumulators, 4 per 8 columns j: C(r, 8 j + 2 t), C(r, 8 j + 2 t + 1), C(r + 8, 8 j + 2 t),
     C(r + 8, 8 j + 2 t + 1), with r = 16 (warp % 4) + lane // 4 and t = lane % 4."""
-    if operand not in ("bf16", "f16"):
-        raise ValueError(f"wgmma here takes bf16 or f16 operands; got {operand!r}")
+    if operand not in OPERAND_BYTES:
+        raise ValueError(f"wgmma here takes bf16, f16 or tf32 operands; got {operand!r}")
+    if operand == "tf32" and (a_axis, b_axis) != ("k", "k"):
+        raise ValueError("TF32 wgmma reads k-major blocks only (it has no transpose)")
     if n % 8 or not 8 <= n <= 256:
         raise ValueError(f"wgmma's n is a multiple of 8 in [8, 256]; got {n}")
     if SIMULATED:
-        kind = ml_dtypes.bfloat16 if operand == "bf16" else np.float16
 
-        def wgmma_twin(acc, smem, a_start, b_start):
+        def wgmma_twin(acc, smem, a_start, b_start, accumulate):
             thread = threading.current_thread().threadIdx.x % WARPGROUP
             warp, lane = thread // 32, thread % 32
-            a = _twin_block(smem, a_start, a_axis, 64, kind)  # (64, 16)
-            b = _twin_block(smem, b_start, b_axis, n, kind)  # (n, 16)
+            a = _twin_block(smem, a_start, a_axis, 64, operand)  # (64, k)
+            b = _twin_block(smem, b_start, b_axis, n, operand)  # (n, k)
             for j in range(n // 8):
                 for e in range(4):
                     row = 16 * warp + lane // 4 + 8 * (e // 2)
                     col = 8 * j + 2 * (lane % 4) + e % 2
-                    total = float(acc[4 * j + e]) + float(np.dot(a[row], b[col]))
-                    acc[4 * j + e] = toward_zero(total)
+                    total = float(acc[4 * j + e]) if accumulate else 0.0
+                    acc[4 * j + e] = toward_zero(total + float(np.dot(a[row], b[col])))
 
         return wgmma_twin
     return _wgmma_async(operand, n, a_axis, b_axis)
@@ -195,17 +219,18 @@ else:
 
     @intrinsic
     def aligned_start(typingctx, smem):
-        """The first element of shared array ``smem`` (16-bit) whose address is a multiple of
-        ``ALIGNMENT`` bytes: where the swizzled tiles may start."""
-        if not (isinstance(smem, types.Array) and smem.dtype.bitwidth == 16):
+        """The first element of shared array ``smem`` (16- or 32-bit elements) whose address is
+        a multiple of ``ALIGNMENT`` bytes: where the swizzled tiles may start."""
+        if not (isinstance(smem, types.Array) and smem.dtype.bitwidth in (16, 32)):
             return None
+        shift = ir.Constant(_I32, smem.dtype.bitwidth // 16)  # log2 of the element's bytes
 
         def codegen(context, builder, sig, args):
             zero = context.get_constant(types.intp, 0)
             address = shared_address(context, builder, sig.args[0], args[0], zero)
             mask = ir.Constant(_I32, ALIGNMENT - 1)
             pad = builder.and_(builder.sub(ir.Constant(_I32, ALIGNMENT), address), mask)
-            return builder.zext(builder.lshr(pad, ir.Constant(_I32, 1)), _I64)
+            return builder.zext(builder.lshr(pad, shift), _I64)
 
         return types.int64(smem), codegen
 
@@ -267,21 +292,25 @@ else:
     def _wgmma_async(operand: str, n: int, a_axis: str, b_axis: str):
         words = n // 2
         outputs = ", ".join(f"${i}" for i in range(words))
-        a_t, b_t = int(a_axis != "k"), int(b_axis != "k")  # transpose: m/n-major
+        # scale-a, scale-b = 1; 16-bit blocks then say whether they are transposed (m/n-major),
+        # TF32 ones are k-major and take no such flags
+        flags = "1, 1" if operand == "tf32" else f"1, 1, {int(a_axis != 'k')}, {int(b_axis != 'k')}"
         text = (
             "{ .reg .pred scale_d; "
             f"setp.ne.b32 scale_d, ${2 * words + 2}, 0; "
-            f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{operand}.{operand} "
-            f"{{{outputs}}}, ${2 * words}, ${2 * words + 1}, scale_d, 1, 1, {a_t}, {b_t}; }}"
+            f"wgmma.mma_async.sync.aligned.m64n{n}k{wgmma_k(operand)}.f32.{operand}.{operand} "
+            f"{{{outputs}}}, ${2 * words}, ${2 * words + 1}, scale_d, {flags}; }}"
         )
         constraints = ",".join(["=f"] * words + [str(i) for i in range(words)] + ["l", "l", "r"])
+        bits = 8 * OPERAND_BYTES[operand]
 
-        def typer(typingctx, acc, smem, a_start, b_start):
+        def typer(typingctx, acc, smem, a_start, b_start, accumulate):
             if not (
                 isinstance(acc, types.Array)
                 and acc.dtype == types.float32
                 and isinstance(smem, types.Array)
-                and smem.dtype.bitwidth == 16
+                and smem.dtype.bitwidth == bits
+                and isinstance(accumulate, (types.Integer, types.Boolean))
             ):
                 return None
 
@@ -303,11 +332,12 @@ else:
                     constraints,
                     side_effect=True,
                 )
-                d = builder.call(asm, c + [a_desc, b_desc, ir.Constant(_I32, 1)])
+                scale_d = context.cast(builder, args[4], sig.args[4], types.int32)
+                d = builder.call(asm, c + [a_desc, b_desc, scale_d])
                 store_words(context, builder, acc_t, args[0], zero,
                             [builder.extract_value(d, i) for i in range(words)])  # fmt: skip
                 return context.get_dummy_value()
 
-            return types.void(acc, smem, a_start, b_start), codegen
+            return types.void(acc, smem, a_start, b_start, accumulate), codegen
 
         return intrinsic(typer)

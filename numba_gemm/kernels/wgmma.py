@@ -1,10 +1,15 @@
-"""Hopper tensor-core GEMM on ``wgmma``: bf16 and f16 operands, float32 accumulation.
+"""Hopper tensor-core GEMM on ``wgmma``: bf16, f16, TF32 and 3xTF32, float32 accumulation.
 
 Shapes: C (M x N) = A (M x K) @ B (K x N), each a 1-D buffer plus element strides, as in
 ``mma``; any M, N, K >= 1, any strides; a batch along grid y. Operands are bf16 or f16 (passed
-as their uint16 bits); C is float32, or bf16/f16 rounded from the float32 accumulator.
-Compute capability 9.0 (``wgmma`` is sm_90a); the simulator runs it through twins
-(``warpgroup``).
+as their uint16 bits), or float32 under ``TF32_TF32_F32`` or ``TF32_TF32_F32_X3``; C is
+float32, or bf16/f16 rounded from the float32 accumulator. Compute capability 9.0 (``wgmma``
+is sm_90a); the simulator runs it through twins (``warpgroup``).
+
+Two kernels share the grouped order, the tile layout and the epilogue: 16-bit operands go from
+global memory straight into the tiles wgmma reads (below); float32 operands go through a
+conversion step (:func:`_converting_kernel`), since TF32 wgmma reads k-major tiles only and
+the split preset needs each operand's parts.
 
 Algorithm (one CTA of ``block_m / 64`` warpgroups per BLOCK_M x BLOCK_N tile of C; warpgroup w
 owns rows 64 w .. 64 w + 63 of the tile):
@@ -54,7 +59,7 @@ from ..launch import (
     simulated,
 )
 from ..precision import FLOAT32, Preset
-from .fragments import output_converter
+from .fragments import operand_part, output_converter
 from .mma import (
     UINT16,
     VECTOR_BYTES,
@@ -69,6 +74,7 @@ from .ptx import cp_async_commit, cp_async_wait, load_vector, store_vector
 from .tiled import int_fields, kernel_jit, unrolled
 from .warpgroup import (
     ALIGNMENT,
+    TF32_TILE_K,
     TILE_K,
     WARPGROUP,
     WGMMA_K,
@@ -81,6 +87,7 @@ from .warpgroup import (
     wgmma,
     wgmma_commit,
     wgmma_fence,
+    wgmma_k,
     wgmma_wait,
 )
 
@@ -88,15 +95,20 @@ __all__ = [
     "WgmmaConfig",
     "DEFAULT_WGMMA_CONFIG",
     "SIMULATOR_WGMMA_CONFIG",
+    "SIMULATOR_TF32_WGMMA_CONFIG",
     "SMALL_WGMMA_CONFIG",
+    "TF32_WGMMA_CONFIGS",
     "WGMMA_CC",
     "default_wgmma_config",
     "plan_wgmma",
+    "wgmma_takes",
+    "WGMMA_PRESETS",
 ]
 
 WGMMA_CC = (9, 0)  # wgmma: Hopper (sm_90a)
 ROWS_PER_WARPGROUP = 64  # wgmma's m
 IN_FLIGHT = 1  # wgmma groups a warpgroup leaves pending while the next slice's copies go out
+PART_BUFFERS = 2  # float32 operands: TF32 parts of the slice multiplied and of the next one
 
 
 @dataclass(frozen=True)
@@ -124,12 +136,13 @@ class WgmmaConfig:
         return WARPGROUP * self.warpgroups
 
     def check(self, storage=UINT16) -> None:
-        """``ValueError`` saying which constraint this config breaks (for operands stored as
-        ``storage``: the kernel takes 16-bit ones)."""
-        if np.dtype(storage).itemsize != 2:
+        """``ValueError`` saying which constraint this config breaks for operands stored as
+        ``storage``: uint16 (bf16/f16 bits) or float32 (TF32 presets)."""
+        storage = np.dtype(storage)
+        if storage.itemsize not in (2, 4):
             raise ValueError(
-                "WgmmaConfig is the wgmma kernel's, which takes bfloat16 or float16 operands; "
-                f"got {np.dtype(storage)} ones"
+                "WgmmaConfig is the wgmma kernel's, which takes bfloat16, float16 or float32 "
+                f"operands; got {storage} ones"
             )
         for field in fields(self):
             if getattr(self, field.name) < 1:
@@ -139,34 +152,53 @@ class WgmmaConfig:
                 f"WgmmaConfig.block_m = {self.block_m} must be 64, 128, 192 or 256 (64 rows "
                 "per warpgroup)"
             )
+        if storage.itemsize == 4 and self.warpgroups != 2:
+            raise ValueError(
+                f"WgmmaConfig.block_m = {self.block_m} must be 128 for float32 operands "
+                "(their conversion runs 8 warps)"
+            )
         if self.block_n % 64 or self.block_n > 256:
             raise ValueError(
                 f"WgmmaConfig.block_n = {self.block_n} must be a multiple of 64 up to 256 "
                 "(one wgmma's n)"
             )
-        vec = VECTOR_BYTES // UINT16.itemsize
+        vec, tile_k = VECTOR_BYTES // storage.itemsize, _tile_k(storage)
         for tile in (self.block_m, self.block_n):
-            if (tile * TILE_K) % (vec * self.threads):
+            if (tile * tile_k) % (vec * self.threads):
                 raise ValueError(
-                    f"a {tile} x {TILE_K} tile must split into whole 16-byte copies for each "
+                    f"a {tile} x {tile_k} tile must split into whole 16-byte copies for each "
                     f"of the {self.threads} threads"
                 )
-        if self.stages < IN_FLIGHT + 2:
+        if storage.itemsize == 2 and self.stages < IN_FLIGHT + 2:
             raise ValueError(
                 f"WgmmaConfig.stages must be >= {IN_FLIGHT + 2}: {IN_FLIGHT} slice(s) being "
                 "multiplied and at least one loading"
             )
+        if self.stages < 2:
+            raise ValueError(
+                "WgmmaConfig.stages must be >= 2 for float32 operands: one slice converted "
+                "while the next loads"
+            )
 
-    def shared_bytes(self) -> int:
-        """Dynamic shared memory per CTA: ``stages`` tiles of A and B, or after the k loop in the
+    def shared_bytes(self, storage=UINT16, parts: int = 1) -> int:
+        """Dynamic shared memory per CTA: ``stages`` tiles of A and B (for float32 operands,
+        as loaded, plus two buffers of their ``parts`` TF32 parts), or after the k loop in the
         same memory the float32 C tile (rows padded by 16 bytes), and room to start them at a
         1024-byte boundary (the swizzle's period)."""
-        pipeline = self.stages * (tile_bytes(self.block_m) + tile_bytes(self.block_n))
+        slice_bytes = tile_bytes(self.block_m) + tile_bytes(self.block_n)
+        pipeline = self.stages * slice_bytes
+        if np.dtype(storage).itemsize == 4:
+            pipeline += PART_BUFFERS * parts * slice_bytes
         c_tile = self.block_m * (self.block_n * 4 + VECTOR_BYTES)
         return max(pipeline, c_tile) + ALIGNMENT
 
     def label(self) -> str:
-        return f"wgmma {self.block_m}x{self.block_n}x{TILE_K}/s{self.stages}/g{self.group_m}"
+        return f"wgmma {self.block_m}x{self.block_n}/s{self.stages}/g{self.group_m}"
+
+
+def _tile_k(storage) -> int:
+    """k of a tile (one 128-byte row) of operands stored as ``storage``."""
+    return TILE_K if np.dtype(storage).itemsize == 2 else TF32_TILE_K
 
 
 # Two warpgroups of 64 x 256: 128 accumulators per thread, each 16 x 256 block of B read by
@@ -176,16 +208,29 @@ DEFAULT_WGMMA_CONFIG = WgmmaConfig(128, 256, 4, 8)
 # stages of 32 KB.
 SMALL_WGMMA_CONFIG = WgmmaConfig(128, 128, 6, 8)
 
-# On the simulator, one warpgroup and a 64 x 64 tile (the kernel code is the same).
+# Float32 operands: 128 x 128 tiles (two accumulator sets fit the registers where the split
+# preset keeps float32 totals); four 32 KB slices as loaded and two 32 KB buffers of TF32
+# operands (192 KB), or for the two-part split three slices and two buffers of two parts each
+# (224 KB).
+TF32_WGMMA_CONFIGS = {1: WgmmaConfig(128, 128, 4, 8), 2: WgmmaConfig(128, 128, 3, 8)}
+
+# On the simulator, small tiles (the kernel code is the same): one warpgroup, or the two that
+# float32 operands' conversion needs.
 SIMULATOR_WGMMA_CONFIG = WgmmaConfig(64, 64, 3, 1)
+SIMULATOR_TF32_WGMMA_CONFIG = WgmmaConfig(128, 64, 2, 1)
 
 
-def default_wgmma_config(M: int, N: int, batch: int = 1) -> WgmmaConfig:
-    """The tiles for an M x N product (``batch`` of them) when the caller gives none:
+def default_wgmma_config(M: int, N: int, batch: int = 1, preset: Preset | None = None
+                         ) -> WgmmaConfig:  # fmt: skip
+    """The tiles for an M x N product (``batch`` of them) under ``preset`` when the caller
+    gives none: for TF32 presets :data:`TF32_WGMMA_CONFIGS`; for 16-bit operands
     :data:`DEFAULT_WGMMA_CONFIG`, or :data:`SMALL_WGMMA_CONFIG` where its tiles would occupy
     fewer than half the SMs."""
+    tf32 = preset is not None and preset.operand == "tf32"
     if simulated():
-        return SIMULATOR_WGMMA_CONFIG
+        return SIMULATOR_TF32_WGMMA_CONFIG if tf32 else SIMULATOR_WGMMA_CONFIG
+    if tf32:
+        return TF32_WGMMA_CONFIGS[preset.parts]
     big = DEFAULT_WGMMA_CONFIG
     tiles = cdiv(M, big.block_m) * cdiv(N, big.block_n) * batch
     return SMALL_WGMMA_CONFIG if 2 * tiles < multiprocessors() else big
@@ -209,12 +254,6 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     load_a_tile = tile_loader(THREADS, TILE_K, UINT16, BLOCK_M, a_mode, tile_slot(a_axis))
     load_b_tile = tile_loader(THREADS, TILE_K, UINT16, BLOCK_N, b_mode, tile_slot(b_axis))
     multiply = wgmma(operand, BLOCK_N, a_axis, b_axis)
-    convert = output_converter(out_dtype)
-    C_STORAGE = storage_dtype(out_dtype)
-    C_VEC = VECTOR_BYTES // C_STORAGE.itemsize  # C's elements per 16-byte store
-    C_ROW = BLOCK_N + 4  # the staged float32 C tile's row, padded by 16 bytes (bank conflicts)
-    C_VECTORS = BLOCK_M * BLOCK_N // C_VEC // THREADS  # 16-byte stores per thread
-    C_VECTORS_OK = c_vectors
     copies_landed = cp_async_wait(LOOKAHEAD - 1)
     wgmma_in_flight, wgmma_done = wgmma_wait(IN_FLIGHT), wgmma_wait(0)
     origin = tile_origin(BLOCK_M, BLOCK_N, GROUP_M)
@@ -230,39 +269,12 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
 
     @cuda.jit(device=True)
     def k_step(acc, smem, a_start, b_start, kk):
-        multiply(acc, smem, a_start + kk * A_K_STEP, b_start + kk * B_K_STEP)
+        multiply(acc, smem, a_start + kk * A_K_STEP, b_start + kk * B_K_STEP, 1)
 
     multiply_slice = unrolled(k_step, TILE_K // WGMMA_K, "acc, smem, a_start, b_start")
 
     zero_all = accumulator_zeroer(ACC_SIZE)
-
-    @cuda.jit(device=True)
-    def stage(c_tile, start, acc, row, col, j):
-        # this thread's accumulators of columns 8 j.. into the C tile in shared memory, as they
-        # are (converting here, on the accumulator registers, makes ptxas serialise the wgmmas)
-        for e in range(4):
-            c_tile[start + (row + 8 * (e // 2)) * C_ROW + col + 8 * j + e % 2] = acc[4 * j + e]
-
-    stage_all = unrolled(stage, ACC_SIZE // 4, "c_tile, start, acc, row, col")
-
-    @cuda.jit(device=True)
-    def store_tile(c, c0, stride_cm, stride_cn, M, N, m0, n0, c_tile, start, floats, vector, tid):
-        # the staged C tile to C, converted: 16-byte stores, consecutive threads along a row
-        for i in range(C_VECTORS):
-            v = tid + i * THREADS
-            row, col = v // (BLOCK_N // C_VEC), (v % (BLOCK_N // C_VEC)) * C_VEC
-            m, n = m0 + row, n0 + col
-            here = start + row * C_ROW + col
-            if C_VECTORS_OK and m < M and n + C_VEC <= N:
-                for q in range(C_VEC // 4):
-                    load_vector(floats, 4 * q, c_tile, here + 4 * q)
-                for e in range(C_VEC):
-                    vector[e] = convert(floats[e])
-                store_vector(c, c0 + m * stride_cm + n, vector, 0)
-            elif m < M:
-                for e in range(C_VEC):
-                    if n + e < N:
-                        c[c0 + m * stride_cm + (n + e) * stride_cn] = convert(c_tile[here + e])
+    write_c = _c_writer(config, out_dtype, c_vectors)
 
     @kernel_jit(THREADS)
     def wgmma_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn,
@@ -308,48 +320,354 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
 
         # -- epilogue: accumulators -> float32 C tile in shared memory -> C, converted --------
         cuda.syncthreads()  # every warpgroup is done with the pipeline's buffers
-        c_tile = cuda.shared.array(0, FLOAT32)  # the same memory, as float32
-        # tid and the tile's start read afresh: nothing of the epilogue is computed before the
-        # k loop and kept live across it (fewer registers and instructions in the SASS)
-        c_start = aligned_start(smem) // 2
-        tid = thread_index()
-        warpgroup, lane, warp = tid // WARPGROUP, tid % 32, (tid % WARPGROUP) // 32
-        stage_all(c_tile, c_start, acc, warpgroup * ROWS_PER_WARPGROUP + 16 * warp + lane // 4,
-                  2 * (lane % 4))  # fmt: skip
-        cuda.syncthreads()
-        floats = cuda.local.array(C_VEC, np.float32)
-        vector = cuda.local.array(C_VEC, C_STORAGE)
-        store_tile(c, batch * stride_cb, stride_cm, stride_cn, M, N, m0, n0, c_tile, c_start,
-                   floats, vector, tid)  # fmt: skip
+        write_c(c, batch * stride_cb, stride_cm, stride_cn, M, N, m0, n0,
+                cuda.shared.array(0, FLOAT32), acc)  # fmt: skip
 
     return wgmma_kernel
 
 
+def _c_writer(config: WgmmaConfig, out_dtype: np.dtype, c_vectors: bool):
+    """Device function ``write_c(c, c0, stride_cm, stride_cn, M, N, m0, n0, c_tile, acc)``:
+    the epilogue. The warpgroups write their accumulators ``acc`` (wgmma's layout) into a
+    float32 C tile in shared memory (``c_tile``: the CTA's dynamic shared memory as float32,
+    free once every warpgroup is done with the k loop); then every thread converts 16 bytes'
+    worth of C's elements at a time and stores them along C's rows (consecutive threads,
+    consecutive vectors), element by element at the edges or where C's rows are not
+    contiguous and aligned (``c_vectors`` False)."""
+    BLOCK_M, BLOCK_N, THREADS = config.block_m, config.block_n, config.threads
+    ACC_SIZE = BLOCK_N // 2
+    convert = output_converter(out_dtype)
+    C_STORAGE = storage_dtype(out_dtype)
+    C_VEC = VECTOR_BYTES // C_STORAGE.itemsize  # C's elements per 16-byte store
+    C_ROW = BLOCK_N + 4  # the staged float32 C tile's row, padded by 16 bytes (bank conflicts)
+    C_VECTORS = BLOCK_M * BLOCK_N // C_VEC // THREADS  # 16-byte stores per thread
+    C_VECTORS_OK = c_vectors
+
+    @cuda.jit(device=True)
+    def stage(c_tile, start, acc, row, col, j):
+        # this thread's accumulators of columns 8 j.. into the C tile in shared memory, as they
+        # are (converting here, on the accumulator registers, makes ptxas serialise the wgmmas)
+        for e in range(4):
+            c_tile[start + (row + 8 * (e // 2)) * C_ROW + col + 8 * j + e % 2] = acc[4 * j + e]
+
+    stage_all = unrolled(stage, ACC_SIZE // 4, "c_tile, start, acc, row, col")
+
+    @cuda.jit(device=True)
+    def store_tile(c, c0, stride_cm, stride_cn, M, N, m0, n0, c_tile, start, floats, vector, tid):
+        # the staged C tile to C, converted: 16-byte stores, consecutive threads along a row
+        for i in range(C_VECTORS):
+            v = tid + i * THREADS
+            row, col = v // (BLOCK_N // C_VEC), (v % (BLOCK_N // C_VEC)) * C_VEC
+            m, n = m0 + row, n0 + col
+            here = start + row * C_ROW + col
+            if C_VECTORS_OK and m < M and n + C_VEC <= N:
+                for q in range(C_VEC // 4):
+                    load_vector(floats, 4 * q, c_tile, here + 4 * q)
+                for e in range(C_VEC):
+                    vector[e] = convert(floats[e])
+                store_vector(c, c0 + m * stride_cm + n, vector, 0)
+            elif m < M:
+                for e in range(C_VEC):
+                    if n + e < N:
+                        c[c0 + m * stride_cm + (n + e) * stride_cn] = convert(c_tile[here + e])
+
+    @cuda.jit(device=True)
+    def write_c(c, c0, stride_cm, stride_cn, M, N, m0, n0, c_tile, acc):
+        # tid and the tile's start read afresh: nothing of the epilogue is computed before the
+        # k loop and kept live across it (fewer registers and instructions in the SASS)
+        start = aligned_start(c_tile)
+        tid = thread_index()
+        warpgroup, lane, warp = tid // WARPGROUP, tid % 32, (tid % WARPGROUP) // 32
+        stage_all(c_tile, start, acc, warpgroup * ROWS_PER_WARPGROUP + 16 * warp + lane // 4,
+                  2 * (lane % 4))  # fmt: skip
+        cuda.syncthreads()
+        floats = cuda.local.array(C_VEC, np.float32)
+        vector = cuda.local.array(C_VEC, C_STORAGE)
+        store_tile(c, c0, stride_cm, stride_cn, M, N, m0, n0, c_tile, start, floats, vector, tid)
+
+    return write_c
+
+
+def _converter(threads: int, extent_x: int, axis: str, parts: int):
+    """Device function ``convert(smem, raw, part, values, tid)``: thread ``tid``'s share (of
+    256) of an ``extent_x`` x ``TF32_TILE_K`` float32 tile as loaded (at element ``raw``,
+    stored ``axis``-contiguous) written as its ``parts`` TF32 parts, k-major, part p at
+    ``part + p * (the tile's elements)``; ``values``: 8 float32 of local scratch.
+
+    Each thread reads runs of 4 elements along the contiguous axis (16-byte loads):
+
+    - k-major: 8 consecutive threads read the 8 runs of one row x and write each run's parts
+      as 16-byte stores at the same place of the part tiles (the layouts agree);
+    - x-major: the 32 threads of a warp read 4 x at the 32 k, and write the parts as single
+      elements, each of the 4 x a whole row of the part tile.
+
+    Either way the 8 threads of a 16-byte access phase, or the 32 of a 4-byte one, hit
+    distinct banks of the swizzled tiles. A thread's runs are its first plus 1024 elements
+    (32 rows or one x chunk) apiece, and an x-major run's 4 stores differ by a constant and an
+    xor with a per-thread value: checked here against ``tile_slot`` for every thread, so the k
+    loop spends no index arithmetic on them."""
+    if threads != 256:
+        raise ValueError(f"the conversion runs 256 threads per CTA; got {threads}")
+    runs = extent_x // 32  # 16-byte runs per thread: 8 per row of 32 k, or 32 per 4 x
+    PART = tile_bytes(extent_x) // 4
+    along_k = axis == "k"
+
+    def thread_terms(tid):
+        """(raw run, part run, xor value) of thread ``tid``'s first run: run i is at raw +
+        1024 i; element j of it goes to part + 1024 i + 32 j + 4 (value ^ j) (x-major) or part
+        + 1024 i + j (k-major)."""
+        if along_k:
+            x, piece = tid >> 3, tid & 7
+            start = 32 * x + 4 * (piece ^ (x & 7))
+            return start, start, 0
+        warp, k = tid >> 5, tid & 31
+        raw_start = 32 * k + 4 * (warp ^ (k & 7))
+        return raw_start, 128 * warp + (k & 3), (k >> 2) ^ (4 * (warp & 1))
+
+    raw_slot, part_slot = tile_slot(axis, 4), tile_slot("k", 4)
+    for tid in range(threads):  # the terms give every element's slot
+        raw_start, part_start, value = thread_terms(tid)
+        for i in range(runs):
+            for j in range(4):
+                if along_k:
+                    x, k = tid // 8 + 32 * i, 4 * (tid % 8) + j
+                    part_here = part_start + 1024 * i + j
+                else:
+                    x, k = 4 * (tid // 32 + 8 * i) + j, tid % 32
+                    part_here = part_start + 1024 * i + 32 * j + 4 * (value ^ j)
+                assert raw_start + 1024 * i + j == raw_slot(x, k)
+                assert part_here == part_slot(x, k)
+    part_of = operand_part("tf32")
+    if not simulated():
+        thread_terms = cuda.jit(device=True)(thread_terms)
+
+    @cuda.jit(device=True)
+    def run_along_k(smem, raw, part, value, values, i):
+        load_vector(values, 0, smem, raw + 1024 * i)
+        for p in range(parts):
+            for j in range(4):
+                values[4 + j] = part_of(values[j], p, parts)
+            store_vector(smem, part + p * PART + 1024 * i, values, 4)
+
+    @cuda.jit(device=True)
+    def run_along_x(smem, raw, part, value, values, i):
+        load_vector(values, 0, smem, raw + 1024 * i)
+        for j in range(4):
+            here = part + 1024 * i + 32 * j + 4 * (value ^ j)
+            for p in range(parts):
+                # the index as unsigned: Numba wraps signed ones around (a compare, a select)
+                smem[np.uint64(here + p * PART)] = part_of(values[j], p, parts)
+
+    all_runs = unrolled(run_along_k if along_k else run_along_x, runs,
+                        "smem, raw, part, value, values")  # fmt: skip
+
+    @cuda.jit(device=True)
+    def convert(smem, raw, part, values, tid):
+        raw_start, part_start, value = thread_terms(tid)
+        all_runs(smem, raw + raw_start, part + part_start, value, values)
+
+    return convert
+
+
+@functools.cache
+def _converting_kernel(config: WgmmaConfig, preset: Preset, out_dtype, a_mode: tuple,
+                       b_mode: tuple, c_vectors: bool):  # fmt: skip
+    """The kernel for float32 operands under a TF32 preset (one part: rounded; two: split, the
+    three partial products added), specialised for one config, preset, output dtype, operand
+    layouts and whether C's rows take 16-byte stores.
+
+    1. *Which tile*, as the 16-bit kernel.
+    2. *Loading*: ``stages`` shared-memory buffers of one 32-k slice of A and B as float32,
+       swizzled, each stored as its operand lies, filled by ``cp.async`` as the 16-bit
+       kernel's; ``stages - 1`` slices load ahead of the one converted.
+    3. *Converting*: each slice is written once more, as its TF32 parts (hi = the float32 with
+       its 13 low bits cleared, lo = the remainder rounded; one part: rounded to nearest, ties
+       away), k-major (TF32 wgmma has no transpose), into one of two part buffers. The CTA
+       converts slice t + 1 while the tensor cores multiply slice t.
+    4. *Multiply*: per slice, each warpgroup issues one ``wgmma.m64nNk8`` per partial product
+       and 8 k (A's part p by B's part q, the smallest products first), commits them as one
+       group and waits for the previous slice's group before its part buffer is rewritten.
+       The split preset restarts the accumulators each slice (wgmma's scale-d = 0) and adds them
+       into float32 totals once the slice's group completes (the tensor cores' truncating
+       accumulation then acts within one slice only; ``mma``'s split presets do the same).
+    5. *Epilogue*: as the 16-bit kernel's, from the totals or the accumulators.
+
+    Per slice t: the wgmmas of t go out, the copies of slice t + stages - 1 (into the buffer
+    of t - 1, converted already), a wait for slice t + 1's copies and for the wgmmas of t - 1,
+    a barrier, the conversion of t + 1 (made visible to the tensor cores by
+    ``fence.proxy.async``), and a barrier before t + 1's wgmmas.
+    """
+    BLOCK_M, BLOCK_N, STAGES = config.block_m, config.block_n, config.stages
+    THREADS, PARTS = config.threads, preset.parts
+    PROMOTE = PARTS > 1
+    ACC_SIZE = BLOCK_N // 2
+    TOTAL_SIZE = ACC_SIZE if PROMOTE else 4
+    PART_A = tuple(p for p, _ in preset.products)
+    PART_B = tuple(q for _, q in preset.products)
+    A_TILE, B_TILE = tile_bytes(BLOCK_M) // 4, tile_bytes(BLOCK_N) // 4  # float32 elements
+    B_RAW = STAGES * A_TILE  # the loaded slices: A's tiles, then B's
+    A_PARTS = STAGES * (A_TILE + B_TILE)  # then the part buffers: A's, then B's
+    B_PARTS = A_PARTS + PART_BUFFERS * PARTS * A_TILE
+    a_axis, b_axis = a_mode[0], b_mode[0]
+    A_WARPGROUP = block_start("k", ROWS_PER_WARPGROUP, 0, 4)
+    K_STEP = block_start("k", 0, 1, 4)  # elements per 8 k of a k-major tile
+    load_a_tile = tile_loader(THREADS, TF32_TILE_K, FLOAT32, BLOCK_M, a_mode, tile_slot(a_axis, 4))
+    load_b_tile = tile_loader(THREADS, TF32_TILE_K, FLOAT32, BLOCK_N, b_mode, tile_slot(b_axis, 4))
+    convert_a = _converter(THREADS, BLOCK_M, a_axis, PARTS)
+    convert_b = _converter(THREADS, BLOCK_N, b_axis, PARTS)
+    multiply = wgmma("tf32", BLOCK_N, "k", "k")
+    loaded = cp_async_wait(STAGES - 2)  # the oldest slice not yet converted has landed
+    wgmma_in_flight, wgmma_done = wgmma_wait(IN_FLIGHT), wgmma_wait(0)
+    origin = tile_origin(BLOCK_M, BLOCK_N, config.group_m)
+    zero_all = accumulator_zeroer(ACC_SIZE)
+    write_c = _c_writer(config, out_dtype, c_vectors)
+
+    @cuda.jit(device=True)
+    def load_stage(smem, base, stage, k0, a, a0, stride_am, stride_ak, b, b0, stride_bk, stride_bn,
+                   m_left, n_left, K, tid):  # fmt: skip
+        # The copies of the slice at k0 of A and B (their tiles from a0 and b0) into ``stage``.
+        load_a_tile(smem, base + stage * A_TILE, a, a0 + k0 * stride_ak, stride_am, stride_ak,
+                    m_left, K - k0, tid)  # fmt: skip
+        load_b_tile(smem, base + B_RAW + stage * B_TILE, b, b0 + k0 * stride_bk, stride_bn,
+                    stride_bk, n_left, K - k0, tid)  # fmt: skip
+
+    @cuda.jit(device=True)
+    def convert_stage(smem, base, stage, buffer, values, tid):
+        # the loaded slice in ``stage`` -> its parts in part buffer ``buffer``
+        convert_a(smem, base + stage * A_TILE, base + A_PARTS + buffer * PARTS * A_TILE, values,
+                  tid)  # fmt: skip
+        convert_b(smem, base + B_RAW + stage * B_TILE, base + B_PARTS + buffer * PARTS * B_TILE,
+                  values, tid)  # fmt: skip
+
+    @cuda.jit(device=True)
+    def k_step(acc, smem, a_parts, b_parts, q, kk):
+        # partial product q, k step kk; the split preset's first wgmma of a slice restarts acc
+        multiply(acc, smem, a_parts + PART_A[q] * A_TILE + kk * K_STEP,
+                 b_parts + PART_B[q] * B_TILE + kk * K_STEP,
+                 not PROMOTE or q + kk > 0)  # fmt: skip
+
+    multiply_slice = unrolled(
+        k_step,
+        [(q, kk) for q in range(len(PART_A)) for kk in range(TF32_TILE_K // wgmma_k("tf32"))],
+        "acc, smem, a_parts, b_parts",
+    )
+
+    @cuda.jit(device=True)
+    def promote(total, acc, piece):
+        for e in range(4):
+            total[piece * 4 + e] += acc[piece * 4 + e]
+
+    promote_all = unrolled(promote, ACC_SIZE // 4, "total, acc")
+
+    @kernel_jit(THREADS)
+    def wgmma_tf32_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn,
+                          c, stride_cb, stride_cm, stride_cn, M, N, K):  # fmt: skip
+        smem = cuda.shared.array(0, FLOAT32)
+        acc = cuda.local.array(ACC_SIZE, np.float32)
+        total = cuda.local.array(TOTAL_SIZE, np.float32)
+        values = cuda.local.array(8, np.float32)  # the conversion's registers
+        zero_all(acc)
+        if PROMOTE:
+            zero_all(total)
+        base = aligned_start(smem)  # the tiles start at a 1024-byte boundary
+
+        # -- which C tile (grouped order); this warpgroup's rows of it -----------------------
+        m0, n0, batch = origin(M, N)
+        tid = cuda.threadIdx.x
+        warpgroup = tid // WARPGROUP
+        a0 = batch * stride_ab + m0 * stride_am
+        b0 = batch * stride_bb + n0 * stride_bn
+
+        # -- prologue: stages - 1 slices loading; slice 0 converted --------------------------
+        k_tiles = (K + TF32_TILE_K - 1) // TF32_TILE_K
+        for s in range(STAGES - 1):
+            if s < k_tiles:
+                load_stage(smem, base, s, s * TF32_TILE_K, a, a0, stride_am, stride_ak,
+                           b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid)  # fmt: skip
+            cp_async_commit()
+        loaded()
+        cuda.syncthreads()
+        convert_stage(smem, base, 0, 0, values, tid)
+        async_proxy_fence()
+        cuda.syncthreads()
+
+        for t in range(k_tiles):
+            # -- multiply slice t (its parts in buffer t % 2) ---------------------------------
+            buffer = t % PART_BUFFERS
+            wgmma_fence()
+            multiply_slice(acc, smem,
+                           base + A_PARTS + buffer * PARTS * A_TILE + warpgroup * A_WARPGROUP,
+                           base + B_PARTS + buffer * PARTS * B_TILE)  # fmt: skip
+            wgmma_commit()
+
+            # -- load slice t + stages - 1; convert slice t + 1 meanwhile ---------------------
+            ahead = t + STAGES - 1
+            if ahead < k_tiles:
+                load_stage(smem, base, ahead % STAGES, ahead * TF32_TILE_K, a, a0, stride_am,
+                           stride_ak, b, b0, stride_bk, stride_bn, M - m0, N - n0, K,
+                           tid)  # fmt: skip
+            cp_async_commit()
+            loaded()  # slice t + 1 (this thread's copies)
+            wgmma_in_flight()  # slice t - 1's wgmmas, which read the other part buffer
+            cuda.syncthreads()
+            if t + 1 < k_tiles:
+                convert_stage(smem, base, (t + 1) % STAGES, (t + 1) % PART_BUFFERS, values, tid)
+                async_proxy_fence()
+            if PROMOTE:
+                wgmma_done()
+                promote_all(total, acc)
+            cuda.syncthreads()
+        wgmma_done()
+
+        # -- epilogue ------------------------------------------------------------------------
+        write_c(c, batch * stride_cb, stride_cm, stride_cn, M, N, m0, n0, smem,
+                total if PROMOTE else acc)  # fmt: skip
+
+    return wgmma_tf32_kernel
+
+
+WGMMA_PRESETS = ("BF16_BF16_F32", "F16_F16_F32", "TF32_TF32_F32", "TF32_TF32_F32_X3")
+
+
+def wgmma_takes(preset: Preset, dtype) -> bool:
+    """Whether the wgmma kernels compute ``preset`` on operands of ``dtype``: 16-bit ones at
+    their own precision, float32 ones as TF32 (one or two parts)."""
+    sixteen_bit = np.dtype(dtype).itemsize == 2
+    return preset.name in WGMMA_PRESETS and sixteen_bit == (preset.operand != "tf32")
+
+
 def plan_wgmma(config: WgmmaConfig, preset: Preset, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc
                ) -> KernelLaunch:  # fmt: skip
-    """The ``wgmma`` kernel's launch on validated 16-bit operands: C (M x N) = A (M x K) @
-    B (K x N) under ``preset`` (``BF16_BF16_F32`` or ``F16_F16_F32``), for each of ``c.batch``
-    products."""
-    config.check(a.dtype)  # 16-bit operands
-    if preset.parts != 1:
+    """The launch of a ``wgmma`` kernel on validated operands: C (M x N) = A (M x K) @
+    B (K x N) under ``preset`` for each of ``c.batch`` products. 16-bit operands at
+    ``BF16_BF16_F32`` / ``F16_F16_F32``, float32 ones at ``TF32_TF32_F32`` or
+    ``TF32_TF32_F32_X3`` (the converting kernel)."""
+    if not wgmma_takes(preset, a.dtype):
         raise ValueError(
-            f"the wgmma kernel takes bfloat16 or float16 operands at their own precision; got "
-            f"{a.dtype} operands at {preset.name}"
+            "the wgmma kernels take bfloat16 or float16 operands at their own precision and "
+            f"float32 ones at TF32_TF32_F32 or TF32_TF32_F32_X3; got {a.dtype} operands at "
+            f"{preset.name}"
         )
-    a, b = storage_view(a, UINT16), storage_view(b, UINT16)
+    config.check(a.dtype)
+    storage = storage_dtype(a.dtype)
+    a, b = storage_view(a, storage), storage_view(b, storage)
     out_dtype = c.dtype
     if c.dtype.itemsize == 2:
         c = storage_view(c, UINT16)
     a_mode, b_mode = operand_mode(a, True), operand_mode(b, False)
     c_vectors = operand_mode(c, True) == ("k", True)  # rows contiguous, 16-byte aligned
-    shared = config.shared_bytes()
+    shared = config.shared_bytes(storage, preset.parts)
     if shared > STATIC_SHARED_LIMIT and shared > (limit := shared_memory_limit()):
         raise ValueError(
             f"{config.label()} needs {shared} bytes of shared memory per block; this device "
             f"allows {limit}"
         )
     (M, K), N = a.shape, b.shape[1]
-    kernel = _kernel(config, preset.operand, np.dtype(out_dtype), a_mode, b_mode, c_vectors)
+    if storage == FLOAT32:
+        kernel = _converting_kernel(config, preset, np.dtype(out_dtype), a_mode, b_mode,
+                                    c_vectors)  # fmt: skip
+    else:
+        kernel = _kernel(config, preset.operand, np.dtype(out_dtype), a_mode, b_mode, c_vectors)
     grid = (cdiv(M, config.block_m) * cdiv(N, config.block_n), c.batch)
     return kernel_launch(kernel, grid, config.threads, shared,
                          (a, a.batch_stride, *a.strides, b, b.batch_stride, *b.strides,
