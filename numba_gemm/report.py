@@ -227,6 +227,7 @@ README_TENSOR_CORE_ROWS = (
     ("f16", 8192),
     ("tf32", 4096),
     ("tf32x3", 4096),
+    ("tf32x3", 8192),
     ("bf16x6", 4096),
 )
 
@@ -314,9 +315,11 @@ def readme_rows(results: str | Path | None = None) -> list[dict]:
         if "triton_tflops" in row and n >= README_TRITON_FROM:
             peers.append("Triton tutorial")
             peer_seconds.append(2 * n**3 / row["triton_tflops"] / 1e12)
-        kernel = {"wgmma_kernel": "wgmma", "mma_kernel": "mma.sync"}.get(
-            row.get("kernel"), "mma.sync"
-        )
+        kernel = {
+            "wgmma_kernel": "wgmma",
+            "wgmma_tf32_kernel": "wgmma (converting)",
+            "mma_kernel": "mma.sync",
+        }.get(row.get("kernel"), "mma.sync")
         add(
             f'`matmul(precision="{row["preset"]}")`',
             peers,

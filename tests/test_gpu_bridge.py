@@ -98,3 +98,25 @@ def test_mlp_training_matches_lax(benchmark_module):
     assert ours[-1] < 0.5 * ours[0]  # it learns
     worst = max(abs(x - y) / abs(y) for x, y in zip(ours, theirs))
     assert worst <= training.LOSS_TOLERANCE, f"loss curves differ by {worst:.2e} (relative)"
+
+
+@pytest.mark.parametrize("preset", ["TF32_TF32_F32", "TF32_TF32_F32_X3"])
+@pytest.mark.parametrize("shape", [(1024, 1024, 1024), (257, 129, 300)], ids=str)
+def test_float32_on_tensor_cores_inside_jit(shape, preset, rng):
+    """Float32 at the TF32 presets through XLA's kernel call (on Hopper the wgmma converting
+    kernel), within each preset's tolerance; and dot_general at default precision, which
+    lax computes as TF32 on these GPUs, tracks lax.dot_general."""
+    from numba_gemm.precision import PRESETS
+    from numba_gemm.precision import tolerance as preset_tolerance
+
+    M, N, K = shape
+    a = jnp.asarray(rng.standard_normal((M, K), dtype=np.float32))
+    b = jnp.asarray(rng.standard_normal((K, N), dtype=np.float32))
+    out = jax.jit(lambda x, y: jax_bridge.matmul(x, y, precision=preset))(a, b)
+    bound = preset_tolerance(PRESETS[preset], np.dtype(np.float32), K)
+    assert relative_error(out, f64(a) @ f64(b)) <= bound
+    dims = (((1,), (0,)), ((), ()))
+    ours = jax.jit(lambda x, y: jax_bridge.dot_general(x, y, dims))(a, b)
+    theirs = jax.jit(lambda x, y: jax.lax.dot_general(x, y, dims))(a, b)
+    tf32 = preset_tolerance(PRESETS["TF32_TF32_F32"], np.dtype(np.float32), K)
+    assert relative_error(ours, f64(theirs)) <= 2 * tf32

@@ -220,7 +220,7 @@ def main(argv=None) -> None:
         "--algorithm",
         choices=("fused", "unfused", "auto", "tiled", "mma", "wgmma"),
         help="triple: fused (default) or unfused; matmul: as numba_gemm.matmul's (default: "
-        "auto for tensor-core presets, which is wgmma for 16-bit operands on an H100)",
+        "auto for tensor-core presets: wgmma on an H100 for 16-bit operands and TF32 presets)",
     )
     parser.add_argument(
         "--dtype", default="float32", help="matmul: the operands' dtype (float32, bfloat16, ...)"

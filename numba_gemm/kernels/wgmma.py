@@ -109,6 +109,7 @@ WGMMA_CC = (9, 0)  # wgmma: Hopper (sm_90a)
 ROWS_PER_WARPGROUP = 64  # wgmma's m
 IN_FLIGHT = 1  # wgmma groups a warpgroup leaves pending while the next slice's copies go out
 PART_BUFFERS = 2  # float32 operands: TF32 parts of the slice multiplied and of the next one
+PROMOTE_SLICES = 2  # 3xTF32: slices accumulated by the tensor cores between promotions
 
 
 @dataclass(frozen=True)
@@ -236,6 +237,32 @@ def default_wgmma_config(M: int, N: int, batch: int = 1, preset: Preset | None =
     return SMALL_WGMMA_CONFIG if 2 * tiles < multiprocessors() else big
 
 
+def _stage_loader(config: WgmmaConfig, storage, a_mode: tuple, b_mode: tuple):
+    """Device function ``load_stage(smem, base, stage, k0, a, a0, stride_am, stride_ak, b, b0,
+    stride_bk, stride_bn, m_left, n_left, K, tid)``: thread ``tid``'s copies of the slice at
+    ``k0`` of A and B (their tiles from ``a0`` and ``b0``) into buffer ``stage``, swizzled, each
+    stored as its operand lies: from element ``base``, ``config.stages`` tiles of A, then as
+    many of B (operands stored as ``storage``: uint16 or float32)."""
+    size = np.dtype(storage).itemsize
+    tile_k = _tile_k(storage)
+    A_STAGE, B_STAGE = tile_bytes(config.block_m) // size, tile_bytes(config.block_n) // size
+    B_BASE = config.stages * A_STAGE
+    load_a_tile = tile_loader(config.threads, tile_k, np.dtype(storage), config.block_m, a_mode,
+                              tile_slot(a_mode[0], size))  # fmt: skip
+    load_b_tile = tile_loader(config.threads, tile_k, np.dtype(storage), config.block_n, b_mode,
+                              tile_slot(b_mode[0], size))  # fmt: skip
+
+    @cuda.jit(device=True)
+    def load_stage(smem, base, stage, k0, a, a0, stride_am, stride_ak, b, b0, stride_bk, stride_bn,
+                   m_left, n_left, K, tid):  # fmt: skip
+        load_a_tile(smem, base + stage * A_STAGE, a, a0 + k0 * stride_ak, stride_am, stride_ak,
+                    m_left, K - k0, tid)  # fmt: skip
+        load_b_tile(smem, base + B_BASE + stage * B_STAGE, b, b0 + k0 * stride_bk, stride_bn,
+                    stride_bk, n_left, K - k0, tid)  # fmt: skip
+
+    return load_stage
+
+
 @functools.cache
 def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode: tuple,
             c_vectors: bool):  # fmt: skip
@@ -251,21 +278,11 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     a_axis, b_axis = a_mode[0], b_mode[0]
     A_WARPGROUP = block_start(a_axis, ROWS_PER_WARPGROUP, 0)  # a warpgroup's rows of A
     A_K_STEP, B_K_STEP = block_start(a_axis, 0, 1), block_start(b_axis, 0, 1)  # per 16 k
-    load_a_tile = tile_loader(THREADS, TILE_K, UINT16, BLOCK_M, a_mode, tile_slot(a_axis))
-    load_b_tile = tile_loader(THREADS, TILE_K, UINT16, BLOCK_N, b_mode, tile_slot(b_axis))
+    load_stage = _stage_loader(config, UINT16, a_mode, b_mode)
     multiply = wgmma(operand, BLOCK_N, a_axis, b_axis)
     copies_landed = cp_async_wait(LOOKAHEAD - 1)
     wgmma_in_flight, wgmma_done = wgmma_wait(IN_FLIGHT), wgmma_wait(0)
     origin = tile_origin(BLOCK_M, BLOCK_N, GROUP_M)
-
-    @cuda.jit(device=True)
-    def load_stage(smem, base, stage, k0, a, a0, stride_am, stride_ak, b, b0, stride_bk, stride_bn,
-                   m_left, n_left, K, tid):  # fmt: skip
-        # The copies of the slice at k0 of A and B (their tiles from a0 and b0) into ``stage``.
-        load_a_tile(smem, base + stage * A_STAGE, a, a0 + k0 * stride_ak, stride_am, stride_ak,
-                    m_left, K - k0, tid)  # fmt: skip
-        load_b_tile(smem, base + B_BASE + stage * B_STAGE, b, b0 + k0 * stride_bk, stride_bn,
-                    stride_bk, n_left, K - k0, tid)  # fmt: skip
 
     @cuda.jit(device=True)
     def k_step(acc, smem, a_start, b_start, kk):
@@ -487,9 +504,10 @@ def _converting_kernel(config: WgmmaConfig, preset: Preset, out_dtype, a_mode: t
     4. *Multiply*: per slice, each warpgroup issues one ``wgmma.m64nNk8`` per partial product
        and 8 k (A's part p by B's part q, the smallest products first), commits them as one
        group and waits for the previous slice's group before its part buffer is rewritten.
-       The split preset restarts the accumulators each slice (wgmma's scale-d = 0) and adds them
-       into float32 totals once the slice's group completes (the tensor cores' truncating
-       accumulation then acts within one slice only; ``mma``'s split presets do the same).
+       The split preset restarts the accumulators every ``PROMOTE_SLICES`` slices (wgmma's
+       scale-d = 0) and adds them into float32 totals once the last of those slices' groups
+       completes (the tensor cores' truncating accumulation then acts within 64 k only, as
+       within ``mma``'s k-tiles).
     5. *Epilogue*: as the 16-bit kernel's, from the totals or the accumulators.
 
     Per slice t: the wgmmas of t go out, the copies of slice t + stages - 1 (into the buffer
@@ -511,8 +529,7 @@ def _converting_kernel(config: WgmmaConfig, preset: Preset, out_dtype, a_mode: t
     a_axis, b_axis = a_mode[0], b_mode[0]
     A_WARPGROUP = block_start("k", ROWS_PER_WARPGROUP, 0, 4)
     K_STEP = block_start("k", 0, 1, 4)  # elements per 8 k of a k-major tile
-    load_a_tile = tile_loader(THREADS, TF32_TILE_K, FLOAT32, BLOCK_M, a_mode, tile_slot(a_axis, 4))
-    load_b_tile = tile_loader(THREADS, TF32_TILE_K, FLOAT32, BLOCK_N, b_mode, tile_slot(b_axis, 4))
+    load_stage = _stage_loader(config, FLOAT32, a_mode, b_mode)
     convert_a = _converter(THREADS, BLOCK_M, a_axis, PARTS)
     convert_b = _converter(THREADS, BLOCK_N, b_axis, PARTS)
     multiply = wgmma("tf32", BLOCK_N, "k", "k")
@@ -523,15 +540,6 @@ def _converting_kernel(config: WgmmaConfig, preset: Preset, out_dtype, a_mode: t
     write_c = _c_writer(config, out_dtype, c_vectors)
 
     @cuda.jit(device=True)
-    def load_stage(smem, base, stage, k0, a, a0, stride_am, stride_ak, b, b0, stride_bk, stride_bn,
-                   m_left, n_left, K, tid):  # fmt: skip
-        # The copies of the slice at k0 of A and B (their tiles from a0 and b0) into ``stage``.
-        load_a_tile(smem, base + stage * A_TILE, a, a0 + k0 * stride_ak, stride_am, stride_ak,
-                    m_left, K - k0, tid)  # fmt: skip
-        load_b_tile(smem, base + B_RAW + stage * B_TILE, b, b0 + k0 * stride_bk, stride_bn,
-                    stride_bk, n_left, K - k0, tid)  # fmt: skip
-
-    @cuda.jit(device=True)
     def convert_stage(smem, base, stage, buffer, values, tid):
         # the loaded slice in ``stage`` -> its parts in part buffer ``buffer``
         convert_a(smem, base + stage * A_TILE, base + A_PARTS + buffer * PARTS * A_TILE, values,
@@ -540,16 +548,16 @@ def _converting_kernel(config: WgmmaConfig, preset: Preset, out_dtype, a_mode: t
                   values, tid)  # fmt: skip
 
     @cuda.jit(device=True)
-    def k_step(acc, smem, a_parts, b_parts, q, kk):
-        # partial product q, k step kk; the split preset's first wgmma of a slice restarts acc
+    def k_step(acc, smem, a_parts, b_parts, fresh, q, kk):
+        # partial product q, k step kk; the first wgmma of a ``fresh`` slice restarts acc
         multiply(acc, smem, a_parts + PART_A[q] * A_TILE + kk * K_STEP,
                  b_parts + PART_B[q] * B_TILE + kk * K_STEP,
-                 not PROMOTE or q + kk > 0)  # fmt: skip
+                 not fresh or q + kk > 0)  # fmt: skip
 
     multiply_slice = unrolled(
         k_step,
         [(q, kk) for q in range(len(PART_A)) for kk in range(TF32_TILE_K // wgmma_k("tf32"))],
-        "acc, smem, a_parts, b_parts",
+        "acc, smem, a_parts, b_parts, fresh",
     )
 
     @cuda.jit(device=True)
@@ -597,7 +605,8 @@ def _converting_kernel(config: WgmmaConfig, preset: Preset, out_dtype, a_mode: t
             wgmma_fence()
             multiply_slice(acc, smem,
                            base + A_PARTS + buffer * PARTS * A_TILE + warpgroup * A_WARPGROUP,
-                           base + B_PARTS + buffer * PARTS * B_TILE)  # fmt: skip
+                           base + B_PARTS + buffer * PARTS * B_TILE,
+                           PROMOTE and t % PROMOTE_SLICES == 0)  # fmt: skip
             wgmma_commit()
 
             # -- load slice t + stages - 1; convert slice t + 1 meanwhile ---------------------
@@ -613,7 +622,7 @@ def _converting_kernel(config: WgmmaConfig, preset: Preset, out_dtype, a_mode: t
             if t + 1 < k_tiles:
                 convert_stage(smem, base, (t + 1) % STAGES, (t + 1) % PART_BUFFERS, values, tid)
                 async_proxy_fence()
-            if PROMOTE:
+            if PROMOTE and (t % PROMOTE_SLICES == PROMOTE_SLICES - 1 or t + 1 == k_tiles):
                 wgmma_done()
                 promote_all(total, acc)
             cuda.syncthreads()
