@@ -10,6 +10,9 @@ shipped tile config, on shapes with edge tiles and with whole tiles, each result
 3. The triple product: ``naive``, ``unfused`` and ``fused`` in both orders, the fused kernel under
    each of ``SMALL_FUSED_CONFIGS`` and the tuned tiles, with stream-K where ``fused_workers``
    picks it (N = 1536 on a 132-SM GPU), plus an empty inner dimension (zeros, no product).
+4. The tensor-core kernels at their default tiles: ``mma`` (bf16, TF32, 3xTF32, the bf16
+   six-product split) and, on a Hopper GPU, both ``wgmma`` kernels (bf16, f16, TF32, 3xTF32),
+   on an edge shape and a whole-tile shape, row-major and with A column-major.
 
 ``--quick`` keeps one config per dtype (for a smoke run). Exits non-zero if any result is wrong;
 compute-sanitizer's own exit code reports what it found.
@@ -25,7 +28,15 @@ from numba import cuda
 
 import numba_gemm
 from numba_gemm.kernels.tiled import DEFAULT_CONFIGS, whole_tiles
-from numba_gemm.reference import relative_error, tolerance
+from numba_gemm.precision import BFLOAT16, FLOAT16, FLOAT32, PRESETS
+from numba_gemm.precision import tolerance as preset_tolerance
+from numba_gemm.reference import (
+    make_operands,
+    poisoned,
+    reference,
+    relative_error,
+    tolerance,
+)
 from numba_gemm.triple_product import SMALL_FUSED_CONFIGS
 from numba_gemm.tuned_configs import SEARCH_SPACE
 
@@ -104,6 +115,39 @@ def triple(quick: bool, failures: list) -> int:
     return calls + 1
 
 
+def tensor_cores(failures: list) -> int:
+    cases = [
+        ("mma", BFLOAT16, "BF16_BF16_F32"),
+        ("mma", FLOAT32, "TF32_TF32_F32"),
+        ("mma", FLOAT32, "TF32_TF32_F32_X3"),
+        ("mma", FLOAT32, "BF16_BF16_F32_X6"),
+    ]
+    if cuda.get_current_device().compute_capability[0] == 9:
+        cases += [
+            ("wgmma", dtype, preset)
+            for dtype, preset in (
+                (BFLOAT16, "BF16_BF16_F32"),
+                (FLOAT16, "F16_F16_F32"),
+                (FLOAT32, "TF32_TF32_F32"),
+                (FLOAT32, "TF32_TF32_F32_X3"),
+            )
+        ]
+    calls = 0
+    for algorithm, dtype, preset in cases:
+        for M, N, K in ((130, 197, 70), (256, 256, 256)):
+            for layout in ("row", "a_col"):
+                a, b = make_operands(M, N, K, dtype, layout, RNG, to_device=True)
+                out = poisoned((M, N), dtype, to_device=True)
+                numba_gemm.matmul(a, b, out, precision=preset, algorithm=algorithm)
+                error = relative_error(out, reference(a, b))
+                what = f"{algorithm} {preset} {M}x{N}x{K} {layout}"
+                if not error <= preset_tolerance(PRESETS[preset], dtype, K):
+                    failures.append(f"{what}: relative error {error:.3g}")
+                print(f"checked {what}", flush=True)
+                calls += 1
+    return calls
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="one tile config per dtype")
@@ -114,6 +158,7 @@ def main(argv=None) -> int:
     }
     failures: list = []
     calls = tiled(configs, failures) + loop_orders(failures) + triple(args.quick, failures)
+    calls += tensor_cores(failures)
     cuda.synchronize()
     print(f"{calls} calls checked, {len(failures)} wrong")
     for failure in failures:

@@ -373,9 +373,14 @@ def splitter(operand: str, parts: int, storage=np.float32):
 # --- mma.sync ----------------------------------------------------------------------------------
 
 
-def toward_zero(x: float) -> np.float32:
+def toward_zero(x):
     """Twin helper: ``x`` rounded to float32 toward zero, as the tensor cores round the sum
-    they add into a float32 accumulator (they truncate; measured as a bias that grows with K)."""
+    they add into a float32 accumulator (they truncate; measured as a bias that grows with K);
+    elementwise on arrays."""
+    if np.ndim(x):
+        x = np.asarray(x, np.float64)
+        rounded = x.astype(np.float32)
+        return np.where(np.abs(rounded) > np.abs(x), np.nextafter(rounded, np.float32(0)), rounded)
     rounded = np.float32(x)
     if abs(float(rounded)) > abs(x):
         rounded = np.nextafter(rounded, np.float32(0))

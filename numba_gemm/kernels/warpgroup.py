@@ -137,12 +137,12 @@ def _element_byte(axis: str, start: int, x: int, k: int, element_bytes: int) -> 
     return _swizzled(byte)
 
 
-def _twin_block(smem, start: int, axis: str, rows: int, operand: str) -> np.ndarray:
-    """Twin helper: the ``rows`` x k block (one wgmma's k) whose descriptor starts at element
-    ``start``, as float64 values. TF32 elements are float32 words of which the tensor cores
-    read the top 19 bits."""
+def _twin_block(smem, start: int, axis: str, rows: np.ndarray, operand: str) -> np.ndarray:
+    """Twin helper: rows ``rows`` (m of A or n of B) of the block (one wgmma's k) whose
+    descriptor starts at element ``start``, as float64 values, (len(rows), k). TF32 elements
+    are float32 words of which the tensor cores read the top 19 bits."""
     size = OPERAND_BYTES[operand]
-    x, k = np.meshgrid(np.arange(rows), np.arange(wgmma_k(operand)), indexing="ij")
+    x, k = np.meshgrid(rows, np.arange(wgmma_k(operand)), indexing="ij")
     byte = _element_byte(axis, start * size, x, k, size)
     words = np.asarray(smem).view(np.uint32 if size == 4 else np.uint16)[byte // size]
     if operand == "tf32":
@@ -173,14 +173,14 @@ def wgmma(operand: str, n: int, a_axis: str, b_axis: str):
         def wgmma_twin(acc, smem, a_start, b_start, accumulate):
             thread = threading.current_thread().threadIdx.x % WARPGROUP
             warp, lane = thread // 32, thread % 32
-            a = _twin_block(smem, a_start, a_axis, 64, operand)  # (64, k)
-            b = _twin_block(smem, b_start, b_axis, n, operand)  # (n, k)
-            for j in range(n // 8):
-                for e in range(4):
-                    row = 16 * warp + lane // 4 + 8 * (e // 2)
-                    col = 8 * j + 2 * (lane % 4) + e % 2
-                    total = float(acc[4 * j + e]) if accumulate else 0.0
-                    acc[4 * j + e] = toward_zero(total + float(np.dot(a[row], b[col])))
+            rows = 16 * warp + lane // 4 + np.array([0, 8])  # this thread's rows of C
+            cols = (8 * np.arange(n // 8)[:, None] + 2 * (lane % 4) + np.arange(2)).ravel()
+            a = _twin_block(smem, a_start, a_axis, rows, operand)  # (2, k)
+            b = _twin_block(smem, b_start, b_axis, cols, operand)  # (n / 4, k)
+            # acc[4 j + e] is C(rows[e // 2], 8 j + 2 t + e % 2): (row, j, col) -> (j, row, col)
+            sums = (a @ b.T).reshape(2, n // 8, 2).transpose(1, 0, 2).ravel()
+            previous = np.asarray(acc[: n // 2], np.float64) if accumulate else 0.0
+            acc[: n // 2] = toward_zero(previous + sums)
 
         return wgmma_twin
     return _wgmma_async(operand, n, a_axis, b_axis)
