@@ -37,7 +37,8 @@ after the barrier that follows every warpgroup's wait for the wgmmas that read i
 
 Constraints (``WgmmaConfig.check``): BLOCK_M a multiple of 64 (at most 4 warpgroups),
 BLOCK_N a multiple of 64 up to 256 (one wgmma's N), tiles that split into whole 16-byte copies
-per thread, ``stages`` >= IN_FLIGHT + 2.
+per thread, ``stages`` >= IN_FLIGHT + 2; for float32 operands BLOCK_M = 128 (the conversion
+runs 8 warps) and ``stages`` >= 2.
 """
 
 from __future__ import annotations
