@@ -71,19 +71,20 @@ def demo(args) -> int:
     rng = np.random.default_rng(args.seed)
     layouts = ("row", "col", "a_col", "b_col")
     header = (
-        f"{'algorithm':10} {'M x N x K':>16} {'layout':7} {'rel. error':>10} {'time':>10} "
+        f"{'algorithm':12} {'M x N x K':>16} {'layout':7} {'rel. error':>10} {'time':>10} "
         f"{'TFLOP/s':>8}"
     )
     print(header)
     print("-" * len(header))
     failures = 0
     # (algorithm, operand dtype, precision): the FFMA algorithms in float32, the tensor cores
-    # in bfloat16 (wgmma on Hopper and the simulator) and at float32 accuracy from TF32 products
+    # in bfloat16 and at float32 accuracy from TF32 products (also on wgmma on Hopper and the
+    # simulator)
     runs = [(a, np.float32, None) for a in ALGORITHMS if a not in TENSOR_CORE_ALGORITHMS[1:]]
     runs += [("mma", BFLOAT16, None), ("mma", np.float32, "TF32_TF32_F32_X3")]
     cc = compute_capability()
     if cc is None or cc[0] == WGMMA_CC[0]:
-        runs.append(("wgmma", BFLOAT16, None))
+        runs += [("wgmma", BFLOAT16, None), ("wgmma", np.float32, "TF32_TF32_F32_X3")]
     for algorithm, dtype, precision in runs:
         for layout in layouts:
             a, b = make_operands(M, N, K, dtype, layout, rng, to_device=not simulated)
@@ -102,15 +103,15 @@ def demo(args) -> int:
             ok = error <= preset_tolerance(preset, dtype, K)
             failures += not ok
             print(
-                f"{name:10} {f'{M} x {N} x {K}':>16} {layout:7} {error:10.2e} "
+                f"{name:12} {f'{M} x {N} x {K}':>16} {layout:7} {error:10.2e} "
                 f"{seconds * 1e3:8.3f}ms {2 * M * N * K / seconds / 1e12:8.3g}"
                 f"{'' if ok else '  FAILED'}"
             )
     print(
         "layouts: row = A, B, C row-major; col = all column-major (transposed views); "
         "a_col / b_col = only A / only B column-major; mma:bf16 / wgmma:bf16 = bfloat16 "
-        "operands on the tensor cores through mma.sync / Hopper's wgmma, mma:3xtf32 = float32 "
-        "accuracy from three TF32 products"
+        "operands on the tensor cores through mma.sync / Hopper's wgmma, mma:3xtf32 / "
+        "wgmma:3xtf32 = float32 accuracy from three TF32 products"
     )
     failures += _demo_triple(size, rng, simulated, reps)
     failures += _demo_bridge(M, N, K, rng, simulated, reps)

@@ -35,6 +35,8 @@ def test_demo_on_the_simulator():
     assert (
         sum(line.startswith(("auto", "tiled", "mnk", "nmk", "kmn", "knm")) for line in lines) == 28
     )
+    # the tensor cores: mma and wgmma, each in bf16 and at float32 accuracy, in 4 layouts
+    assert sum(line.startswith(("mma:", "wgmma:")) for line in lines) == 16
     triple_rows = [
         line for line in lines if line.startswith(("auto:fused", "naive", "fused", "unfused"))
     ]
