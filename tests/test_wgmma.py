@@ -202,13 +202,28 @@ def test_wgmma_refusals(kwargs, dtype, error, fragment):
         numba_gemm.matmul(a, a.copy(), **kwargs)
 
 
+# (operand dtype, precision, output dtype): 16-bit operands writing their own dtype or float32,
+# float32 operands at both TF32 presets
+GPU_CASES = [
+    (BF16, None, None),
+    (BF16, None, F32),
+    (F16, None, None),
+    (F16, None, F32),
+    (F32, TF32, None),
+    (F32, TF32_X3, None),
+]
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("out_dtype", [None, F32], ids=["own", "f32"])
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("shape", [(1, 1, 1), (127, 129, 131), (256, 384, 512), (300, 520, 1000)],
                          ids=str)  # fmt: skip
-@pytest.mark.parametrize("dtype", [BF16, F16], ids=str)
-def test_gpu_wgmma_default_config(dtype, shape, layout, out_dtype, rng):
+@pytest.mark.parametrize(
+    "dtype, precision, out_dtype",
+    GPU_CASES,
+    ids=[f"{d}-{p or 'own'}-{o or 'own'}" for d, p, o in GPU_CASES],
+)
+def test_gpu_wgmma_default_config(dtype, precision, out_dtype, shape, layout, rng):
     from numba import cuda
 
     if cuda.get_current_device().compute_capability[0] != 9:
@@ -216,24 +231,6 @@ def test_gpu_wgmma_default_config(dtype, shape, layout, out_dtype, rng):
     M, N, K = shape
     a, b = make_operands(M, N, K, dtype, layout, rng, to_device=True)
     out = poisoned((M, N), out_dtype or dtype, to_device=True, layout=layout)
-    numba_gemm.matmul(a, b, out, algorithm="wgmma")
+    numba_gemm.matmul(a, b, out, precision=precision, algorithm="wgmma")
     cuda.synchronize()
-    check(out, a, b, dtype, out_dtype)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("layout", list(LAYOUTS))
-@pytest.mark.parametrize("shape", [(1, 1, 1), (127, 129, 131), (256, 384, 512), (300, 520, 1000)],
-                         ids=str)  # fmt: skip
-@pytest.mark.parametrize("preset", [TF32, TF32_X3])
-def test_gpu_wgmma_float32_default_config(preset, shape, layout, rng):
-    from numba import cuda
-
-    if cuda.get_current_device().compute_capability[0] != 9:
-        pytest.skip("wgmma needs a Hopper GPU")
-    M, N, K = shape
-    a, b = make_operands(M, N, K, F32, layout, rng, to_device=True)
-    out = poisoned((M, N), F32, to_device=True, layout=layout)
-    numba_gemm.matmul(a, b, out, precision=preset, algorithm="wgmma")
-    cuda.synchronize()
-    check(out, a, b, F32, preset=preset)
+    check(out, a, b, dtype, out_dtype, preset=precision)

@@ -354,17 +354,19 @@ def _element_loader(threads: int, block_k: int, storage: np.dtype, extent_x: int
 
 
 def tile_origin(block_m: int, block_n: int, group_m: int):
-    """Device function ``origin(M, N) -> (m0, n0, batch)``: the first row and column of this
-    CTA's ``block_m x block_n`` tile of C, in seed 004's grouped order (``ordering.tile_of``)
-    over grid x, and its product of the batch (grid y)."""
+    """Device function ``origin(M, N, stride_ab, stride_am, stride_bb, stride_bn) -> (m0, n0,
+    batch, a0, b0)``: the first row and column of this CTA's ``block_m x block_n`` tile of C, in
+    seed 004's grouped order (``ordering.tile_of``) over grid x, its product of the batch (grid
+    y), and where its rows of A and its columns of B start (element offsets)."""
     tile_of_device = cuda.jit(device=True)(tile_of)
 
     @cuda.jit(device=True)
-    def origin(M, N):
+    def origin(M, N, stride_ab, stride_am, stride_bb, stride_bn):
         grid_m = (M + block_m - 1) // block_m
         grid_n = (N + block_n - 1) // block_n
         pid_m, pid_n = tile_of_device(cuda.blockIdx.x, grid_m, grid_n, group_m)
-        return pid_m * block_m, pid_n * block_n, cuda.blockIdx.y
+        m0, n0, batch = pid_m * block_m, pid_n * block_n, cuda.blockIdx.y
+        return m0, n0, batch, batch * stride_ab + m0 * stride_am, batch * stride_bb + n0 * stride_bn
 
     return origin
 
@@ -516,12 +518,10 @@ def _kernel(
             zero_all(total)
 
         # -- which C tile (grouped order); this warp's piece of it -------------------------
-        m0, n0, batch = origin(M, N)
+        m0, n0, batch, a0, b0 = origin(M, N, stride_ab, stride_am, stride_bb, stride_bn)
         tid = cuda.threadIdx.x
         warp = tid // WARP
         warp_m0, warp_n0 = (warp % WARPS_M) * WARP_M, (warp // WARPS_M) * WARP_N
-        a0 = batch * stride_ab + m0 * stride_am
-        b0 = batch * stride_bb + n0 * stride_bn
 
         # -- pipeline: STAGES - 1 k-tiles in flight ahead of the one multiplied ------------
         k_tiles = (K + BLOCK_K - 1) // BLOCK_K

@@ -303,11 +303,9 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
         base = aligned_start(smem)  # the tiles start at a 1024-byte boundary
 
         # -- which C tile (grouped order); this warpgroup's rows of it -----------------------
-        m0, n0, batch = origin(M, N)
+        m0, n0, batch, a0, b0 = origin(M, N, stride_ab, stride_am, stride_bb, stride_bn)
         tid = cuda.threadIdx.x
         warpgroup = tid // WARPGROUP
-        a0 = batch * stride_ab + m0 * stride_am
-        b0 = batch * stride_bb + n0 * stride_bn
 
         # -- pipeline: LOOKAHEAD slices load ahead of the one multiplied ----------------------
         k_tiles = (K + TILE_K - 1) // TILE_K
@@ -581,11 +579,9 @@ def _converting_kernel(config: WgmmaConfig, preset: Preset, out_dtype, a_mode: t
         base = aligned_start(smem)  # the tiles start at a 1024-byte boundary
 
         # -- which C tile (grouped order); this warpgroup's rows of it -----------------------
-        m0, n0, batch = origin(M, N)
+        m0, n0, batch, a0, b0 = origin(M, N, stride_ab, stride_am, stride_bb, stride_bn)
         tid = cuda.threadIdx.x
         warpgroup = tid // WARPGROUP
-        a0 = batch * stride_ab + m0 * stride_am
-        b0 = batch * stride_bb + n0 * stride_bn
 
         # -- prologue: stages - 1 slices loading; slice 0 converted --------------------------
         k_tiles = (K + TF32_TILE_K - 1) // TF32_TILE_K
