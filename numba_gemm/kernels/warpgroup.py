@@ -44,6 +44,7 @@ __all__ = [
     "WGMMA_K",
     "OPERAND_BYTES",
     "wgmma_k",
+    "tile_k",
     "WARPGROUP",
     "ALIGNMENT",
     "tile_slot",
@@ -70,6 +71,12 @@ WARPGROUP = 128  # threads: 4 consecutive warps
 ALIGNMENT = ATOM_BYTES
 
 
+def tile_k(element_bytes: int) -> int:
+    """Elements of ``element_bytes`` in one 128-byte row: a tile's k (a k-major row), an
+    m/n-major chunk's x."""
+    return ROW_BYTES // element_bytes
+
+
 def wgmma_k(operand: str) -> int:
     """k per ``wgmma`` of ``operand`` ("bf16", "f16": 16; "tf32": 8)."""
     return BLOCK_K_BYTES // OPERAND_BYTES[operand]
@@ -86,7 +93,7 @@ def tile_slot(axis: str, element_bytes: int = ELEMENT_BYTES):
     of one row of k (``128 / element_bytes``) stored ``axis``-contiguous (``"k"`` or ``"x"``),
     swizzled (a plain function, for ``mma.tile_loader``, which compiles it). 16-byte runs along
     the contiguous axis stay contiguous."""
-    per_row = ROW_BYTES // element_bytes  # elements of a row: the tile's k, a chunk's x
+    per_row = tile_k(element_bytes)
     chunk = per_row * ROW_BYTES
 
     def slot(x, k):
@@ -111,7 +118,7 @@ def block_start(axis: str, x0: int, k_step: int, element_bytes: int = ELEMENT_BY
     if axis == "k":
         byte = x0 * ROW_BYTES + k_step * BLOCK_K_BYTES
     else:
-        per_row = ROW_BYTES // element_bytes
+        per_row = tile_k(element_bytes)
         byte = (x0 // per_row) * per_row * ROW_BYTES
         byte += k_step * (BLOCK_K_BYTES // element_bytes) * ROW_BYTES
     return byte // element_bytes

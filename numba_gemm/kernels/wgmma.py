@@ -84,6 +84,7 @@ from .warpgroup import (
     block_start,
     thread_index,
     tile_bytes,
+    tile_k,
     tile_slot,
     wgmma,
     wgmma_commit,
@@ -164,11 +165,11 @@ class WgmmaConfig:
                 f"WgmmaConfig.block_n = {self.block_n} must be a multiple of 64 up to 256 "
                 "(one wgmma's n)"
             )
-        vec, tile_k = VECTOR_BYTES // storage.itemsize, _tile_k(storage)
+        vec, k = VECTOR_BYTES // storage.itemsize, tile_k(storage.itemsize)
         for tile in (self.block_m, self.block_n):
-            if (tile * tile_k) % (vec * self.threads):
+            if (tile * k) % (vec * self.threads):
                 raise ValueError(
-                    f"a {tile} x {tile_k} tile must split into whole 16-byte copies for each "
+                    f"a {tile} x {k} tile must split into whole 16-byte copies for each "
                     f"of the {self.threads} threads"
                 )
         if storage.itemsize == 2 and self.stages < IN_FLIGHT + 2:
@@ -196,11 +197,6 @@ class WgmmaConfig:
 
     def label(self) -> str:
         return f"wgmma {self.block_m}x{self.block_n}/s{self.stages}/g{self.group_m}"
-
-
-def _tile_k(storage) -> int:
-    """k of a tile (one 128-byte row) of operands stored as ``storage``."""
-    return TILE_K if np.dtype(storage).itemsize == 2 else TF32_TILE_K
 
 
 # Two warpgroups of 64 x 256: 128 accumulators per thread, each 16 x 256 block of B read by
@@ -245,13 +241,12 @@ def _stage_loader(config: WgmmaConfig, storage, a_mode: tuple, b_mode: tuple):
     stored as its operand lies: from element ``base``, ``config.stages`` tiles of A, then as
     many of B (operands stored as ``storage``: uint16 or float32)."""
     size = np.dtype(storage).itemsize
-    tile_k = _tile_k(storage)
     A_STAGE, B_STAGE = tile_bytes(config.block_m) // size, tile_bytes(config.block_n) // size
     B_BASE = config.stages * A_STAGE
-    load_a_tile = tile_loader(config.threads, tile_k, np.dtype(storage), config.block_m, a_mode,
-                              tile_slot(a_mode[0], size))  # fmt: skip
-    load_b_tile = tile_loader(config.threads, tile_k, np.dtype(storage), config.block_n, b_mode,
-                              tile_slot(b_mode[0], size))  # fmt: skip
+    load_a_tile = tile_loader(config.threads, tile_k(size), np.dtype(storage), config.block_m,
+                              a_mode, tile_slot(a_mode[0], size))  # fmt: skip
+    load_b_tile = tile_loader(config.threads, tile_k(size), np.dtype(storage), config.block_n,
+                              b_mode, tile_slot(b_mode[0], size))  # fmt: skip
 
     @cuda.jit(device=True)
     def load_stage(smem, base, stage, k0, a, a0, stride_am, stride_ak, b, b0, stride_bk, stride_bn,
