@@ -15,7 +15,6 @@ from .kernels.tiled import TileConfig, plan_tiled
 from .kernels.wgmma import (
     WGMMA_CC,
     WgmmaConfig,
-    default_wgmma_config,
     plan_wgmma,
     wgmma_takes,
 )
@@ -273,7 +272,6 @@ def plan(
     check_preset(preset, algorithm, config)
     if preset.tensor_cores:
         if tensor_core_algorithm(algorithm, config, preset, a) == "wgmma":
-            config = config or default_wgmma_config(a.shape[0], b.shape[1], out.batch, preset)
             return plan_wgmma(config, preset, a, b, out)
         config = config or default_mma_config(storage_dtype(a.dtype), preset)
         return plan_mma(config, preset, a, b, out)

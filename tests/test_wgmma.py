@@ -1,5 +1,6 @@
-"""The Hopper kernels (``kernels/wgmma.py``): bf16 and f16 on ``wgmma``, float32 as TF32 or
-3xTF32 through the converting kernel, every layout and edge.
+"""The Hopper kernels (``kernels/wgmma.py``): bf16 and f16 on ``wgmma``, float32 as TF32 (A's
+block from registers where an operand is k-major) or 3xTF32 (the converting kernel), every
+layout and edge.
 
 On the simulator ``wgmma`` is its twin (``kernels/warpgroup.py``), which reads each block
 through the matrix descriptor's layout (leading and stride offsets, the 128-byte swizzle) as
@@ -14,11 +15,7 @@ import pytest
 import numba_gemm
 from checks import check_layouts
 from numba_gemm.kernels.warpgroup import TF32_TILE_K, TILE_K, _element_byte, tile_slot
-from numba_gemm.kernels.wgmma import (
-    SIMULATOR_TF32_WGMMA_CONFIG,
-    SIMULATOR_WGMMA_CONFIG,
-    WgmmaConfig,
-)
+from numba_gemm.kernels.wgmma import SIMULATOR_WGMMA_CONFIG, WgmmaConfig
 from numba_gemm.precision import PRESETS, tolerance
 from numba_gemm.reference import LAYOUTS, make_operands, poisoned, reference, relative_error
 
@@ -33,14 +30,20 @@ SHAPES = [(1, 1, 1), (65, 67, 70), (64, 128, 256)]
 SIMULATED_CASES = [(BF16, shape, layout) for shape in SHAPES for layout in LAYOUTS] + [
     (F16, shape, layout) for shape in SHAPES for layout in ("row", "b_col")
 ]
-# Float32 operands: both TF32 presets in every layout on the edge shapes; the two-CTA shape
-# (slow to simulate: three wgmmas per k step) for 3xTF32 in the row layout.
-FLOAT32_CASES = [
-    (preset, shape, layout)
-    for preset in (TF32, TF32_X3)
-    for shape in SHAPES[:2]
-    for layout in LAYOUTS
-] + [(TF32, SHAPES[2], "a_col"), (TF32_X3, SHAPES[2], "row")]
+# Float32 operands: both TF32 presets in every layout on the edge shapes (TF32: from registers
+# where B is k-major (b_col, col), or A is (row, sliced: C^T = B^T A^T), else converted
+# (a_col)); the two-CTA shape for TF32 converted and 3xTF32 (slow to simulate: three wgmmas
+# per k step) in the row layout.
+FLOAT32_CASES = (
+    [
+        (preset, shape, layout)
+        for preset in (TF32, TF32_X3)
+        for shape in SHAPES[:2]
+        for layout in LAYOUTS
+    ]
+    + [(TF32, SHAPES[2], layout) for layout in ("row", "a_col")]
+    + [(TF32_X3, SHAPES[2], "row")]
+)
 
 
 def check(out, a, b, dtype, out_dtype=None, preset=None):
@@ -89,17 +92,59 @@ def test_wgmma_matches_float64_reference(dtype, shape, layout, rng):
     ids=[f"{p}-{'x'.join(map(str, s))}-{layout}" for p, s, layout in FLOAT32_CASES],
 )
 def test_wgmma_float32_matches_float64_reference(preset, shape, layout, rng):
-    """Float32 operands converted to their TF32 parts in shared memory (k-major, whatever the
-    operands' layout), within the preset's tolerance: TF32-sized error for one part, float32's
+    """Float32 operands at TF32 (A's block through registers, or both converted in shared
+    memory) or 3xTF32, within the preset's tolerance: TF32-sized error for one part, float32's
     for the split."""
     M, N, K = shape
     a, b = make_operands(M, N, K, F32, layout, rng)
     out = poisoned((M, N), F32, layout=layout)
     if min(shape) > 1:
         check_layouts(layout, a, b, out)
-    numba_gemm.matmul(a, b, out, precision=preset, algorithm="wgmma",
-                      config=SIMULATOR_TF32_WGMMA_CONFIG)  # fmt: skip
+    numba_gemm.matmul(a, b, out, precision=preset, algorithm="wgmma")
     check(out, a, b, F32, preset=preset)
+
+
+# 1 + 3 2^-12: TF32 rounds it to 1 + 2^-10 (to nearest) and truncates it to 1
+NOT_TF32 = np.float32(1 + 3 * 2.0**-12)
+ROUNDED, TRUNCATED = 8 * (1 + 2.0**-10), 8.0
+
+
+def tf32_reads(layout: str, to_device: bool = False) -> float:
+    """C(0, 0) of A (16 x 8, every element ``NOT_TF32``) @ ones (8 x 16), A and B in
+    ``layout`` ("row", "b_col", "a_col"): 8 times A's element as the TF32 kernel multiplies
+    it."""
+    from numba import cuda
+
+    a_layout, b_layout, _ = LAYOUTS[layout]
+    a = np.full((16, 8), NOT_TF32, np.float32)
+    b = np.ones((8, 16), np.float32)
+    a, b = (np.asfortranarray(x) if lay == "col" else x
+            for x, lay in ((a, a_layout), (b, b_layout)))  # fmt: skip
+    if to_device:
+        a, b = cuda.to_device(a), cuda.to_device(b)
+    out = numba_gemm.matmul(a, b, precision=TF32, algorithm="wgmma")
+    return float(np.asarray(out if not to_device else out.copy_to_host())[0, 0])
+
+
+TF32_READS = {"b_col": ROUNDED, "row": TRUNCATED, "a_col": ROUNDED}
+
+
+@pytest.mark.parametrize("layout", TF32_READS)
+def test_tf32_rounds_the_register_operand_and_truncates_the_shared_one(layout):
+    """B k-major (b_col): A through registers, rounded. Only A k-major (row): C^T = B^T A^T,
+    A^T the shared operand, whose low 13 bits the tensor cores drop. Neither (a_col): both
+    converted, rounded. The twin reads as the hardware does (``test_gpu_tf32_reads``)."""
+    assert tf32_reads(layout) == TF32_READS[layout]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", TF32_READS)
+def test_gpu_tf32_reads(layout):
+    from numba import cuda
+
+    if cuda.get_current_device().compute_capability[0] != 9:
+        pytest.skip("wgmma needs a Hopper GPU")
+    assert tf32_reads(layout, to_device=True) == TF32_READS[layout]
 
 
 def test_wgmma_float32_batches(rng):
@@ -130,26 +175,29 @@ def test_auto_takes_mma_on_the_simulator(rng):
 
 
 @pytest.mark.parametrize(
-    "cc, dtype, preset, kernel",
+    "cc, dtype, preset, layout, kernel",
     [
-        ((9, 0), BF16, "BF16_BF16_F32", "wgmma_kernel"),
-        ((9, 0), F16, "F16_F16_F32", "wgmma_kernel"),
-        ((9, 0), F32, "TF32_TF32_F32", "wgmma_tf32_kernel"),
-        ((9, 0), F32, "TF32_TF32_F32_X3", "wgmma_tf32_kernel"),
-        ((9, 0), F32, "BF16_BF16_F32", "mma_kernel"),  # bf16 from float32: mma.sync
-        ((9, 0), F32, "BF16_BF16_F32_X6", "mma_kernel"),
-        ((8, 0), F32, "TF32_TF32_F32", "mma_kernel"),
-        ((8, 0), BF16, "BF16_BF16_F32", "mma_kernel"),
-        ((8, 9), F16, "F16_F16_F32", "mma_kernel"),
+        ((9, 0), BF16, "BF16_BF16_F32", "row", "wgmma_kernel"),
+        ((9, 0), F16, "F16_F16_F32", "a_col", "wgmma_kernel"),
+        ((9, 0), F32, "TF32_TF32_F32", "row", "wgmma_kernel"),  # A k-major: C^T = B^T A^T
+        ((9, 0), F32, "TF32_TF32_F32", "b_col", "wgmma_kernel"),  # B k-major
+        ((9, 0), F32, "TF32_TF32_F32", "a_col", "wgmma_converting_kernel"),  # neither
+        ((9, 0), F32, "TF32_TF32_F32_X3", "row", "wgmma_converting_kernel"),
+        ((9, 0), F32, "BF16_BF16_F32", "row", "mma_kernel"),  # bf16 from float32: mma.sync
+        ((9, 0), F32, "BF16_BF16_F32_X6", "row", "mma_kernel"),
+        ((8, 0), F32, "TF32_TF32_F32", "row", "mma_kernel"),
+        ((8, 0), BF16, "BF16_BF16_F32", "row", "mma_kernel"),
+        ((8, 9), F16, "F16_F16_F32", "row", "mma_kernel"),
     ],
 )
-def test_auto_picks_wgmma_where_it_takes_the_preset(cc, dtype, preset, kernel, monkeypatch):
+def test_auto_picks_the_kernel_that_takes_the_preset(cc, dtype, preset, layout, kernel,
+                                                      monkeypatch, rng):  # fmt: skip
     from numba_gemm import api
     from numba_gemm.descriptor import describe
 
     monkeypatch.setattr(api, "compute_capability", lambda: cc)
-    a = np.ones((8, 8), dtype)
-    launch = api.plan(describe(a), describe(a.copy()), describe(np.empty((8, 8), dtype)),
+    a, b = make_operands(8, 8, 8, dtype, layout, rng)
+    launch = api.plan(describe(a), describe(b), describe(np.empty((8, 8), dtype)),
                       "auto", None, PRESETS[preset])  # fmt: skip
     assert launch.kernel.py_func.__name__ == kernel
 
@@ -192,8 +240,9 @@ def test_copies_refuse_a_tile_they_cannot_step_through(rng):
         ({"algorithm": "wgmma", "config": WgmmaConfig(64, 320)}, BF16, ValueError, "up to 256"),
         ({"algorithm": "wgmma", "config": WgmmaConfig(64, 64, 2)}, BF16, ValueError, "stages"),
         ({"precision": "BF16_BF16_F32_X6", "config": WgmmaConfig()}, F32, ValueError, "bfloat16"),
-        ({"precision": TF32, "config": WgmmaConfig(64, 64)}, F32, ValueError, "must be 128"),
-        ({"precision": TF32, "config": WgmmaConfig(128, 64, 1)}, F32, ValueError, "stages"),
+        ({"precision": TF32_X3, "config": WgmmaConfig(64, 64)}, F32, ValueError, "must be 128"),
+        ({"precision": TF32_X3, "config": WgmmaConfig(128, 64, 1)}, F32, ValueError, "stages"),
+        ({"precision": TF32, "config": WgmmaConfig(128, 64, 2)}, F32, ValueError, "stages"),
     ],
 )
 def test_wgmma_refusals(kwargs, dtype, error, fragment):

@@ -25,6 +25,10 @@ mode). In the layout above: k-major blocks step 1024 bytes per 8 rows of m/n (st
 and start 32 bytes further per wgmma; m/n-major blocks step 1024 bytes per 8 k (stride offset)
 and 8 KB per 64 m/n (leading offset), and start 2 KB further per 16 k. ``wgmma``'s transpose
 flags say which; TF32 blocks have no transpose: both must be k-major.
+
+A TF32 ``wgmma`` may take its A block from registers instead (:func:`wgmma_registers`): each
+thread then holds four words of its warp's 16 rows (:func:`register_fragment_loader` reads
+them from a tile in either layout), so A may lie either way while B is read k-major.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import ml_dtypes
 import numpy as np
 from numba import cuda, types
 
-from .fragments import toward_zero
+from .fragments import round_tf32, toward_zero
 
 __all__ = [
     "TILE_K",
@@ -51,6 +55,9 @@ __all__ = [
     "block_start",
     "aligned_start",
     "wgmma",
+    "wgmma_registers",
+    "REGISTER_WORDS",
+    "register_fragment_loader",
     "wgmma_fence",
     "wgmma_commit",
     "wgmma_wait",
@@ -69,6 +76,10 @@ BLOCK_K_BYTES = 32  # k bytes of a block one wgmma reads: 16 16-bit elements, 8 
 WGMMA_K = BLOCK_K_BYTES // ELEMENT_BYTES  # k per wgmma (16-bit operands)
 WARPGROUP = 128  # threads: 4 consecutive warps
 ALIGNMENT = ATOM_BYTES
+WARP_ROWS = 16  # rows of A a warp's registers hold for a register-A wgmma
+# Words of a register-A (TF32) block a thread holds: 4 on a GPU; on the simulator, whose
+# threads cannot read each other's registers, its warp's whole 16 x 8 block, row-major.
+REGISTER_WORDS = WARP_ROWS * 8 if SIMULATED else 4
 
 
 def tile_k(element_bytes: int) -> int:
@@ -153,7 +164,7 @@ def _twin_block(smem, start: int, axis: str, rows: np.ndarray, operand: str) -> 
     byte = _element_byte(axis, start * size, x, k, size)
     words = np.asarray(smem).view(np.uint32 if size == 4 else np.uint16)[byte // size]
     if operand == "tf32":
-        return (words & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
+        return _tf32_read(words.view(np.float32))
     kind = ml_dtypes.bfloat16 if operand == "bf16" else np.float16
     return words.view(kind).astype(np.float64)
 
@@ -178,19 +189,122 @@ def wgmma(operand: str, n: int, a_axis: str, b_axis: str):
     if SIMULATED:
 
         def wgmma_twin(acc, smem, a_start, b_start, accumulate):
-            thread = threading.current_thread().threadIdx.x % WARPGROUP
-            warp, lane = thread // 32, thread % 32
+            warp, lane = _twin_thread()
             rows = 16 * warp + lane // 4 + np.array([0, 8])  # this thread's rows of C
-            cols = (8 * np.arange(n // 8)[:, None] + 2 * (lane % 4) + np.arange(2)).ravel()
             a = _twin_block(smem, a_start, a_axis, rows, operand)  # (2, k)
-            b = _twin_block(smem, b_start, b_axis, cols, operand)  # (n / 4, k)
-            # acc[4 j + e] is C(rows[e // 2], 8 j + 2 t + e % 2): (row, j, col) -> (j, row, col)
-            sums = (a @ b.T).reshape(2, n // 8, 2).transpose(1, 0, 2).ravel()
-            previous = np.asarray(acc[: n // 2], np.float64) if accumulate else 0.0
-            acc[: n // 2] = toward_zero(previous + sums)
+            _twin_accumulate(acc, a, smem, b_start, b_axis, n, operand, lane, accumulate)
 
         return wgmma_twin
     return _wgmma_async(operand, n, a_axis, b_axis)
+
+
+def _twin_thread() -> tuple[int, int]:
+    """Twin helper: (warp within the warpgroup, lane) of the simulator's current thread."""
+    thread = threading.current_thread().threadIdx.x % WARPGROUP
+    return thread // 32, thread % 32
+
+
+def _twin_accumulate(acc, a, smem, b_start, b_axis, n, operand, lane, accumulate):
+    """Twin helper: this thread's accumulators += its two rows of A (``a``: (2, k) float64
+    values as the tensor cores read them) @ the k x ``n`` block of B at ``b_start``."""
+    cols = (8 * np.arange(n // 8)[:, None] + 2 * (lane % 4) + np.arange(2)).ravel()
+    b = _twin_block(smem, b_start, b_axis, cols, operand)  # (n / 4, k)
+    # acc[4 j + e] is C(rows[e // 2], 8 j + 2 t + e % 2): (row, j, col) -> (j, row, col)
+    sums = (a @ b.T).reshape(2, n // 8, 2).transpose(1, 0, 2).ravel()
+    previous = np.asarray(acc[: n // 2], np.float64) if accumulate else 0.0
+    acc[: n // 2] = toward_zero(previous + sums)
+
+
+def _tf32_read(words: np.ndarray) -> np.ndarray:
+    """Twin helper: float32 words as the tensor cores read TF32 (their top 19 bits), float64."""
+    kept = np.asarray(words, np.float32).view(np.uint32) & np.uint32(0xFFFFE000)
+    return kept.view(np.float32).astype(np.float64)
+
+
+@functools.cache
+def register_fragment_loader(axis: str, extent_x: int):
+    """Device function ``load(frag, index, smem, tile, x0, step)``: this thread's words of the
+    16 x 8 block at rows ``x0`` .. ``x0 + 15`` (``x0`` a multiple of 16: a warp's rows) and k
+    ``8 step`` .. of a float32 tile of ``extent_x`` rows stored ``axis``-contiguous at element
+    ``tile`` of ``smem`` (swizzled, :func:`tile_slot`), rounded to TF32 (``cvt.rna``: to
+    nearest, ties away) into ``frag[index:index + REGISTER_WORDS]`` as float32: the layout
+    :func:`wgmma_registers` reads.
+
+    On a GPU word j is row ``g + 8 (j % 2)``, k ``t + 4 (j // 2)`` (lane = 4 g + t), read by
+    one 4-byte shared load. With the rows' low bits known (``x0`` % 16 == 0) the slot is the
+    thread's first word plus constants and an xor with one per-thread value (k-major: g, the
+    row's place in its swizzle atom; x-major: a value of g, t and x0), checked here against
+    :func:`tile_slot` for every thread, row block and step. A warp's k-major loads hit 32
+    distinct banks, its x-major ones two per bank."""
+    if axis not in ("k", "x"):
+        raise ValueError(f"a tile is stored k- or x-contiguous; got {axis!r}")
+    slot = tile_slot(axis, 4)
+    along_k = axis == "k"
+    PER_ROW = tile_k(4)  # 32 float32 per 128-byte row
+
+    def word_slot(x0, lane, step, j):
+        """Element offset from the tile's start of word j of lane ``lane`` at k step ``step``
+        for the rows from ``x0``."""
+        g, t = lane >> 2, lane & 3
+        row_half, k_half = j & 1, j >> 1
+        if along_k:
+            return (x0 + g) * PER_ROW + 8 * PER_ROW * row_half + 4 * ((2 * step + k_half) ^ g) + t
+        value = (((x0 & 31) >> 2) + (g >> 2)) ^ t
+        k = 8 * step + t + 4 * k_half
+        return (x0 >> 5) * 1024 + k * PER_ROW + 4 * (value ^ (2 * row_half + 4 * k_half)) + (g & 3)
+
+    for x0 in range(0, extent_x, WARP_ROWS):  # the terms give every word's slot
+        for lane in range(32):
+            for step in range(TF32_TILE_K // 8):
+                for j in range(4):
+                    x = x0 + (lane >> 2) + 8 * (j & 1)
+                    k = 8 * step + (lane & 3) + 4 * (j >> 1)
+                    assert word_slot(x0, lane, step, j) == slot(x, k), (x0, lane, step, j)
+    if SIMULATED:
+        rows, ks = np.meshgrid(np.arange(WARP_ROWS), np.arange(8), indexing="ij")
+
+        def load_twin(frag, index, smem, tile, x0, step):
+            words = np.asarray(smem)[tile + slot(x0 + rows, 8 * step + ks)].ravel()
+            bits = (words.view(np.uint32) + np.uint32(0x1000)) & np.uint32(0xFFFFE000)
+            frag[index : index + REGISTER_WORDS] = bits.view(np.float32)  # cvt.rna's rounding
+
+        return load_twin
+    word_slot = cuda.jit(device=True)(word_slot)
+
+    @cuda.jit(device=True)
+    def load(frag, index, smem, tile, x0, step):
+        lane = cuda.laneid
+        for j in range(4):
+            # the index as unsigned: Numba wraps signed ones around (a compare, a select)
+            frag[index + j] = round_tf32(smem[np.uint64(tile + word_slot(x0, lane, step, j))])
+
+    return load
+
+
+@functools.cache
+def wgmma_registers(operand: str, n: int, b_axis: str):
+    """Device function ``wgmma(acc, frag, index, smem, b_start, accumulate)``: as
+    :func:`wgmma`, with the 64 x 8 block of A from registers: this thread's words
+    ``frag[index:index + REGISTER_WORDS]`` (float32 holding TF32 values, as
+    :func:`register_fragment_loader` lays them out; the tensor cores read their top 19 bits).
+    TF32 only, B's block k-major; the registers must stay unchanged until the wgmma completes
+    (ptxas keeps them so until the :func:`wgmma_wait` that covers it)."""
+    if operand != "tf32":
+        raise ValueError(f"wgmma from registers here takes tf32 operands; got {operand!r}")
+    if b_axis != "k":
+        raise ValueError("TF32 wgmma reads k-major blocks only (it has no transpose)")
+    if n % 8 or not 8 <= n <= 256:
+        raise ValueError(f"wgmma's n is a multiple of 8 in [8, 256]; got {n}")
+    if SIMULATED:
+
+        def wgmma_twin(acc, frag, index, smem, b_start, accumulate):
+            _, lane = _twin_thread()
+            block = np.asarray(frag[index : index + REGISTER_WORDS]).reshape(WARP_ROWS, 8)
+            a = _tf32_read(block[[lane // 4, lane // 4 + 8]])  # (2, 8)
+            _twin_accumulate(acc, a, smem, b_start, b_axis, n, operand, lane, accumulate)
+
+        return wgmma_twin
+    return _wgmma_registers_async(n)
 
 
 if SIMULATED:
@@ -346,5 +460,62 @@ else:
                 return context.get_dummy_value()
 
             return types.void(acc, smem, a_start, b_start, accumulate), codegen
+
+        return intrinsic(typer)
+
+    def _wgmma_registers_async(n: int):
+        words = n // 2
+        outputs = ", ".join(f"${i}" for i in range(words))
+        a_words = ", ".join(f"${2 * words + i}" for i in range(4))
+        text = (
+            "{ .reg .pred scale_d; "
+            f"setp.ne.b32 scale_d, ${2 * words + 5}, 0; "
+            f"wgmma.mma_async.sync.aligned.m64n{n}k8.f32.tf32.tf32 "
+            f"{{{outputs}}}, {{{a_words}}}, ${2 * words + 4}, scale_d, 1, 1; }}"
+        )
+        constraints = ",".join(
+            ["=f"] * words + [str(i) for i in range(words)] + ["r"] * 4 + ["l", "r"]
+        )
+
+        def typer(typingctx, acc, frag, index, smem, b_start, accumulate):
+            if not (
+                isinstance(acc, types.Array)
+                and acc.dtype == types.float32
+                and isinstance(frag, types.Array)
+                and frag.dtype == types.float32
+                and isinstance(smem, types.Array)
+                and smem.dtype.bitwidth == 32
+                and isinstance(accumulate, (types.Integer, types.Boolean))
+            ):
+                return None
+
+            def codegen(context, builder, sig, args):
+                acc_t, frag_t, smem_t = sig.args[0], sig.args[1], sig.args[3]
+                zero = context.get_constant(types.intp, 0)
+                c = load_words(context, builder, acc_t, args[0], zero, words)
+                index = context.cast(builder, args[2], sig.args[2], types.intp)
+                a = [
+                    builder.bitcast(word, _I32)
+                    for word in load_words(context, builder, frag_t, args[1], index, 4)
+                ]
+                b_desc = _descriptor(
+                    builder, shared_address(context, builder, smem_t, args[3], args[4]), "k"
+                )
+                asm = ir.InlineAsm(
+                    ir.FunctionType(
+                        ir.LiteralStructType([_F32] * words),
+                        [_F32] * words + [_I32] * 4 + [_I64, _I32],
+                    ),
+                    text,
+                    constraints,
+                    side_effect=True,
+                )
+                scale_d = context.cast(builder, args[5], sig.args[5], types.int32)
+                d = builder.call(asm, c + a + [b_desc, scale_d])
+                store_words(context, builder, acc_t, args[0], zero,
+                            [builder.extract_value(d, i) for i in range(words)])  # fmt: skip
+                return context.get_dummy_value()
+
+            return types.void(acc, frag, index, smem, b_start, accumulate), codegen
 
         return intrinsic(typer)

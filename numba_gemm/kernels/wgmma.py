@@ -44,7 +44,7 @@ runs 8 warps) and ``stages`` >= 2.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 from numba import cuda
@@ -75,13 +75,15 @@ from .ptx import cp_async_commit, cp_async_wait, load_vector, store_vector
 from .tiled import int_fields, kernel_jit, unrolled
 from .warpgroup import (
     ALIGNMENT,
+    OPERAND_BYTES,
+    REGISTER_WORDS,
     TF32_TILE_K,
-    TILE_K,
+    WARP_ROWS,
     WARPGROUP,
-    WGMMA_K,
     aligned_start,
     async_proxy_fence,
     block_start,
+    register_fragment_loader,
     thread_index,
     tile_bytes,
     tile_k,
@@ -90,6 +92,7 @@ from .warpgroup import (
     wgmma_commit,
     wgmma_fence,
     wgmma_k,
+    wgmma_registers,
     wgmma_wait,
 )
 
@@ -97,9 +100,9 @@ __all__ = [
     "WgmmaConfig",
     "DEFAULT_WGMMA_CONFIG",
     "SIMULATOR_WGMMA_CONFIG",
-    "SIMULATOR_TF32_WGMMA_CONFIG",
+    "SIMULATOR_CONVERTING_WGMMA_CONFIG",
     "SMALL_WGMMA_CONFIG",
-    "TF32_WGMMA_CONFIGS",
+    "CONVERTING_WGMMA_CONFIGS",
     "WGMMA_CC",
     "default_wgmma_config",
     "plan_wgmma",
@@ -109,7 +112,7 @@ __all__ = [
 
 WGMMA_CC = (9, 0)  # wgmma: Hopper (sm_90a)
 ROWS_PER_WARPGROUP = 64  # wgmma's m
-IN_FLIGHT = 1  # wgmma groups a warpgroup leaves pending while the next slice's copies go out
+IN_FLIGHT = 1  # slices whose wgmmas a warpgroup leaves pending while the next slice's copies go out
 PART_BUFFERS = 2  # float32 operands: TF32 parts of the slice multiplied and of the next one
 PROMOTE_SLICES = 2  # 3xTF32: slices accumulated by the tensor cores between promotions
 
@@ -138,9 +141,10 @@ class WgmmaConfig:
     def threads(self) -> int:
         return WARPGROUP * self.warpgroups
 
-    def check(self, storage=UINT16) -> None:
+    def check(self, storage=UINT16, converting: bool = False) -> None:
         """``ValueError`` saying which constraint this config breaks for operands stored as
-        ``storage``: uint16 (bf16/f16 bits) or float32 (TF32 presets)."""
+        ``storage`` (uint16: bf16/f16 bits; float32: TF32 presets), in the converting kernel
+        (``converting``) or the other."""
         storage = np.dtype(storage)
         if storage.itemsize not in (2, 4):
             raise ValueError(
@@ -155,10 +159,10 @@ class WgmmaConfig:
                 f"WgmmaConfig.block_m = {self.block_m} must be 64, 128, 192 or 256 (64 rows "
                 "per warpgroup)"
             )
-        if storage.itemsize == 4 and self.warpgroups != 2:
+        if converting and self.warpgroups != 2:
             raise ValueError(
-                f"WgmmaConfig.block_m = {self.block_m} must be 128 for float32 operands "
-                "(their conversion runs 8 warps)"
+                f"WgmmaConfig.block_m = {self.block_m} must be 128 where float32 operands are "
+                "converted (neither k-major, or TF32_TF32_F32_X3: the conversion runs 8 warps)"
             )
         if self.block_n % 64 or self.block_n > 256:
             raise ValueError(
@@ -172,27 +176,27 @@ class WgmmaConfig:
                     f"a {tile} x {k} tile must split into whole 16-byte copies for each "
                     f"of the {self.threads} threads"
                 )
-        if storage.itemsize == 2 and self.stages < IN_FLIGHT + 2:
+        if converting:
+            if self.stages < 2:
+                raise ValueError(
+                    "WgmmaConfig.stages must be >= 2 where float32 operands are converted: "
+                    "one slice converted while the next loads"
+                )
+        elif self.stages < IN_FLIGHT + 2:
             raise ValueError(
                 f"WgmmaConfig.stages must be >= {IN_FLIGHT + 2}: {IN_FLIGHT} slice(s) being "
                 "multiplied and at least one loading"
             )
-        if self.stages < 2:
-            raise ValueError(
-                "WgmmaConfig.stages must be >= 2 for float32 operands: one slice converted "
-                "while the next loads"
-            )
 
-    def shared_bytes(self, storage=UINT16, parts: int = 1) -> int:
-        """Dynamic shared memory per CTA: ``stages`` tiles of A and B (for float32 operands,
-        as loaded, plus two buffers of their ``parts`` TF32 parts), or after the k loop in the
-        same memory the float32 C tile (rows padded by 16 bytes), and room to start them at a
-        1024-byte boundary (the swizzle's period)."""
+    def shared_bytes(self, parts: int = 0) -> int:
+        """Dynamic shared memory per CTA: ``stages`` tiles of A and B (with ``parts`` > 0, the
+        converting kernel's, plus two buffers of their ``parts`` TF32 parts), or after the k
+        loop in the same memory the float32 C tile (lines padded by 16 bytes, either way
+        round), and room to start them at a 1024-byte boundary (the swizzle's period)."""
         slice_bytes = tile_bytes(self.block_m) + tile_bytes(self.block_n)
-        pipeline = self.stages * slice_bytes
-        if np.dtype(storage).itemsize == 4:
-            pipeline += PART_BUFFERS * parts * slice_bytes
-        c_tile = self.block_m * (self.block_n * 4 + VECTOR_BYTES)
+        pipeline = (self.stages + PART_BUFFERS * parts) * slice_bytes
+        c_tile = max(self.block_m * (self.block_n * 4 + VECTOR_BYTES),
+                     self.block_n * (self.block_m * 4 + VECTOR_BYTES))  # fmt: skip
         return max(pipeline, c_tile) + ALIGNMENT
 
     def label(self) -> str:
@@ -200,35 +204,35 @@ class WgmmaConfig:
 
 
 # Two warpgroups of 64 x 256: 128 accumulators per thread, each 16 x 256 block of B read by
-# both warpgroups; four stages of 48 KB fill the shared memory of an SM.
+# both warpgroups; four stages of 48 KB (64 k of 16-bit operands, 32 k of float32 ones) fill
+# the shared memory of an SM.
 DEFAULT_WGMMA_CONFIG = WgmmaConfig(128, 256, 4, 8)
 # Problems too small for half a wave of those tiles: 128 x 128 tiles (twice the CTAs), six
 # stages of 32 KB.
 SMALL_WGMMA_CONFIG = WgmmaConfig(128, 128, 6, 8)
 
-# Float32 operands: 128 x 128 tiles (two accumulator sets fit the registers where the split
-# preset keeps float32 totals); four 32 KB slices as loaded and two 32 KB buffers of TF32
-# operands (192 KB), or for the two-part split three slices and two buffers of two parts each
-# (224 KB).
-TF32_WGMMA_CONFIGS = {1: WgmmaConfig(128, 128, 4, 8), 2: WgmmaConfig(128, 128, 3, 8)}
+# The converting kernel: 128 x 128 tiles (two accumulator sets fit the registers where the
+# split preset keeps float32 totals); four 32 KB slices as loaded and two 32 KB buffers of
+# TF32 operands (192 KB), or for the two-part split three slices and two buffers of two parts
+# each (224 KB).
+CONVERTING_WGMMA_CONFIGS = {1: WgmmaConfig(128, 128, 4, 8), 2: WgmmaConfig(128, 128, 3, 8)}
 
 # On the simulator, small tiles (the kernel code is the same): one warpgroup, or the two that
-# float32 operands' conversion needs.
+# the converting kernel needs.
 SIMULATOR_WGMMA_CONFIG = WgmmaConfig(64, 64, 3, 1)
-SIMULATOR_TF32_WGMMA_CONFIG = WgmmaConfig(128, 64, 2, 1)
+SIMULATOR_CONVERTING_WGMMA_CONFIG = WgmmaConfig(128, 64, 2, 1)
 
 
-def default_wgmma_config(M: int, N: int, batch: int = 1, preset: Preset | None = None
+def default_wgmma_config(M: int, N: int, batch: int = 1, converting_parts: int = 0
                          ) -> WgmmaConfig:  # fmt: skip
-    """The tiles for an M x N product (``batch`` of them) under ``preset`` when the caller
-    gives none: for TF32 presets :data:`TF32_WGMMA_CONFIGS`; for 16-bit operands
-    :data:`DEFAULT_WGMMA_CONFIG`, or :data:`SMALL_WGMMA_CONFIG` where its tiles would occupy
-    fewer than half the SMs."""
-    tf32 = preset is not None and preset.operand == "tf32"
+    """The tiles for an M x N product (``batch`` of them) when the caller gives none: for the
+    converting kernel (``converting_parts`` TF32 parts, > 0) :data:`CONVERTING_WGMMA_CONFIGS`;
+    else :data:`DEFAULT_WGMMA_CONFIG`, or :data:`SMALL_WGMMA_CONFIG` where its tiles would
+    occupy fewer than half the SMs."""
     if simulated():
-        return SIMULATOR_TF32_WGMMA_CONFIG if tf32 else SIMULATOR_WGMMA_CONFIG
-    if tf32:
-        return TF32_WGMMA_CONFIGS[preset.parts]
+        return SIMULATOR_CONVERTING_WGMMA_CONFIG if converting_parts else SIMULATOR_WGMMA_CONFIG
+    if converting_parts:
+        return CONVERTING_WGMMA_CONFIGS[converting_parts]
     big = DEFAULT_WGMMA_CONFIG
     tiles = cdiv(M, big.block_m) * cdiv(N, big.block_n) * batch
     return SMALL_WGMMA_CONFIG if 2 * tiles < multiprocessors() else big
@@ -259,74 +263,137 @@ def _stage_loader(config: WgmmaConfig, storage, a_mode: tuple, b_mode: tuple):
     return load_stage
 
 
-@functools.cache
-def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode: tuple,
-            c_vectors: bool):  # fmt: skip
-    """The kernel specialised for one config, operand kind, output dtype, operand layouts and
-    whether C's rows take 16-byte stores (``c_vectors``)."""
-    BLOCK_M, BLOCK_N, STAGES = config.block_m, config.block_n, config.stages
-    GROUP_M = config.group_m
-    THREADS = config.threads
-    LOOKAHEAD = STAGES - 1 - IN_FLIGHT  # slices loading ahead of the one multiplied
-    ACC_SIZE = BLOCK_N // 2
-    A_STAGE, B_STAGE = tile_bytes(BLOCK_M) // 2, tile_bytes(BLOCK_N) // 2  # elements
-    B_BASE = STAGES * A_STAGE
-    a_axis, b_axis = a_mode[0], b_mode[0]
+def _shared_slice(config: WgmmaConfig, operand: str, a_axis: str, b_axis: str):
+    """Device function ``multiply_slice(acc, frag, smem, a_tile, b_start, tid)`` for 16-bit
+    operands: the warpgroup's wgmmas of one slice, A's block of its 64 rows and B's read from
+    the tiles at ``a_tile`` and ``b_start`` (``frag`` unused), committed as one group; then a
+    wait until at most ``IN_FLIGHT`` slices' groups are pending, so that the next slice's
+    copies and the tensor cores overlap."""
     A_WARPGROUP = block_start(a_axis, ROWS_PER_WARPGROUP, 0)  # a warpgroup's rows of A
-    A_K_STEP, B_K_STEP = block_start(a_axis, 0, 1), block_start(b_axis, 0, 1)  # per 16 k
-    load_stage = _stage_loader(config, UINT16, a_mode, b_mode)
-    multiply = wgmma(operand, BLOCK_N, a_axis, b_axis)
-    copies_landed = cp_async_wait(LOOKAHEAD - 1)
-    wgmma_in_flight, wgmma_done = wgmma_wait(IN_FLIGHT), wgmma_wait(0)
-    origin = tile_origin(BLOCK_M, BLOCK_N, GROUP_M)
+    A_K_STEP, B_K_STEP = block_start(a_axis, 0, 1), block_start(b_axis, 0, 1)  # per wgmma
+    multiply = wgmma(operand, config.block_n, a_axis, b_axis)
+    in_flight = wgmma_wait(IN_FLIGHT)
 
     @cuda.jit(device=True)
     def k_step(acc, smem, a_start, b_start, kk):
         multiply(acc, smem, a_start + kk * A_K_STEP, b_start + kk * B_K_STEP, 1)
 
-    multiply_slice = unrolled(k_step, TILE_K // WGMMA_K, "acc, smem, a_start, b_start")
+    steps = unrolled(k_step, tile_k(2) // wgmma_k(operand), "acc, smem, a_start, b_start")
 
+    @cuda.jit(device=True)
+    def multiply_slice(acc, frag, smem, a_tile, b_start, tid):
+        wgmma_fence()
+        steps(acc, smem, a_tile + (tid // WARPGROUP) * A_WARPGROUP, b_start)
+        wgmma_commit()
+        in_flight()
+
+    return multiply_slice
+
+
+def _register_slice(config: WgmmaConfig, a_axis: str):
+    """Device function ``multiply_slice(acc, frag, smem, a_tile, b_start, tid)`` for float32
+    operands at TF32. Per 8 k: each warp waits until the wgmma that last read these registers
+    (the previous slice's, ``STEPS`` groups ago) has completed, reads its 16 rows of A's block
+    from the tile at ``a_tile`` (stored ``a_axis``-contiguous) into them rounded to TF32
+    (``frag``: a block's words per k step), and its warpgroup issues one register-A wgmma with
+    B's k-major block, a group of its own. ``STEPS - 1`` groups stay in flight, so the slice
+    before this one is done with its buffers when the call returns."""
+    STEPS = TF32_TILE_K // wgmma_k("tf32")
+    B_K_STEP = block_start("k", 0, 1, OPERAND_BYTES["tf32"])
+    load = register_fragment_loader(a_axis, config.block_m)
+    multiply = wgmma_registers("tf32", config.block_n, "k")
+    registers_free = wgmma_wait(STEPS - 1)  # the wgmma STEPS groups back has read them
+
+    @cuda.jit(device=True)
+    def k_step(acc, frag, smem, a_tile, b_start, x0, kk):
+        registers_free()
+        load(frag, kk * REGISTER_WORDS, smem, a_tile, x0, kk)
+        wgmma_fence()  # the words written, before the wgmma reads them
+        multiply(acc, frag, kk * REGISTER_WORDS, smem, b_start + kk * B_K_STEP, 1)
+        wgmma_commit()
+
+    steps = unrolled(k_step, STEPS, "acc, frag, smem, a_tile, b_start, x0")
+
+    @cuda.jit(device=True)
+    def multiply_slice(acc, frag, smem, a_tile, b_start, tid):
+        steps(acc, frag, smem, a_tile, b_start, (tid // 32) * WARP_ROWS)  # warp w: rows 16 w..
+
+    return multiply_slice
+
+
+@functools.cache
+def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode: tuple,
+            c_mode: tuple, transposed: bool = False):  # fmt: skip
+    """The kernel specialised for one config, operand kind ("bf16", "f16": 16-bit operands,
+    both blocks from shared memory; "tf32": float32 operands, A's block from registers
+    rounded to TF32, B k-major), output dtype, operand layouts and C's (``c_mode``), as the
+    kernel sees them: with ``transposed`` it takes A, B, C and computes C^T = B^T A^T (the
+    modes are B^T's, A^T's and C^T's)."""
+    BLOCK_M, BLOCK_N, STAGES = config.block_m, config.block_n, config.stages
+    GROUP_M = config.group_m
+    THREADS = config.threads
+    REGISTER_A, TRANSPOSED = operand == "tf32", transposed
+    SIZE = OPERAND_BYTES[operand]
+    STORAGE = FLOAT32 if REGISTER_A else UINT16
+    SLICE_K = tile_k(SIZE)
+    LOOKAHEAD = STAGES - 1 - IN_FLIGHT  # slices loading ahead of the one multiplied
+    ACC_SIZE = BLOCK_N // 2
+    FRAG_SIZE = SLICE_K // wgmma_k(operand) * REGISTER_WORDS if REGISTER_A else 1
+    A_STAGE, B_STAGE = tile_bytes(BLOCK_M) // SIZE, tile_bytes(BLOCK_N) // SIZE  # elements
+    B_BASE = STAGES * A_STAGE
+    load_stage = _stage_loader(config, STORAGE, a_mode, b_mode)
+    if REGISTER_A:
+        multiply_slice = _register_slice(config, a_mode[0])
+    else:
+        multiply_slice = _shared_slice(config, operand, a_mode[0], b_mode[0])
+    copies_landed = cp_async_wait(LOOKAHEAD - 1)
+    wgmma_done = wgmma_wait(0)
+    origin = tile_origin(BLOCK_M, BLOCK_N, GROUP_M)
     zero_all = accumulator_zeroer(ACC_SIZE)
-    write_c = _c_writer(config, out_dtype, c_vectors)
+    write_c = _c_writer(config, out_dtype, c_mode)
 
     @kernel_jit(THREADS)
     def wgmma_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn,
                      c, stride_cb, stride_cm, stride_cn, M, N, K):  # fmt: skip
-        smem = cuda.shared.array(0, UINT16)
+        if TRANSPOSED:  # C^T = B^T A^T: from here on A is B^T, B is A^T and C is C^T
+            a, b = b, a
+            stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn = (
+                stride_bb, stride_bn, stride_bk, stride_ab, stride_ak, stride_am
+            )  # fmt: skip
+            stride_cm, stride_cn, M, N = stride_cn, stride_cm, N, M
+        smem = cuda.shared.array(0, STORAGE)
         acc = cuda.local.array(ACC_SIZE, np.float32)
+        frag = cuda.local.array(FRAG_SIZE, np.float32)  # TF32: A's words of one slice
         zero_all(acc)
         base = aligned_start(smem)  # the tiles start at a 1024-byte boundary
 
-        # -- which C tile (grouped order); this warpgroup's rows of it -----------------------
+        # -- which C tile (grouped order) ---------------------------------------------------
         m0, n0, batch, a0, b0 = origin(M, N, stride_ab, stride_am, stride_bb, stride_bn)
         tid = cuda.threadIdx.x
-        warpgroup = tid // WARPGROUP
 
         # -- pipeline: LOOKAHEAD slices load ahead of the one multiplied ----------------------
-        k_tiles = (K + TILE_K - 1) // TILE_K
+        k_tiles = (K + SLICE_K - 1) // SLICE_K
         for s in range(LOOKAHEAD):
             if s < k_tiles:
-                load_stage(smem, base, s, s * TILE_K, a, a0, stride_am, stride_ak,
+                load_stage(smem, base, s, s * SLICE_K, a, a0, stride_am, stride_ak,
                            b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid)  # fmt: skip
             cp_async_commit()
         for t in range(k_tiles):
             # Slice t has landed and is visible to the tensor cores; every warpgroup is done
-            # with slice t - 1 - IN_FLIGHT, whose buffer the copies below refill.
+            # with slice t - 1 - IN_FLIGHT, whose buffer the copies below refill (the slice
+            # multipliers leave at most IN_FLIGHT slices' wgmmas pending).
             copies_landed()
             async_proxy_fence()
             cuda.syncthreads()
             ahead = t + LOOKAHEAD
             if ahead < k_tiles:
-                load_stage(smem, base, ahead % STAGES, ahead * TILE_K, a, a0, stride_am,
+                load_stage(smem, base, ahead % STAGES, ahead * SLICE_K, a, a0, stride_am,
                            stride_ak, b, b0, stride_bk, stride_bn, M - m0, N - n0, K,
                            tid)  # fmt: skip
             cp_async_commit()
             stage = t % STAGES
-            wgmma_fence()
-            multiply_slice(acc, smem, base + stage * A_STAGE + warpgroup * A_WARPGROUP,
-                           base + B_BASE + stage * B_STAGE)  # fmt: skip
-            wgmma_commit()
-            wgmma_in_flight()
+            multiply_slice(acc, frag, smem, base + stage * A_STAGE,
+                           base + B_BASE + stage * B_STAGE, tid)  # fmt: skip
         wgmma_done()
 
         # -- epilogue: accumulators -> float32 C tile in shared memory -> C, converted --------
@@ -337,50 +404,60 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     return wgmma_kernel
 
 
-def _c_writer(config: WgmmaConfig, out_dtype: np.dtype, c_vectors: bool):
+def _c_writer(config: WgmmaConfig, out_dtype: np.dtype, c_mode: tuple):
     """Device function ``write_c(c, c0, stride_cm, stride_cn, M, N, m0, n0, c_tile, acc)``:
     the epilogue. The warpgroups write their accumulators ``acc`` (wgmma's layout) into a
     float32 C tile in shared memory (``c_tile``: the CTA's dynamic shared memory as float32,
-    free once every warpgroup is done with the k loop); then every thread converts 16 bytes'
-    worth of C's elements at a time and stores them along C's rows (consecutive threads,
-    consecutive vectors), element by element at the edges or where C's rows are not
-    contiguous and aligned (``c_vectors`` False)."""
+    free once every warpgroup is done with the k loop), its rows along C's contiguous axis
+    (``c_mode``: ``operand_mode`` of C; transposed where C's columns are contiguous); then
+    every thread converts 16 bytes' worth of C's elements at a time and stores them along that
+    axis (consecutive threads, consecutive vectors), element by element at the edges or where
+    C's lines are not contiguous and aligned."""
     BLOCK_M, BLOCK_N, THREADS = config.block_m, config.block_n, config.threads
     ACC_SIZE = BLOCK_N // 2
     convert = output_converter(out_dtype)
     C_STORAGE = storage_dtype(out_dtype)
     C_VEC = VECTOR_BYTES // C_STORAGE.itemsize  # C's elements per 16-byte store
-    C_ROW = BLOCK_N + 4  # the staged float32 C tile's row, padded by 16 bytes (bank conflicts)
-    C_VECTORS = BLOCK_M * BLOCK_N // C_VEC // THREADS  # 16-byte stores per thread
-    C_VECTORS_OK = c_vectors
+    ALONG_M = c_mode[0] == "x"  # C's columns contiguous: the staged tile is n x m
+    ROWS, COLS = (BLOCK_N, BLOCK_M) if ALONG_M else (BLOCK_M, BLOCK_N)  # of the staged tile
+    C_ROW = COLS + 4  # a staged row, padded by 16 bytes (bank conflicts)
+    C_VECTORS = ROWS * COLS // C_VEC // THREADS  # 16-byte stores per thread
+    C_VECTORS_OK = c_mode[1]
 
     @cuda.jit(device=True)
     def stage(c_tile, start, acc, row, col, j):
         # this thread's accumulators of columns 8 j.. into the C tile in shared memory, as they
         # are (converting here, on the accumulator registers, makes ptxas serialise the wgmmas)
         for e in range(4):
-            c_tile[start + (row + 8 * (e // 2)) * C_ROW + col + 8 * j + e % 2] = acc[4 * j + e]
+            m, n = row + 8 * (e // 2), col + 8 * j + e % 2
+            c_tile[start + (n * C_ROW + m if ALONG_M else m * C_ROW + n)] = acc[4 * j + e]
 
     stage_all = unrolled(stage, ACC_SIZE // 4, "c_tile, start, acc, row, col")
 
     @cuda.jit(device=True)
     def store_tile(c, c0, stride_cm, stride_cn, M, N, m0, n0, c_tile, start, floats, vector, tid):
-        # the staged C tile to C, converted: 16-byte stores, consecutive threads along a row
+        # the staged C tile to C, converted: 16-byte stores, consecutive threads along a line
+        corner = c0 + m0 * stride_cm + n0 * stride_cn
+        if ALONG_M:
+            stride_row, stride_col, rows_left, cols_left = stride_cn, stride_cm, N - n0, M - m0
+        else:
+            stride_row, stride_col, rows_left, cols_left = stride_cm, stride_cn, M - m0, N - n0
         for i in range(C_VECTORS):
             v = tid + i * THREADS
-            row, col = v // (BLOCK_N // C_VEC), (v % (BLOCK_N // C_VEC)) * C_VEC
-            m, n = m0 + row, n0 + col
+            row, col = v // (COLS // C_VEC), (v % (COLS // C_VEC)) * C_VEC
             here = start + row * C_ROW + col
-            if C_VECTORS_OK and m < M and n + C_VEC <= N:
+            if C_VECTORS_OK and row < rows_left and col + C_VEC <= cols_left:
                 for q in range(C_VEC // 4):
                     load_vector(floats, 4 * q, c_tile, here + 4 * q)
                 for e in range(C_VEC):
                     vector[e] = convert(floats[e])
-                store_vector(c, c0 + m * stride_cm + n, vector, 0)
-            elif m < M:
+                store_vector(c, corner + row * stride_row + col, vector, 0)
+            elif row < rows_left:
                 for e in range(C_VEC):
-                    if n + e < N:
-                        c[c0 + m * stride_cm + (n + e) * stride_cn] = convert(c_tile[here + e])
+                    if col + e < cols_left:
+                        c[corner + row * stride_row + (col + e) * stride_col] = convert(
+                            c_tile[here + e]
+                        )
 
     @cuda.jit(device=True)
     def write_c(c, c0, stride_cm, stride_cn, M, N, m0, n0, c_tile, acc):
@@ -482,7 +559,7 @@ def _converter(threads: int, extent_x: int, axis: str, parts: int):
 
 @functools.cache
 def _converting_kernel(config: WgmmaConfig, preset: Preset, out_dtype, a_mode: tuple,
-                       b_mode: tuple, c_vectors: bool):  # fmt: skip
+                       b_mode: tuple, c_mode: tuple):  # fmt: skip
     """The kernel for float32 operands under a TF32 preset (one part: rounded; two: split, the
     three partial products added), specialised for one config, preset, output dtype, operand
     layouts and whether C's rows take 16-byte stores.
@@ -531,7 +608,7 @@ def _converting_kernel(config: WgmmaConfig, preset: Preset, out_dtype, a_mode: t
     wgmma_in_flight, wgmma_done = wgmma_wait(IN_FLIGHT), wgmma_wait(0)
     origin = tile_origin(BLOCK_M, BLOCK_N, config.group_m)
     zero_all = accumulator_zeroer(ACC_SIZE)
-    write_c = _c_writer(config, out_dtype, c_vectors)
+    write_c = _c_writer(config, out_dtype, c_mode)
 
     @cuda.jit(device=True)
     def convert_stage(smem, base, stage, buffer, values, tid):
@@ -562,8 +639,9 @@ def _converting_kernel(config: WgmmaConfig, preset: Preset, out_dtype, a_mode: t
     promote_all = unrolled(promote, ACC_SIZE // 4, "total, acc")
 
     @kernel_jit(THREADS)
-    def wgmma_tf32_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn,
-                          c, stride_cb, stride_cm, stride_cn, M, N, K):  # fmt: skip
+    def wgmma_converting_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk,
+                                stride_bn, c, stride_cb, stride_cm, stride_cn, M, N,
+                                K):  # fmt: skip
         smem = cuda.shared.array(0, FLOAT32)
         acc = cuda.local.array(ACC_SIZE, np.float32)
         total = cuda.local.array(TOTAL_SIZE, np.float32)
@@ -624,7 +702,7 @@ def _converting_kernel(config: WgmmaConfig, preset: Preset, out_dtype, a_mode: t
         write_c(c, batch * stride_cb, stride_cm, stride_cn, M, N, m0, n0, smem,
                 total if PROMOTE else acc)  # fmt: skip
 
-    return wgmma_tf32_kernel
+    return wgmma_converting_kernel
 
 
 WGMMA_PRESETS = ("BF16_BF16_F32", "F16_F16_F32", "TF32_TF32_F32", "TF32_TF32_F32_X3")
@@ -637,39 +715,60 @@ def wgmma_takes(preset: Preset, dtype) -> bool:
     return preset.name in WGMMA_PRESETS and sixteen_bit == (preset.operand != "tf32")
 
 
-def plan_wgmma(config: WgmmaConfig, preset: Preset, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc
-               ) -> KernelLaunch:  # fmt: skip
+def _transposed(desc: MatrixDesc) -> MatrixDesc:
+    """The same matrix viewed transposed (shape and strides swapped, the same memory)."""
+    return replace(desc, shape=desc.shape[::-1], strides=desc.strides[::-1])
+
+
+def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: MatrixDesc,
+               c: MatrixDesc) -> KernelLaunch:  # fmt: skip
     """The launch of a ``wgmma`` kernel on validated operands: C (M x N) = A (M x K) @
-    B (K x N) under ``preset`` for each of ``c.batch`` products. 16-bit operands at
-    ``BF16_BF16_F32`` / ``F16_F16_F32``, float32 ones at ``TF32_TF32_F32`` or
-    ``TF32_TF32_F32_X3`` (the converting kernel)."""
+    B (K x N) under ``preset`` for each of ``c.batch`` products (``config`` None: the default
+    for the kernel chosen).
+
+    1. 16-bit operands at ``BF16_BF16_F32`` / ``F16_F16_F32``: the kernel reads both as they
+       lie.
+    2. Float32 operands at ``TF32_TF32_F32`` where B is k-major: A from registers, B as it
+       lies; where only A is, the same kernel computes C^T = B^T A^T (``transposed``: B^T
+       goes through registers, A^T is the k-major one; the arguments stay A, B, C).
+    3. Otherwise (``TF32_TF32_F32_X3``, or neither operand k-major) the converting kernel."""
     if not wgmma_takes(preset, a.dtype):
         raise ValueError(
             "the wgmma kernels take bfloat16 or float16 operands at their own precision and "
             f"float32 ones at TF32_TF32_F32 or TF32_TF32_F32_X3; got {a.dtype} operands at "
             f"{preset.name}"
         )
-    config.check(a.dtype)
     storage = storage_dtype(a.dtype)
     a, b = storage_view(a, storage), storage_view(b, storage)
-    out_dtype = c.dtype
+    out_dtype = np.dtype(c.dtype)
     if c.dtype.itemsize == 2:
         c = storage_view(c, UINT16)
-    a_mode, b_mode = operand_mode(a, True), operand_mode(b, False)
-    c_vectors = operand_mode(c, True) == ("k", True)  # rows contiguous, 16-byte aligned
-    shared = config.shared_bytes(storage, preset.parts)
+    converting = storage == FLOAT32 and preset.parts > 1
+    transposed = False  # the kernel computes C^T = B^T A^T
+    if storage == FLOAT32 and not converting and operand_mode(b, False)[0] != "k":
+        transposed = operand_mode(a, True)[0] == "k"
+        converting = not transposed
+    # the product as the kernel computes it: X (M x K) @ Y (K x N) -> D
+    x, y, d = (_transposed(b), _transposed(a), _transposed(c)) if transposed else (a, b, c)
+    (M, K), N = x.shape, y.shape[1]
+    parts = preset.parts if converting else 0
+    config = config or default_wgmma_config(M, N, c.batch, parts)
+    config.check(storage, converting)
+    x_mode, y_mode, d_mode = operand_mode(x, True), operand_mode(y, False), operand_mode(d, True)
+    shared = config.shared_bytes(parts)
     if shared > STATIC_SHARED_LIMIT and shared > (limit := shared_memory_limit()):
         raise ValueError(
             f"{config.label()} needs {shared} bytes of shared memory per block; this device "
             f"allows {limit}"
         )
-    (M, K), N = a.shape, b.shape[1]
-    if storage == FLOAT32:
-        kernel = _converting_kernel(config, preset, np.dtype(out_dtype), a_mode, b_mode,
-                                    c_vectors)  # fmt: skip
+    if converting:
+        kernel = _converting_kernel(config, preset, out_dtype, x_mode, y_mode, d_mode)
     else:
-        kernel = _kernel(config, preset.operand, np.dtype(out_dtype), a_mode, b_mode, c_vectors)
+        kernel = _kernel(config, preset.operand, out_dtype, x_mode, y_mode, d_mode, transposed)
     grid = (cdiv(M, config.block_m) * cdiv(N, config.block_n), c.batch)
+    # the arguments in the caller's order (A, B, C: XLA's buffers), whatever the kernel makes
+    # of them
+    (M, K), N = a.shape, b.shape[1]
     return kernel_launch(kernel, grid, config.threads, shared,
                          (a, a.batch_stride, *a.strides, b, b.batch_stride, *b.strides,
                           c, c.batch_stride, *c.strides, M, N, K))  # fmt: skip
