@@ -27,8 +27,8 @@ and 8 KB per 64 m/n (leading offset), and start 2 KB further per 16 k. ``wgmma``
 flags say which; TF32 blocks have no transpose: both must be k-major.
 
 A TF32 ``wgmma`` may take its A block from registers instead (:func:`wgmma_registers`): each
-thread then holds four words of its warp's 16 rows (:func:`register_fragment_loader` reads
-them from a tile in either layout), so A may lie either way while B is read k-major.
+warp holds its 16 rows as ``mma.sync``'s A fragment (:func:`register_fragment_loader` reads
+it from a swizzled tile in either layout), so A may lie either way while B is read k-major.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import ml_dtypes
 import numpy as np
 from numba import cuda, types
 
-from .fragments import round_tf32, toward_zero
+from .fragments import float_bits, round_tf32, toward_zero
 
 __all__ = [
     "TILE_K",
@@ -56,6 +56,7 @@ __all__ = [
     "aligned_start",
     "wgmma",
     "wgmma_registers",
+    "registers_read",
     "REGISTER_WORDS",
     "register_fragment_loader",
     "wgmma_fence",
@@ -227,8 +228,9 @@ def register_fragment_loader(axis: str, extent_x: int):
     16 x 8 block at rows ``x0`` .. ``x0 + 15`` (``x0`` a multiple of 16: a warp's rows) and k
     ``8 step`` .. of a float32 tile of ``extent_x`` rows stored ``axis``-contiguous at element
     ``tile`` of ``smem`` (swizzled, :func:`tile_slot`), rounded to TF32 (``cvt.rna``: to
-    nearest, ties away) into ``frag[index:index + REGISTER_WORDS]`` as float32: the layout
-    :func:`wgmma_registers` reads.
+    nearest, ties away) into ``frag[index:index + REGISTER_WORDS]``: the layout
+    :func:`wgmma_registers` reads (``mma.sync``'s TF32 A fragment; uint32 bits on a GPU,
+    float32 values on the simulator).
 
     On a GPU word j is row ``g + 8 (j % 2)``, k ``t + 4 (j // 2)`` (lane = 4 g + t), read by
     one 4-byte shared load. With the rows' low bits known (``x0`` % 16 == 0) the slot is the
@@ -276,7 +278,8 @@ def register_fragment_loader(axis: str, extent_x: int):
         lane = cuda.laneid
         for j in range(4):
             # the index as unsigned: Numba wraps signed ones around (a compare, a select)
-            frag[index + j] = round_tf32(smem[np.uint64(tile + word_slot(x0, lane, step, j))])
+            word = smem[np.uint64(tile + word_slot(x0, lane, step, j))]
+            frag[index + j] = float_bits(round_tf32(word))
 
     return load
 
@@ -284,11 +287,12 @@ def register_fragment_loader(axis: str, extent_x: int):
 @functools.cache
 def wgmma_registers(operand: str, n: int, b_axis: str):
     """Device function ``wgmma(acc, frag, index, smem, b_start, accumulate)``: as
-    :func:`wgmma`, with the 64 x 8 block of A from registers: this thread's words
-    ``frag[index:index + REGISTER_WORDS]`` (float32 holding TF32 values, as
-    :func:`register_fragment_loader` lays them out; the tensor cores read their top 19 bits).
-    TF32 only, B's block k-major; the registers must stay unchanged until the wgmma completes
-    (ptxas keeps them so until the :func:`wgmma_wait` that covers it)."""
+    :func:`wgmma`, with the 64 x 8 block of A from registers: warp w's rows 16 w .. 16 w + 15
+    as ``mma.sync``'s TF32 A fragment at ``frag[index:]`` (:func:`register_fragment_loader`:
+    4 words, or on the simulator the warp's whole 16 x 8 block; the tensor cores read the top
+    19 bits of each). TF32 only, B's block k-major. The registers must not change
+    until the wgmma has completed (a :func:`wgmma_wait` that covers it): ptxas does not keep
+    them for it."""
     if operand != "tf32":
         raise ValueError(f"wgmma from registers here takes tf32 operands; got {operand!r}")
     if b_axis != "k":
@@ -299,7 +303,7 @@ def wgmma_registers(operand: str, n: int, b_axis: str):
 
         def wgmma_twin(acc, frag, index, smem, b_start, accumulate):
             _, lane = _twin_thread()
-            block = np.asarray(frag[index : index + REGISTER_WORDS]).reshape(WARP_ROWS, 8)
+            block = np.asarray(frag[index : index + WARP_ROWS * 8]).reshape(WARP_ROWS, 8)
             a = _tf32_read(block[[lane // 4, lane // 4 + 8]])  # (2, 8)
             _twin_accumulate(acc, a, smem, b_start, b_axis, n, operand, lane, accumulate)
 
@@ -322,6 +326,10 @@ if SIMULATED:
     def wgmma_wait(pending):
         """Twin: each twin ``wgmma`` completes as it is issued."""
         return lambda: None
+
+    def registers_read(words):
+        """Twin: nothing to keep (each twin ``wgmma`` has read its operands as issued)."""
+        return lambda frag, index: None
 
     def async_proxy_fence():
         pass
@@ -389,6 +397,38 @@ else:
             f"wgmma.wait_group.sync.aligned {int(pending)};",
             f"Waits until at most {pending} wgmma groups are in flight.",
         )
+
+    @functools.cache
+    def registers_read(words: int):
+        """Device function ``read(frag, index)``: marks ``frag[index:index + words]`` (uint32
+        registers) as read and rewritten here (an empty volatile statement that takes and
+        gives them, as CUTLASS's ``warpgroup_fence_operand``), so that ptxas keeps them, as
+        they are, in their registers up to this point: placed after the :func:`wgmma_wait`
+        that covers the register-A wgmmas reading them, it stops ptxas from reusing those
+        registers while the tensor cores may still read them."""
+        constraints = ",".join(["=r"] * words + [str(i) for i in range(words)])
+
+        def typer(typingctx, frag, index):
+            if not (isinstance(frag, types.Array) and frag.dtype == types.uint32):
+                return None
+
+            def codegen(context, builder, sig, args):
+                index = context.cast(builder, args[1], sig.args[1], types.intp)
+                values = load_words(context, builder, sig.args[0], args[0], index, words)
+                asm = ir.InlineAsm(
+                    ir.FunctionType(ir.LiteralStructType([_I32] * words), [_I32] * words),
+                    "",
+                    constraints,
+                    side_effect=True,
+                )
+                kept = builder.call(asm, values)
+                store_words(context, builder, sig.args[0], args[0], index,
+                            [builder.extract_value(kept, i) for i in range(words)])  # fmt: skip
+                return context.get_dummy_value()
+
+            return types.void(frag, index), codegen
+
+        return intrinsic(typer)
 
     @intrinsic
     def thread_index(typingctx):
@@ -482,7 +522,7 @@ else:
                 isinstance(acc, types.Array)
                 and acc.dtype == types.float32
                 and isinstance(frag, types.Array)
-                and frag.dtype == types.float32
+                and frag.dtype == types.uint32
                 and isinstance(smem, types.Array)
                 and smem.dtype.bitwidth == 32
                 and isinstance(accumulate, (types.Integer, types.Boolean))
@@ -494,10 +534,7 @@ else:
                 zero = context.get_constant(types.intp, 0)
                 c = load_words(context, builder, acc_t, args[0], zero, words)
                 index = context.cast(builder, args[2], sig.args[2], types.intp)
-                a = [
-                    builder.bitcast(word, _I32)
-                    for word in load_words(context, builder, frag_t, args[1], index, 4)
-                ]
+                a = load_words(context, builder, frag_t, args[1], index, 4)
                 b_desc = _descriptor(
                     builder, shared_address(context, builder, smem_t, args[3], args[4]), "k"
                 )

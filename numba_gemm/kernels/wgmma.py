@@ -84,6 +84,7 @@ from .warpgroup import (
     async_proxy_fence,
     block_start,
     register_fragment_loader,
+    registers_read,
     thread_index,
     tile_bytes,
     tile_k,
@@ -264,11 +265,11 @@ def _stage_loader(config: WgmmaConfig, storage, a_mode: tuple, b_mode: tuple):
 
 
 def _shared_slice(config: WgmmaConfig, operand: str, a_axis: str, b_axis: str):
-    """Device function ``multiply_slice(acc, frag, smem, a_tile, b_start, tid)`` for 16-bit
-    operands: the warpgroup's wgmmas of one slice, A's block of its 64 rows and B's read from
-    the tiles at ``a_tile`` and ``b_start`` (``frag`` unused), committed as one group; then a
-    wait until at most ``IN_FLIGHT`` slices' groups are pending, so that the next slice's
-    copies and the tensor cores overlap."""
+    """Device function ``multiply_slice(acc, frag, smem, a_tile, b_start, tid, parity)`` for
+    16-bit operands: the warpgroup's wgmmas of one slice, A's block of its 64 rows and B's
+    read from the tiles at ``a_tile`` and ``b_start`` (``frag``, ``parity`` unused), committed
+    as one group; then a wait until at most ``IN_FLIGHT`` slices' groups are pending, so that
+    the next slice's copies and the tensor cores overlap."""
     A_WARPGROUP = block_start(a_axis, ROWS_PER_WARPGROUP, 0)  # a warpgroup's rows of A
     A_K_STEP, B_K_STEP = block_start(a_axis, 0, 1), block_start(b_axis, 0, 1)  # per wgmma
     multiply = wgmma(operand, config.block_n, a_axis, b_axis)
@@ -281,7 +282,7 @@ def _shared_slice(config: WgmmaConfig, operand: str, a_axis: str, b_axis: str):
     steps = unrolled(k_step, tile_k(2) // wgmma_k(operand), "acc, smem, a_start, b_start")
 
     @cuda.jit(device=True)
-    def multiply_slice(acc, frag, smem, a_tile, b_start, tid):
+    def multiply_slice(acc, frag, smem, a_tile, b_start, tid, parity):
         wgmma_fence()
         steps(acc, smem, a_tile + (tid // WARPGROUP) * A_WARPGROUP, b_start)
         wgmma_commit()
@@ -291,32 +292,46 @@ def _shared_slice(config: WgmmaConfig, operand: str, a_axis: str, b_axis: str):
 
 
 def _register_slice(config: WgmmaConfig, a_axis: str):
-    """Device function ``multiply_slice(acc, frag, smem, a_tile, b_start, tid)`` for float32
-    operands at TF32. Per 8 k: each warp waits until the wgmma that last read these registers
-    (the previous slice's, ``STEPS`` groups ago) has completed, reads its 16 rows of A's block
-    from the tile at ``a_tile`` (stored ``a_axis``-contiguous) into them rounded to TF32
-    (``frag``: a block's words per k step), and its warpgroup issues one register-A wgmma with
-    B's k-major block, a group of its own. ``STEPS - 1`` groups stay in flight, so the slice
-    before this one is done with its buffers when the call returns."""
+    """Device function ``multiply_slice(acc, frag, smem, a_tile, b_start, tid, parity)`` for
+    float32 operands at TF32:
+
+    1. each warp loads its 16 rows of the slice of A from the tile at ``a_tile`` (stored
+       ``a_axis``-contiguous, swizzled) as ``mma``'s fragments, 8 k at a time, rounded to
+       TF32, into set ``parity`` of ``frag`` (two sets of ``SET`` words: the slice before this one
+       may still be read from the other);
+    2. its warpgroup issues one register-A wgmma per 8 k with B's k-major blocks, committed
+       as one group;
+    3. it waits until at most ``IN_FLIGHT`` groups are pending: the previous slice's, which
+       read the other set, has completed, and only then are those registers free
+       (``registers_read``: ptxas would otherwise reuse them as soon as the wgmma issues)."""
     STEPS = TF32_TILE_K // wgmma_k("tf32")
+    SET = STEPS * REGISTER_WORDS
     B_K_STEP = block_start("k", 0, 1, OPERAND_BYTES["tf32"])
     load = register_fragment_loader(a_axis, config.block_m)
     multiply = wgmma_registers("tf32", config.block_n, "k")
-    registers_free = wgmma_wait(STEPS - 1)  # the wgmma STEPS groups back has read them
+    in_flight = wgmma_wait(IN_FLIGHT)
+    other_set_read = registers_read(SET)
 
     @cuda.jit(device=True)
-    def k_step(acc, frag, smem, a_tile, b_start, x0, kk):
-        registers_free()
-        load(frag, kk * REGISTER_WORDS, smem, a_tile, x0, kk)
-        wgmma_fence()  # the words written, before the wgmma reads them
-        multiply(acc, frag, kk * REGISTER_WORDS, smem, b_start + kk * B_K_STEP, 1)
+    def load_step(frag, smem, a_tile, x0, first, kk):
+        load(frag, first + kk * REGISTER_WORDS, smem, a_tile, x0, kk)
+
+    @cuda.jit(device=True)
+    def multiply_step(acc, frag, smem, b_start, first, kk):
+        multiply(acc, frag, first + kk * REGISTER_WORDS, smem, b_start + kk * B_K_STEP, 1)
+
+    load_all = unrolled(load_step, STEPS, "frag, smem, a_tile, x0, first")
+    multiply_all = unrolled(multiply_step, STEPS, "acc, frag, smem, b_start, first")
+
+    @cuda.jit(device=True)
+    def multiply_slice(acc, frag, smem, a_tile, b_start, tid, parity):
+        first = parity * SET
+        load_all(frag, smem, a_tile, (tid // 32) * WARP_ROWS, first)  # warp w: rows 16 w..
+        wgmma_fence()  # the words written, before the wgmmas read them
+        multiply_all(acc, frag, smem, b_start, first)
         wgmma_commit()
-
-    steps = unrolled(k_step, STEPS, "acc, frag, smem, a_tile, b_start, x0")
-
-    @cuda.jit(device=True)
-    def multiply_slice(acc, frag, smem, a_tile, b_start, tid):
-        steps(acc, frag, smem, a_tile, b_start, (tid // 32) * WARP_ROWS)  # warp w: rows 16 w..
+        in_flight()
+        other_set_read(frag, SET - first)
 
     return multiply_slice
 
@@ -338,7 +353,8 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     SLICE_K = tile_k(SIZE)
     LOOKAHEAD = STAGES - 1 - IN_FLIGHT  # slices loading ahead of the one multiplied
     ACC_SIZE = BLOCK_N // 2
-    FRAG_SIZE = SLICE_K // wgmma_k(operand) * REGISTER_WORDS if REGISTER_A else 1
+    FRAG_DTYPE = np.float32 if simulated() else np.uint32
+    FRAG_SIZE = 2 * SLICE_K // wgmma_k(operand) * REGISTER_WORDS if REGISTER_A else 1  # two sets
     A_STAGE, B_STAGE = tile_bytes(BLOCK_M) // SIZE, tile_bytes(BLOCK_N) // SIZE  # elements
     B_BASE = STAGES * A_STAGE
     load_stage = _stage_loader(config, STORAGE, a_mode, b_mode)
@@ -352,6 +368,24 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     zero_all = accumulator_zeroer(ACC_SIZE)
     write_c = _c_writer(config, out_dtype, c_mode)
 
+    @cuda.jit(device=True)
+    def slice_step(acc, frag, smem, base, t, parity, k_tiles, a, a0, stride_am, stride_ak, b, b0,
+                   stride_bk, stride_bn, m_left, n_left, K, tid):  # fmt: skip
+        # Slice t has landed and is visible to the tensor cores; every warpgroup is done with
+        # slice t - 1 - IN_FLIGHT, whose buffer the copies below refill (the slice multipliers
+        # leave at most IN_FLIGHT slices' wgmmas pending).
+        copies_landed()
+        async_proxy_fence()
+        cuda.syncthreads()
+        ahead = t + LOOKAHEAD
+        if ahead < k_tiles:
+            load_stage(smem, base, ahead % STAGES, ahead * SLICE_K, a, a0, stride_am, stride_ak,
+                       b, b0, stride_bk, stride_bn, m_left, n_left, K, tid)  # fmt: skip
+        cp_async_commit()
+        stage = t % STAGES
+        multiply_slice(acc, frag, smem, base + stage * A_STAGE, base + B_BASE + stage * B_STAGE,
+                       tid, parity)  # fmt: skip
+
     @kernel_jit(THREADS)
     def wgmma_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn,
                      c, stride_cb, stride_cm, stride_cn, M, N, K):  # fmt: skip
@@ -363,7 +397,7 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
             stride_cm, stride_cn, M, N = stride_cn, stride_cm, N, M
         smem = cuda.shared.array(0, STORAGE)
         acc = cuda.local.array(ACC_SIZE, np.float32)
-        frag = cuda.local.array(FRAG_SIZE, np.float32)  # TF32: A's words of one slice
+        frag = cuda.local.array(FRAG_SIZE, FRAG_DTYPE)  # TF32: two sets of A's words
         zero_all(acc)
         base = aligned_start(smem)  # the tiles start at a 1024-byte boundary
 
@@ -378,22 +412,21 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
                 load_stage(smem, base, s, s * SLICE_K, a, a0, stride_am, stride_ak,
                            b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid)  # fmt: skip
             cp_async_commit()
-        for t in range(k_tiles):
-            # Slice t has landed and is visible to the tensor cores; every warpgroup is done
-            # with slice t - 1 - IN_FLIGHT, whose buffer the copies below refill (the slice
-            # multipliers leave at most IN_FLIGHT slices' wgmmas pending).
-            copies_landed()
-            async_proxy_fence()
-            cuda.syncthreads()
-            ahead = t + LOOKAHEAD
-            if ahead < k_tiles:
-                load_stage(smem, base, ahead % STAGES, ahead * SLICE_K, a, a0, stride_am,
+        if REGISTER_A:  # slices in pairs: A's registers alternate between two sets
+            for t in range(0, k_tiles - 1, 2):
+                slice_step(acc, frag, smem, base, t, 0, k_tiles, a, a0, stride_am, stride_ak,
+                           b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid)  # fmt: skip
+                slice_step(acc, frag, smem, base, t + 1, 1, k_tiles, a, a0, stride_am,
                            stride_ak, b, b0, stride_bk, stride_bn, M - m0, N - n0, K,
                            tid)  # fmt: skip
-            cp_async_commit()
-            stage = t % STAGES
-            multiply_slice(acc, frag, smem, base + stage * A_STAGE,
-                           base + B_BASE + stage * B_STAGE, tid)  # fmt: skip
+            if k_tiles % 2:
+                slice_step(acc, frag, smem, base, k_tiles - 1, 0, k_tiles, a, a0, stride_am,
+                           stride_ak, b, b0, stride_bk, stride_bn, M - m0, N - n0, K,
+                           tid)  # fmt: skip
+        else:
+            for t in range(k_tiles):
+                slice_step(acc, frag, smem, base, t, 0, k_tiles, a, a0, stride_am, stride_ak,
+                           b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid)  # fmt: skip
         wgmma_done()
 
         # -- epilogue: accumulators -> float32 C tile in shared memory -> C, converted --------
