@@ -6,30 +6,38 @@ as their uint16 bits), or float32 under ``TF32_TF32_F32`` or ``TF32_TF32_F32_X3`
 float32, or bf16/f16 rounded from the float32 accumulator. Compute capability 9.0 (``wgmma``
 is sm_90a); the simulator runs it through twins (``warpgroup``).
 
-Two kernels share the grouped order, the tile layout and the epilogue: 16-bit operands go from
-global memory straight into the tiles wgmma reads (below); float32 operands go through a
-conversion step (:func:`_converting_kernel`), since TF32 wgmma reads k-major tiles only and
-the split preset needs each operand's parts.
+Two kernels share the grouped order, the tile layout and the epilogue (:func:`plan_wgmma`
+picks one):
+
+- :func:`_kernel`: 16-bit operands go from global memory straight into the tiles wgmma reads
+  (below); so do float32 operands at ``TF32_TF32_F32`` where one of them is k-major, with A's
+  block read from registers (TF32 wgmma reads k-major tiles only; the registers can hold A in
+  either layout), computing C^T = B^T A^T where only A is k-major;
+- :func:`_converting_kernel`: float32 operands through a conversion step, for the split
+  preset (each operand's parts) and for TF32 where neither operand is k-major.
 
 Algorithm (one CTA of ``block_m / 64`` warpgroups per BLOCK_M x BLOCK_N tile of C; warpgroup w
 owns rows 64 w .. 64 w + 63 of the tile):
 
 1. *Which tile*: program id -> ``(pid_m, pid_n)`` through seed 004's grouped order
    (``ordering.tile_of``); grid y is the product of the batch.
-2. *Pipeline*: ``stages`` shared-memory buffers of one 64-k slice of A (BLOCK_M x 64) and of B
-   (64 x BLOCK_N), 128-byte swizzled (``warpgroup.tile_slot``), each stored as its operand lies
-   (k-major or m/n-major: ``wgmma`` transposes m/n-major blocks as it reads them). Every thread
-   fills them with ``cp.async`` (16-byte runs along the contiguous axis, zero-filled past the
-   matrix; element copies for operands with no usable contiguous axis). ``LOOKAHEAD`` slices
-   load while the tensor cores multiply, and ``IN_FLIGHT`` slices' wgmmas may still read theirs.
-3. *Multiply*: per slice, each warpgroup issues four ``wgmma.m64nNk16`` (N = BLOCK_N), its
-   64 x BLOCK_N accumulators in registers (BLOCK_N / 2 float32 per thread), then commits them
-   as one group and waits until at most ``IN_FLIGHT`` groups are pending, so that the next
-   slice's copies and the tensor cores overlap.
+2. *Pipeline*: ``stages`` shared-memory buffers of one slice (one 128-byte row of k: 64 16-bit
+   or 32 float32 elements) of A (BLOCK_M rows) and of B (BLOCK_N), 128-byte swizzled
+   (``warpgroup.tile_slot``), each stored as its operand lies (k-major or m/n-major: ``wgmma``
+   transposes m/n-major 16-bit blocks as it reads them). Every thread fills them with
+   ``cp.async`` (16-byte runs along the contiguous axis, zero-filled past the matrix; element
+   copies for operands with no usable contiguous axis). ``LOOKAHEAD`` slices load while the
+   tensor cores multiply, and ``IN_FLIGHT`` slices' wgmmas may still read theirs.
+3. *Multiply*: per slice, each warpgroup issues four ``wgmma.m64nNk16`` (N = BLOCK_N; TF32:
+   ``k8`` with A from registers, each warp's 16 rows loaded and rounded first, into one of two
+   register sets), its 64 x BLOCK_N accumulators in registers (BLOCK_N / 2 float32 per
+   thread), then commits them as one group and waits until at most ``IN_FLIGHT`` groups are
+   pending, so that the next slice's copies and the tensor cores overlap.
 4. *Epilogue*: the warpgroups write their accumulators into a float32 C tile in shared memory
-   (the pipeline's buffers, free after the k loop); then every thread converts 16 bytes' worth
-   of C's elements at a time and stores them along C's rows (consecutive threads, consecutive
-   vectors), element by element at the edges or where C's rows are not contiguous and aligned.
+   (the pipeline's buffers, free after the k loop), its lines along C's contiguous axis; then
+   every thread converts 16 bytes' worth of C's elements at a time and stores them along that
+   axis (consecutive threads, consecutive vectors), element by element at the edges or where
+   C's lines are not contiguous and aligned.
 
 Order of a slice's buffer: copies land (``cp.async.wait_group``), each thread makes its writes
 visible to the tensor cores (``fence.proxy.async``), a CTA barrier; a buffer is refilled only
@@ -37,8 +45,8 @@ after the barrier that follows every warpgroup's wait for the wgmmas that read i
 
 Constraints (``WgmmaConfig.check``): BLOCK_M a multiple of 64 (at most 4 warpgroups),
 BLOCK_N a multiple of 64 up to 256 (one wgmma's N), tiles that split into whole 16-byte copies
-per thread, ``stages`` >= IN_FLIGHT + 2; for float32 operands BLOCK_M = 128 (the conversion
-runs 8 warps) and ``stages`` >= 2.
+per thread, ``stages`` >= IN_FLIGHT + 2; in the converting kernel BLOCK_M = 128 (the
+conversion runs 8 warps) and ``stages`` >= 2.
 """
 
 from __future__ import annotations
