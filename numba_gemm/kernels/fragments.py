@@ -84,7 +84,11 @@ if SIMULATED:
         return float(np.float32(ml_dtypes.bfloat16(np.float32(x))))
 
     def round_tf32(x):
-        """Twin of ``cvt.rna.tf32.f32``: x to TF32 (10 stored bits), ties away from zero."""
+        """Twin of ``cvt.rna.tf32.f32``: x to TF32 (10 stored bits), ties away from zero;
+        elementwise on arrays (float32 results)."""
+        if np.ndim(x):
+            bits = np.asarray(x, np.float32).view(np.uint32)
+            return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
         bits = float_bits(x)
         return bits_float((bits + 0x1000) & 0xFFFFE000)
 

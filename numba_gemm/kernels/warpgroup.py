@@ -40,7 +40,7 @@ import ml_dtypes
 import numpy as np
 from numba import cuda, types
 
-from .fragments import float_bits, round_tf32, toward_zero
+from .fragments import BLOCK_ROWS, float_bits, fragment_words, round_tf32, toward_zero
 
 __all__ = [
     "TILE_K",
@@ -58,6 +58,7 @@ __all__ = [
     "wgmma_registers",
     "registers_read",
     "REGISTER_WORDS",
+    "REGISTER_DTYPE",
     "register_fragment_loader",
     "wgmma_fence",
     "wgmma_commit",
@@ -77,10 +78,9 @@ BLOCK_K_BYTES = 32  # k bytes of a block one wgmma reads: 16 16-bit elements, 8 
 WGMMA_K = BLOCK_K_BYTES // ELEMENT_BYTES  # k per wgmma (16-bit operands)
 WARPGROUP = 128  # threads: 4 consecutive warps
 ALIGNMENT = ATOM_BYTES
-WARP_ROWS = 16  # rows of A a warp's registers hold for a register-A wgmma
-# Words of a register-A (TF32) block a thread holds: 4 on a GPU; on the simulator, whose
-# threads cannot read each other's registers, its warp's whole 16 x 8 block, row-major.
-REGISTER_WORDS = WARP_ROWS * 8 if SIMULATED else 4
+# Words of a register-A (TF32) block a thread holds, and their dtype: mma.sync's TF32 A
+# fragment (4 uint32 on a GPU; on the simulator its warp's whole 16 x 8 block, float32).
+_, REGISTER_WORDS, _, REGISTER_DTYPE = fragment_words("tf32", np.float32)
 
 
 def tile_k(element_bytes: int) -> int:
@@ -255,7 +255,7 @@ def register_fragment_loader(axis: str, extent_x: int):
         k = 8 * step + t + 4 * k_half
         return (x0 >> 5) * 1024 + k * PER_ROW + 4 * (value ^ (2 * row_half + 4 * k_half)) + (g & 3)
 
-    for x0 in range(0, extent_x, WARP_ROWS):  # the terms give every word's slot
+    for x0 in range(0, extent_x, BLOCK_ROWS):  # the terms give every word's slot
         for lane in range(32):
             for step in range(TF32_TILE_K // 8):
                 for j in range(4):
@@ -263,12 +263,11 @@ def register_fragment_loader(axis: str, extent_x: int):
                     k = 8 * step + (lane & 3) + 4 * (j >> 1)
                     assert word_slot(x0, lane, step, j) == slot(x, k), (x0, lane, step, j)
     if SIMULATED:
-        rows, ks = np.meshgrid(np.arange(WARP_ROWS), np.arange(8), indexing="ij")
+        rows, ks = np.meshgrid(np.arange(BLOCK_ROWS), np.arange(8), indexing="ij")
 
         def load_twin(frag, index, smem, tile, x0, step):
             words = np.asarray(smem)[tile + slot(x0 + rows, 8 * step + ks)].ravel()
-            bits = (words.view(np.uint32) + np.uint32(0x1000)) & np.uint32(0xFFFFE000)
-            frag[index : index + REGISTER_WORDS] = bits.view(np.float32)  # cvt.rna's rounding
+            frag[index : index + REGISTER_WORDS] = round_tf32(words)
 
         return load_twin
     word_slot = cuda.jit(device=True)(word_slot)
@@ -303,7 +302,7 @@ def wgmma_registers(operand: str, n: int, b_axis: str):
 
         def wgmma_twin(acc, frag, index, smem, b_start, accumulate):
             _, lane = _twin_thread()
-            block = np.asarray(frag[index : index + WARP_ROWS * 8]).reshape(WARP_ROWS, 8)
+            block = np.asarray(frag[index : index + BLOCK_ROWS * 8]).reshape(BLOCK_ROWS, 8)
             a = _tf32_read(block[[lane // 4, lane // 4 + 8]])  # (2, 8)
             _twin_accumulate(acc, a, smem, b_start, b_axis, n, operand, lane, accumulate)
 

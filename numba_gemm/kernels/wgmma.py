@@ -68,7 +68,7 @@ from ..launch import (
     simulated,
 )
 from ..precision import FLOAT32, Preset
-from .fragments import operand_part, output_converter
+from .fragments import BLOCK_ROWS, operand_part, output_converter
 from .mma import (
     UINT16,
     VECTOR_BYTES,
@@ -84,9 +84,9 @@ from .tiled import int_fields, kernel_jit, unrolled
 from .warpgroup import (
     ALIGNMENT,
     OPERAND_BYTES,
+    REGISTER_DTYPE,
     REGISTER_WORDS,
     TF32_TILE_K,
-    WARP_ROWS,
     WARPGROUP,
     aligned_start,
     async_proxy_fence,
@@ -334,7 +334,7 @@ def _register_slice(config: WgmmaConfig, a_axis: str):
     @cuda.jit(device=True)
     def multiply_slice(acc, frag, smem, a_tile, b_start, tid, parity):
         first = parity * SET
-        load_all(frag, smem, a_tile, (tid // 32) * WARP_ROWS, first)  # warp w: rows 16 w..
+        load_all(frag, smem, a_tile, (tid // 32) * BLOCK_ROWS, first)  # warp w: rows 16 w..
         wgmma_fence()  # the words written, before the wgmmas read them
         multiply_all(acc, frag, smem, b_start, first)
         wgmma_commit()
@@ -361,7 +361,6 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     SLICE_K = tile_k(SIZE)
     LOOKAHEAD = STAGES - 1 - IN_FLIGHT  # slices loading ahead of the one multiplied
     ACC_SIZE = BLOCK_N // 2
-    FRAG_DTYPE = np.float32 if simulated() else np.uint32
     FRAG_SIZE = 2 * SLICE_K // wgmma_k(operand) * REGISTER_WORDS if REGISTER_A else 1  # two sets
     A_STAGE, B_STAGE = tile_bytes(BLOCK_M) // SIZE, tile_bytes(BLOCK_N) // SIZE  # elements
     B_BASE = STAGES * A_STAGE
@@ -405,7 +404,7 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
             stride_cm, stride_cn, M, N = stride_cn, stride_cm, N, M
         smem = cuda.shared.array(0, STORAGE)
         acc = cuda.local.array(ACC_SIZE, np.float32)
-        frag = cuda.local.array(FRAG_SIZE, FRAG_DTYPE)  # TF32: two sets of A's words
+        frag = cuda.local.array(FRAG_SIZE, REGISTER_DTYPE)  # TF32: two sets of A's words
         zero_all(acc)
         base = aligned_start(smem)  # the tiles start at a 1024-byte boundary
 
