@@ -2,7 +2,7 @@
 
     python tools/sass.py triple N [K1 K2 M] [--algorithm fused|unfused] [--max-registers R]
     python tools/sass.py matmul M N K [--dtype bfloat16|float16|float32] [--precision PRESET]
-        [--algorithm auto|tiled|mma|wgmma]
+        [--algorithm auto|tiled|mma|wgmma] [--config INTS]
     ... [--dump DIR]: also write each launch's whole SASS to DIR/<launch>-<kernel>.sass
 
 For each launch: registers, stack, the binary's size and its SASS instruction count, and for
@@ -195,8 +195,8 @@ def _launches(args) -> list:
         M, N, K = args.sizes
         preset = resolve(args.precision, dtype)
         algorithm = args.algorithm or ("auto" if preset.tensor_cores else "tiled")
-        return [plan(desc("a", (M, K)), desc("b", (K, N)), desc("c", (M, N)), algorithm, None,
-                     preset)]  # fmt: skip
+        return [plan(desc("a", (M, K)), desc("b", (K, N)), desc("c", (M, N)), algorithm,
+                     _config(args.config, algorithm), preset)]  # fmt: skip
     N, K1, K2, M = (args.sizes + [args.sizes[0]] * 3)[:4]
     return plan_triple(
         desc("a", (M, K1)),
@@ -208,6 +208,20 @@ def _launches(args) -> list:
         scratch=lambda shape, name: desc(name, shape),
         counters=counters,
     )
+
+
+def _config(text: str | None, algorithm: str):
+    """``--config``'s comma-separated ints as the config of ``algorithm`` (None: the plan's)."""
+    if not text:
+        return None
+    from numba_gemm.kernels.mma import MmaConfig
+    from numba_gemm.kernels.tiled import TileConfig
+    from numba_gemm.kernels.wgmma import WgmmaConfig
+
+    kinds = {"wgmma": WgmmaConfig, "mma": MmaConfig, "tiled": TileConfig}
+    if algorithm not in kinds:
+        raise SystemExit(f"--config needs --algorithm {', '.join(kinds)}")
+    return kinds[algorithm](*(int(v) for v in text.split(",")))
 
 
 def main(argv=None) -> None:
@@ -226,6 +240,9 @@ def main(argv=None) -> None:
         "--dtype", default="float32", help="matmul: the operands' dtype (float32, bfloat16, ...)"
     )
     parser.add_argument("--precision", help="matmul: a precision preset (numba_gemm.precision)")
+    parser.add_argument(
+        "--config", help="matmul: the algorithm's config as comma-separated ints (128,256,4,8,1)"
+    )
     parser.add_argument(
         "--max-registers", type=int, help="the fused kernel's register cap (default: the library's)"
     )
