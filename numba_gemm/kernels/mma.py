@@ -270,13 +270,11 @@ def tile_loader(threads: int, block_k: int, storage: np.dtype, extent_x: int, mo
     rows or ``k_left`` columns are zeros. 16-byte ``cp.async`` copies run along the contiguous
     axis where ``mode`` allows them, else element copies do.
 
-    A thread's copies are its first plus whole stored rows (``threads`` copies fill
-    ``row_step`` rows) and, where fewer threads than a row's runs would leave the steps inside
-    the swizzle's period, plus a constant gap along the row (``spread`` runs per row apiece):
-    its addresses are the first's plus constant steps, so the k loop spends a few integer
-    instructions per copy, not a position and a swizzle each. ``ValueError`` where a tile cannot
-    be split that way (a tile of fewer copies than threads, or a slot that is not linear in
-    those steps)."""
+    Copy r of a thread is its first plus r whole stored rows (``threads`` copies fill
+    ``row_step`` rows), so its addresses are the first's plus r constant steps: the k loop
+    spends a few integer instructions per copy, not a position and a swizzle each.
+    ``ValueError`` where a tile cannot be split that way (a row of copies wider than the CTA,
+    or a slot that is not linear in rows, such as a swizzle period the step does not cover)."""
     axis, vectorised = mode
     width = VECTOR_BYTES // storage.itemsize if vectorised else 1
     along_k = axis == "k"
@@ -285,51 +283,29 @@ def tile_loader(threads: int, block_k: int, storage: np.dtype, extent_x: int, mo
     copy = cp_async(width) if width > 1 else None
     if width == 1:
         return _element_loader(threads, block_k, storage, extent_x, along_k, slot)
-
-    def steps(spread):
-        """((x, k) of the thread's first copy, of the next row's, of the next run's along the
-        row): ``runs // spread`` consecutive threads take consecutive runs of ``width``
-        elements along a stored row, and each thread ``spread`` runs that far apart."""
-        per_row = runs // spread
-        row_step, gap = threads // per_row, width * per_row
-
-        def first(tid):
-            row, column = tid // per_row, (tid % per_row) * width
-            return (row, column) if along_k else (column, row)
-
-        return (first, (row_step, 0) if along_k else (0, row_step),
-                (0, gap) if along_k else (gap, 0))  # fmt: skip
-
-    def linear(spread):
-        first, (step_x, step_k), (run_x, run_k) = steps(spread)
-        slot_step = slot(step_x, step_k) - slot(0, 0)
-        slot_run = slot(run_x, run_k) - slot(0, 0)
-        for tid in range(threads):
-            x, k = first(tid)
-            for g in range(spread):
-                for r in range(copies // spread):
-                    there = slot(x + g * run_x + r * step_x, k + g * run_k + r * step_k)
-                    if there != slot(x, k) + g * slot_run + r * slot_step:
-                        return False
-        return True
-
-    spreads = [s for s in (1, 2, 4, 8, 16) if runs % s == 0 and copies % s == 0
-               and threads % (runs // s) == 0]  # fmt: skip
-    if not spreads or copies * width * threads != extent_x * block_k:
+    if threads % runs:
         raise ValueError(
             f"a {extent_x} x {block_k} tile stored {'k' if along_k else 'm/n'}-contiguous has "
             f"{runs} copies per row, which the CTA's {threads} threads cannot split evenly"
         )
-    SPREAD = next((s for s in spreads if linear(s)), 0)
-    if not SPREAD:
-        raise ValueError(
-            f"the shared-memory layout of a {extent_x} x {block_k} tile is not linear in "
-            f"steps of whole rows for {threads} threads: use more threads per CTA or another tile"
-        )
-    ROWS = copies // SPREAD  # copies per run of the thread
-    first, (step_x, step_k), (run_x, run_k) = steps(SPREAD)
+    row_step = threads // runs
+    step_x, step_k = (row_step, 0) if along_k else (0, row_step)
+
+    def first(tid):
+        """(x, k) of the thread's first copy: consecutive threads take consecutive runs of
+        ``width`` elements along the stored rows."""
+        row, column = tid // runs, (tid % runs) * width
+        return (row, column) if along_k else (column, row)
+
     slot_step = slot(step_x, step_k) - slot(0, 0)
-    slot_run = slot(run_x, run_k) - slot(0, 0)
+    for tid in range(threads):
+        x, k = first(tid)
+        for r in range(copies):
+            if slot(x + r * step_x, k + r * step_k) != slot(x, k) + r * slot_step:
+                raise ValueError(
+                    f"the shared-memory layout of a {extent_x} x {block_k} tile is not linear "
+                    f"in steps of {row_step} rows: use more threads per CTA or another tile"
+                )
     if not simulated():
         first, slot = cuda.jit(device=True)(first), cuda.jit(device=True)(slot)
 
@@ -338,22 +314,16 @@ def tile_loader(threads: int, block_k: int, storage: np.dtype, extent_x: int, mo
         x, k = first(tid)
         to, source = dst + slot(x, k), src0 + x * stride_x + k * stride_k
         source_step = step_x * stride_x + step_k * stride_k
-        source_run = run_x * stride_x + run_k * stride_k
         if x_left >= extent_x and k_left >= block_k:  # the whole tile inside: no bounds
-            for g in range(SPREAD):
-                for r in range(ROWS):
-                    copy(smem, to + g * slot_run + r * slot_step,
-                         src, source + g * source_run + r * source_step, width)  # fmt: skip
+            for r in range(copies):
+                copy(smem, to + r * slot_step, src, source + r * source_step, width)
             return
-        for g in range(SPREAD):
-            for r in range(ROWS):
-                xr, kr = x + g * run_x + r * step_x, k + g * run_k + r * step_k
-                left = (k_left - kr) if along_k else (x_left - xr)  # along the run
-                inside = (xr < x_left) if along_k else (kr < k_left)
-                valid = min(max(left, 0), width) if inside else 0
-                copy(smem, to + g * slot_run + r * slot_step, src,
-                     source + g * source_run + r * source_step if valid > 0 else 0,
-                     valid)  # fmt: skip
+        for r in range(copies):
+            left = (k_left - k) if along_k else (x_left - x)  # along the run
+            inside = (x + r * step_x < x_left) if along_k else (k + r * step_k < k_left)
+            valid = min(max(left, 0), width) if inside else 0
+            copy(smem, to + r * slot_step,
+                 src, source + r * source_step if valid > 0 else 0, valid)  # fmt: skip
 
     return load_vectors
 

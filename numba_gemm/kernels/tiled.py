@@ -939,19 +939,13 @@ def overlap_launches(programmatic: bool):
     return overlap
 
 
-def kernel_registers(threads: int) -> int:
-    """Registers per thread that let one block of ``threads`` threads fit an SM (64K, in
-    steps of 8; at most 255)."""
-    return min(255, 65536 // threads // 8 * 8)
-
-
 def kernel_jit(threads: int):
     """``cuda.jit`` for a kernel launched with ``threads`` threads per block: registers capped
-    at :func:`kernel_registers`, as a launch bound would. The simulator takes no register
-    option."""
+    so that one block fits an SM (64K registers; at most 255 per thread), as a launch bound
+    would. The simulator takes no register option."""
     if cuda.config.ENABLE_CUDASIM:
         return cuda.jit
-    return cuda.jit(max_registers=kernel_registers(threads))
+    return cuda.jit(max_registers=min(255, 65536 // threads // 8 * 8))
 
 
 @functools.cache

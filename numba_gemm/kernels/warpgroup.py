@@ -65,9 +65,6 @@ __all__ = [
     "wgmma_wait",
     "async_proxy_fence",
     "thread_index",
-    "barrier_sync",
-    "barrier_arrive",
-    "set_max_registers",
 ]
 
 SIMULATED = bool(cuda.config.ENABLE_CUDASIM)
@@ -313,16 +310,6 @@ def wgmma_registers(operand: str, n: int, b_axis: str):
     return _wgmma_registers_async(n)
 
 
-def _check_barrier_threads(threads: int) -> None:
-    if threads % 32 or not 32 <= threads <= 1024:
-        raise ValueError(f"a named barrier counts whole warps; got {threads} threads")
-
-
-def _check_register_count(count: int) -> None:
-    if count % 8 or not 24 <= count <= 256:
-        raise ValueError(f"setmaxnreg takes a multiple of 8 in [24, 256]; got {count}")
-
-
 if SIMULATED:
 
     def aligned_start(smem):
@@ -349,67 +336,6 @@ if SIMULATED:
     def thread_index():
         """Twin: ``cuda.threadIdx.x``."""
         return threading.current_thread().threadIdx.x
-
-    class _TwinBarrier:
-        """One named barrier of one simulated CTA: arrivals counted per generation."""
-
-        def __init__(self):
-            self.condition = threading.Condition()
-            self.arrived = 0
-            self.generation = 0
-
-        def arrive(self, threads: int) -> int:
-            """Counts this thread in; returns the generation it arrived in."""
-            with self.condition:
-                generation = self.generation
-                self.arrived += 1
-                if self.arrived == threads:
-                    self.arrived, self.generation = 0, generation + 1
-                    self.condition.notify_all()
-                return generation
-
-        def wait(self, generation: int, thread) -> None:
-            with self.condition:
-                while self.generation == generation:
-                    if thread.abort:
-                        raise RuntimeError("abort flag set while waiting at a named barrier")
-                    self.condition.wait(0.05)
-
-    _TWIN_BARRIERS = threading.Lock()
-
-    def _twin_barrier(barrier: int):
-        """The simulated CTA's named barrier ``barrier`` (kept on the launch's block manager,
-        so that nothing outlives the launch)."""
-        thread = threading.current_thread()
-        block = (thread.blockIdx.x, thread.blockIdx.y, thread.blockIdx.z)
-        with _TWIN_BARRIERS:
-            table = thread._manager.__dict__.setdefault("named_barriers", {})
-            return table.setdefault((block, barrier), _TwinBarrier())
-
-    def barrier_sync(threads: int):
-        """Twin: this thread arrives at the barrier and waits until ``threads`` threads have
-        arrived."""
-        _check_barrier_threads(threads)
-
-        def sync(barrier):
-            named = _twin_barrier(barrier)
-            named.wait(named.arrive(threads), threading.current_thread())
-
-        return sync
-
-    def barrier_arrive(threads: int):
-        """Twin: this thread arrives at the barrier and goes on."""
-        _check_barrier_threads(threads)
-
-        def arrive(barrier):
-            _twin_barrier(barrier).arrive(threads)
-
-        return arrive
-
-    def set_max_registers(count: int, increase: bool):
-        """Twin: registers are not simulated."""
-        _check_register_count(count)
-        return lambda: None
 
 else:
     from llvmlite import ir
@@ -502,51 +428,6 @@ else:
             return types.void(frag, index), codegen
 
         return intrinsic(typer)
-
-    def _barrier(kind: str, threads: int, doc: str):
-        """A device function ``f(barrier)`` running ``bar.<kind> barrier, threads``."""
-        _check_barrier_threads(threads)
-
-        def typer(typingctx, barrier):
-            if not isinstance(barrier, types.Integer):
-                return None
-
-            def codegen(context, builder, sig, args):
-                value = context.cast(builder, args[0], sig.args[0], types.int32)
-                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [_I32]),
-                                   f"bar.{kind} $0, {threads};", "r,~{memory}", True)  # fmt: skip
-                builder.call(asm, [value])
-                return context.get_dummy_value()
-
-            return types.void(barrier), codegen
-
-        block = intrinsic(typer)
-        block.__doc__ = doc
-        return block
-
-    @functools.cache
-    def barrier_sync(threads: int):
-        """Device function ``sync(barrier)``: ``bar.sync``: this thread arrives at named
-        barrier ``barrier`` (1..15) and waits until ``threads`` threads (whole warps) have
-        arrived; the shared-memory accesses each made before arriving are ordered before what
-        the waiting threads do after it."""
-        return _barrier("sync", threads, barrier_sync.__doc__)
-
-    @functools.cache
-    def barrier_arrive(threads: int):
-        """Device function ``arrive(barrier)``: ``bar.arrive``: this thread arrives at named
-        barrier ``barrier`` (of ``threads`` threads) and goes on: the producer's half of
-        :func:`barrier_sync`."""
-        return _barrier("arrive", threads, barrier_arrive.__doc__)
-
-    @functools.cache
-    def set_max_registers(count: int, increase: bool):
-        """Device function: ``setmaxnreg``: this warpgroup's registers per thread become
-        ``count`` (raised with ``increase``, else lowered), from here on."""
-        _check_register_count(count)
-        kind = "inc" if increase else "dec"
-        return _statement(f"setmaxnreg.{kind}.sync.aligned.u32 {count};",
-                          f"Sets this warpgroup's registers per thread to {count}.")  # fmt: skip
 
     @intrinsic
     def thread_index(typingctx):

@@ -80,7 +80,7 @@ from .mma import (
     tile_origin,
 )
 from .ptx import cp_async_commit, cp_async_wait, load_vector, store_vector
-from .tiled import int_fields, kernel_jit, kernel_registers, unrolled
+from .tiled import int_fields, kernel_jit, unrolled
 from .warpgroup import (
     ALIGNMENT,
     OPERAND_BYTES,
@@ -90,12 +90,9 @@ from .warpgroup import (
     WARPGROUP,
     aligned_start,
     async_proxy_fence,
-    barrier_arrive,
-    barrier_sync,
     block_start,
     register_fragment_loader,
     registers_read,
-    set_max_registers,
     thread_index,
     tile_bytes,
     tile_k,
@@ -127,13 +124,6 @@ ROWS_PER_WARPGROUP = 64  # wgmma's m
 IN_FLIGHT = 1  # slices whose wgmmas a warpgroup leaves pending while the next slice's copies go out
 PART_BUFFERS = 2  # float32 operands: TF32 parts of the slice multiplied and of the next one
 PROMOTE_SLICES = 2  # 3xTF32: slices accumulated by the tensor cores between promotions
-# Warp specialisation: named barriers (0 is the CTA's): the consumers' epilogue barrier, then
-# per stage "slice landed" (FULL_BARRIER + stage) and "stage free" (after them).
-EPILOGUE_BARRIER, FULL_BARRIER = 1, 2
-# Registers per thread once the warpgroups part (setmaxnreg), within the CTA's pool (168 per
-# thread at launch for 384 threads): 192 keep a consumer's accumulators, A's two register
-# sets and its wgmmas unserialised; the producer's copy addresses get the rest.
-PRODUCER_REGISTERS, CONSUMER_REGISTERS = 120, 192
 
 
 @dataclass(frozen=True)
@@ -141,16 +131,13 @@ class WgmmaConfig:
     """One ``wgmma`` kernel configuration (compile-time constants).
 
     ``block_m x block_n``: the C tile of a CTA, 64 rows per warpgroup; ``stages``: shared-memory
-    buffers of a slice of A and B; ``group_m``: the grouped order's group height;
-    ``producers``: 1 for one more warpgroup that only copies while the others only multiply
-    (warp specialisation), 0 where every thread does both.
+    buffers of a 64-k slice of A and B; ``group_m``: the grouped order's group height.
     """
 
     block_m: int = 128
     block_n: int = 256
     stages: int = 4
     group_m: int = 8
-    producers: int = 0
 
     def __post_init__(self):
         int_fields(self)
@@ -161,16 +148,7 @@ class WgmmaConfig:
 
     @property
     def threads(self) -> int:
-        return WARPGROUP * (self.warpgroups + self.producers)
-
-    def register_pool(self) -> int:
-        """The CTA's registers at launch (``kernel_jit``'s cap per thread times threads)."""
-        return kernel_registers(self.threads) * self.threads
-
-    @property
-    def copy_threads(self) -> int:
-        """The threads that fill the pipeline's buffers."""
-        return WARPGROUP if self.producers else self.threads
+        return WARPGROUP * self.warpgroups
 
     def check(self, storage=UINT16, converting: bool = False) -> None:
         """``ValueError`` saying which constraint this config breaks for operands stored as
@@ -183,27 +161,12 @@ class WgmmaConfig:
                 f"operands; got {storage} ones"
             )
         for field in fields(self):
-            if field.name != "producers" and getattr(self, field.name) < 1:
+            if getattr(self, field.name) < 1:
                 raise ValueError(f"WgmmaConfig.{field.name} must be a positive integer")
-        if self.producers not in (0, 1):
-            raise ValueError(f"WgmmaConfig.producers must be 0 or 1; got {self.producers}")
-        if self.producers and self.register_pool() < WARPGROUP * (
-            PRODUCER_REGISTERS + self.warpgroups * CONSUMER_REGISTERS
-        ):
-            raise ValueError(
-                f"WgmmaConfig.block_m = {self.block_m} leaves too few registers for a producer "
-                f"warpgroup ({PRODUCER_REGISTERS} per thread) and {self.warpgroups} "
-                f"multiplying ({CONSUMER_REGISTERS}): use 64 or 128"
-            )
         if self.block_m % ROWS_PER_WARPGROUP or self.warpgroups > 4:
             raise ValueError(
                 f"WgmmaConfig.block_m = {self.block_m} must be 64, 128, 192 or 256 (64 rows "
                 "per warpgroup)"
-            )
-        if converting and self.producers:
-            raise ValueError(
-                "WgmmaConfig.producers must be 0 where float32 operands are converted (neither "
-                "k-major, or TF32_TF32_F32_X3: every thread converts)"
             )
         if converting and self.warpgroups != 2:
             raise ValueError(
@@ -217,10 +180,10 @@ class WgmmaConfig:
             )
         vec, k = VECTOR_BYTES // storage.itemsize, tile_k(storage.itemsize)
         for tile in (self.block_m, self.block_n):
-            if (tile * k) % (vec * self.copy_threads):
+            if (tile * k) % (vec * self.threads):
                 raise ValueError(
                     f"a {tile} x {k} tile must split into whole 16-byte copies for each "
-                    f"of the {self.copy_threads} threads that copy"
+                    f"of the {self.threads} threads"
                 )
         if converting:
             if self.stages < 2:
@@ -232,11 +195,6 @@ class WgmmaConfig:
             raise ValueError(
                 f"WgmmaConfig.stages must be >= {IN_FLIGHT + 2}: {IN_FLIGHT} slice(s) being "
                 "multiplied and at least one loading"
-            )
-        elif self.producers and 2 * self.stages + FULL_BARRIER > 16:
-            raise ValueError(
-                f"WgmmaConfig.stages must be <= {(16 - FULL_BARRIER) // 2} with a producer "
-                "warpgroup: two of the CTA's 16 named barriers per stage"
             )
 
     def shared_bytes(self, parts: int = 0) -> int:
@@ -251,8 +209,7 @@ class WgmmaConfig:
         return max(pipeline, c_tile) + ALIGNMENT
 
     def label(self) -> str:
-        producer = "/ws" if self.producers else ""
-        return f"wgmma {self.block_m}x{self.block_n}/s{self.stages}/g{self.group_m}{producer}"
+        return f"wgmma {self.block_m}x{self.block_n}/s{self.stages}/g{self.group_m}"
 
 
 # Two warpgroups of 64 x 256: 128 accumulators per thread, each 16 x 256 block of B read by
@@ -299,10 +256,10 @@ def _stage_loader(config: WgmmaConfig, storage, a_mode: tuple, b_mode: tuple):
     size = np.dtype(storage).itemsize
     A_STAGE, B_STAGE = tile_bytes(config.block_m) // size, tile_bytes(config.block_n) // size
     B_BASE = config.stages * A_STAGE
-    load_a_tile = tile_loader(config.copy_threads, tile_k(size), np.dtype(storage),
-                              config.block_m, a_mode, tile_slot(a_mode[0], size))  # fmt: skip
-    load_b_tile = tile_loader(config.copy_threads, tile_k(size), np.dtype(storage),
-                              config.block_n, b_mode, tile_slot(b_mode[0], size))  # fmt: skip
+    load_a_tile = tile_loader(config.threads, tile_k(size), np.dtype(storage), config.block_m,
+                              a_mode, tile_slot(a_mode[0], size))  # fmt: skip
+    load_b_tile = tile_loader(config.threads, tile_k(size), np.dtype(storage), config.block_n,
+                              b_mode, tile_slot(b_mode[0], size))  # fmt: skip
 
     @cuda.jit(device=True)
     def load_stage(smem, base, stage, k0, a, a0, stride_am, stride_ak, b, b0, stride_bk, stride_bn,
@@ -397,10 +354,7 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     modes are B^T's, A^T's and C^T's)."""
     BLOCK_M, BLOCK_N, STAGES = config.block_m, config.block_n, config.stages
     GROUP_M = config.group_m
-    PRODUCER = config.producers > 0
-    FIRST = config.producers * WARPGROUP  # the first thread that multiplies
-    LAG = STAGES - 1  # producer: slices in flight past the one it reports landed
-    EMPTY_BARRIER = FULL_BARRIER + STAGES
+    THREADS = config.threads
     REGISTER_A, TRANSPOSED = operand == "tf32", transposed
     SIZE = OPERAND_BYTES[operand]
     STORAGE = FLOAT32 if REGISTER_A else UINT16
@@ -416,13 +370,7 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     else:
         multiply_slice = _shared_slice(config, operand, a_mode[0], b_mode[0])
     copies_landed = cp_async_wait(LOOKAHEAD - 1)
-    lagging_landed, all_landed = cp_async_wait(LAG - 1), cp_async_wait(0)
     wgmma_done = wgmma_wait(0)
-    everyone = config.threads
-    wait_for, arrive_at = barrier_sync(everyone), barrier_arrive(everyone)
-    consumers_sync = _consumers_sync(config)
-    fewer_registers = set_max_registers(PRODUCER_REGISTERS, False)
-    more_registers = set_max_registers(CONSUMER_REGISTERS, True)
     origin = tile_origin(BLOCK_M, BLOCK_N, GROUP_M)
     zero_all = accumulator_zeroer(ACC_SIZE)
     write_c = _c_writer(config, out_dtype, c_mode)
@@ -445,43 +393,7 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
         multiply_slice(acc, frag, smem, base + stage * A_STAGE, base + B_BASE + stage * B_STAGE,
                        tid, parity)  # fmt: skip
 
-    @cuda.jit(device=True)
-    def produce(smem, base, k_tiles, a, a0, stride_am, stride_ak, b, b0, stride_bk, stride_bn,
-                m_left, n_left, K, tid):  # fmt: skip
-        # The producer warpgroup: slice t - LAG, landed, is reported to the consumers; then
-        # slice t goes into its stage once they have freed it (slice t - STAGES done).
-        for t in range(k_tiles):
-            if t >= LAG:
-                lagging_landed()
-                async_proxy_fence()
-                arrive_at(FULL_BARRIER + (t - LAG) % STAGES)
-            stage = t % STAGES
-            if t >= STAGES:
-                wait_for(EMPTY_BARRIER + stage)
-            load_stage(smem, base, stage, t * SLICE_K, a, a0, stride_am, stride_ak, b, b0,
-                       stride_bk, stride_bn, m_left, n_left, K, tid)  # fmt: skip
-            cp_async_commit()
-        all_landed()
-        async_proxy_fence()
-        for t in range(max(k_tiles - LAG, 0), k_tiles):
-            arrive_at(FULL_BARRIER + t % STAGES)
-
-    @cuda.jit(device=True)
-    def consume_step(acc, frag, smem, base, t, parity, k_tiles, a, a0, stride_am, stride_ak, b,
-                     b0, stride_bk, stride_bn, m_left, n_left, K, tid):  # fmt: skip
-        # A consumer warpgroup's slice t (the loading arguments are the producer's): wait until
-        # it has landed, multiply it; the multiplier leaves only slice t's wgmmas pending, so
-        # slice t - 1's stage is free (where the producer will refill it).
-        stage = t % STAGES
-        wait_for(FULL_BARRIER + stage)
-        multiply_slice(acc, frag, smem, base + stage * A_STAGE, base + B_BASE + stage * B_STAGE,
-                       tid, parity)  # fmt: skip
-        if t >= IN_FLIGHT and t - IN_FLIGHT + STAGES < k_tiles:
-            arrive_at(EMPTY_BARRIER + (t - IN_FLIGHT) % STAGES)
-
-    step = consume_step if PRODUCER else slice_step
-
-    @kernel_jit(config.threads)
+    @kernel_jit(THREADS)
     def wgmma_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn,
                      c, stride_cb, stride_cm, stride_cn, M, N, K):  # fmt: skip
         if TRANSPOSED:  # C^T = B^T A^T: from here on A is B^T, B is A^T and C is C^T
@@ -502,61 +414,34 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
 
         # -- pipeline: LOOKAHEAD slices load ahead of the one multiplied ----------------------
         k_tiles = (K + SLICE_K - 1) // SLICE_K
-        if PRODUCER:  # the first warpgroup copies, the others multiply
-            if tid < FIRST:
-                fewer_registers()
-                produce(smem, base, k_tiles, a, a0, stride_am, stride_ak, b, b0, stride_bk,
-                        stride_bn, M - m0, N - n0, K, tid)  # fmt: skip
-                return
-            more_registers()
-            tid -= FIRST
-        else:
-            for s in range(LOOKAHEAD):
-                if s < k_tiles:
-                    load_stage(smem, base, s, s * SLICE_K, a, a0, stride_am, stride_ak,
-                               b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid)  # fmt: skip
-                cp_async_commit()
+        for s in range(LOOKAHEAD):
+            if s < k_tiles:
+                load_stage(smem, base, s, s * SLICE_K, a, a0, stride_am, stride_ak,
+                           b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid)  # fmt: skip
+            cp_async_commit()
         if REGISTER_A:  # slices in pairs: A's registers alternate between two sets
             for t in range(0, k_tiles - 1, 2):
-                step(acc, frag, smem, base, t, 0, k_tiles, a, a0, stride_am, stride_ak,
-                     b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid)  # fmt: skip
-                step(acc, frag, smem, base, t + 1, 1, k_tiles, a, a0, stride_am, stride_ak,
-                     b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid)  # fmt: skip
+                slice_step(acc, frag, smem, base, t, 0, k_tiles, a, a0, stride_am, stride_ak,
+                           b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid)  # fmt: skip
+                slice_step(acc, frag, smem, base, t + 1, 1, k_tiles, a, a0, stride_am,
+                           stride_ak, b, b0, stride_bk, stride_bn, M - m0, N - n0, K,
+                           tid)  # fmt: skip
             if k_tiles % 2:
-                step(acc, frag, smem, base, k_tiles - 1, 0, k_tiles, a, a0, stride_am,
-                     stride_ak, b, b0, stride_bk, stride_bn, M - m0, N - n0, K,
-                     tid)  # fmt: skip
+                slice_step(acc, frag, smem, base, k_tiles - 1, 0, k_tiles, a, a0, stride_am,
+                           stride_ak, b, b0, stride_bk, stride_bn, M - m0, N - n0, K,
+                           tid)  # fmt: skip
         else:
             for t in range(k_tiles):
-                step(acc, frag, smem, base, t, 0, k_tiles, a, a0, stride_am, stride_ak,
-                     b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid)  # fmt: skip
+                slice_step(acc, frag, smem, base, t, 0, k_tiles, a, a0, stride_am, stride_ak,
+                           b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid)  # fmt: skip
         wgmma_done()
 
         # -- epilogue: accumulators -> float32 C tile in shared memory -> C, converted --------
-        consumers_sync()  # every warpgroup is done with the pipeline's buffers
+        cuda.syncthreads()  # every warpgroup is done with the pipeline's buffers
         write_c(c, batch * stride_cb, stride_cm, stride_cn, M, N, m0, n0,
                 cuda.shared.array(0, FLOAT32), acc)  # fmt: skip
 
     return wgmma_kernel
-
-
-def _consumers_sync(config: WgmmaConfig):
-    """Device function ``sync()``: a barrier of the warpgroups that multiply (the CTA's, or
-    a named one where a producer warpgroup has left)."""
-    if not config.producers:
-
-        @cuda.jit(device=True)
-        def sync_cta():
-            cuda.syncthreads()
-
-        return sync_cta
-    consumers = barrier_sync(WARPGROUP * config.warpgroups)
-
-    @cuda.jit(device=True)
-    def sync_consumers():
-        consumers(EPILOGUE_BARRIER)
-
-    return sync_consumers
 
 
 def _c_writer(config: WgmmaConfig, out_dtype: np.dtype, c_mode: tuple):
@@ -568,11 +453,9 @@ def _c_writer(config: WgmmaConfig, out_dtype: np.dtype, c_mode: tuple):
     every thread converts 16 bytes' worth of C's elements at a time and stores them along that
     axis (consecutive threads, consecutive vectors), element by element at the edges or where
     C's lines are not contiguous and aligned."""
-    BLOCK_M, BLOCK_N = config.block_m, config.block_n
-    THREADS, FIRST = WARPGROUP * config.warpgroups, WARPGROUP * config.producers  # consumers
+    BLOCK_M, BLOCK_N, THREADS = config.block_m, config.block_n, config.threads
     ACC_SIZE = BLOCK_N // 2
     convert = output_converter(out_dtype)
-    consumers_sync = _consumers_sync(config)
     C_STORAGE = storage_dtype(out_dtype)
     C_VEC = VECTOR_BYTES // C_STORAGE.itemsize  # C's elements per 16-byte store
     ALONG_M = c_mode[0] == "x"  # C's columns contiguous: the staged tile is n x m
@@ -621,11 +504,11 @@ def _c_writer(config: WgmmaConfig, out_dtype: np.dtype, c_mode: tuple):
         # tid and the tile's start read afresh: nothing of the epilogue is computed before the
         # k loop and kept live across it (fewer registers and instructions in the SASS)
         start = aligned_start(c_tile)
-        tid = thread_index() - FIRST
+        tid = thread_index()
         warpgroup, lane, warp = tid // WARPGROUP, tid % 32, (tid % WARPGROUP) // 32
         stage_all(c_tile, start, acc, warpgroup * ROWS_PER_WARPGROUP + 16 * warp + lane // 4,
                   2 * (lane % 4))  # fmt: skip
-        consumers_sync()
+        cuda.syncthreads()
         floats = cuda.local.array(C_VEC, np.float32)
         vector = cuda.local.array(C_VEC, C_STORAGE)
         store_tile(c, c0, stride_cm, stride_cn, M, N, m0, n0, c_tile, start, floats, vector, tid)
