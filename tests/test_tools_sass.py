@@ -75,3 +75,15 @@ def test_dump_writes_each_launchs_sass(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "out" / "0-tiled_kernel.sass").read_text() == texts["tiled_kernel"]
     assert (tmp_path / "out" / "1-fused_kernel.sass").read_text() == texts["fused_kernel"]
     assert "tiled_kernel: grid 128 x 256 threads, 96 registers" in capsys.readouterr().out
+
+
+def test_config_reads_the_algorithms_config_from_ints():
+    from numba_gemm.kernels.mma import MmaConfig
+    from numba_gemm.kernels.wgmma import WgmmaConfig
+    from tools.sass import _config
+
+    assert _config("128,256,4,8", "wgmma") == WgmmaConfig(128, 256, 4, 8)
+    assert _config("128,128,32,2,2,3,8", "mma") == MmaConfig(128, 128, 32, 2, 2, 3, 8)
+    assert _config(None, "wgmma") is None
+    with pytest.raises(SystemExit, match="--config needs --algorithm"):
+        _config("128,256,4,8", "auto")
