@@ -147,6 +147,47 @@ def test_gpu_tf32_reads(layout):
     assert tf32_reads(layout, to_device=True) == TF32_READS[layout]
 
 
+CANONICAL_NAN = np.uint32(0x7FFFFFFF).view(np.float32)  # CUDA's NaN: every mantissa bit set
+
+
+def tf32_specials(layout: str, preset: str, to_device: bool = False) -> np.ndarray:
+    """Rows 0-2 of A (16 x 8: CUDA's NaN in row 0, inf in row 1, ones elsewhere) @ ones
+    (8 x 16) at ``preset``, A and B in ``layout``: NaN, inf and 8 as the kernel gives them."""
+    from numba import cuda
+
+    a_layout, b_layout, _ = LAYOUTS[layout]
+    a = np.ones((16, 8), np.float32)
+    a[0, 3], a[1, 5] = CANONICAL_NAN, np.inf
+    b = np.ones((8, 16), np.float32)
+    a, b = (np.asfortranarray(x) if lay == "col" else x
+            for x, lay in ((a, a_layout), (b, b_layout)))  # fmt: skip
+    if to_device:
+        a, b = cuda.to_device(a), cuda.to_device(b)
+    out = numba_gemm.matmul(a, b, precision=preset, algorithm="wgmma")
+    return np.asarray(out if not to_device else out.copy_to_host())[:3]
+
+
+def check_specials(rows: np.ndarray) -> None:
+    assert np.isnan(rows[0]).all() and (rows[1] == np.inf).all() and (rows[2] == 8).all()
+
+
+@pytest.mark.parametrize("layout", TF32_READS)
+def test_tf32_keeps_nan_and_inf(layout):
+    """Rounding to TF32 adds half a unit to finite values only: CUDA's NaN (all mantissa
+    bits set) would otherwise carry into the sign and read as -0."""
+    check_specials(tf32_specials(layout, TF32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", TF32_READS)
+def test_gpu_tf32_keeps_nan_and_inf(layout):
+    from numba import cuda
+
+    if cuda.get_current_device().compute_capability[0] != 9:
+        pytest.skip("wgmma needs a Hopper GPU")
+    check_specials(tf32_specials(layout, TF32, to_device=True))
+
+
 def test_wgmma_float32_batches(rng):
     a = rng.standard_normal((2, 33, 40)).astype(np.float32)
     b = rng.standard_normal((2, 40, 20)).astype(np.float32)

@@ -85,12 +85,17 @@ if SIMULATED:
 
     def round_tf32(x):
         """Twin of ``cvt.rna.tf32.f32``: x to TF32 (10 stored bits), ties away from zero;
-        elementwise on arrays (float32 results)."""
+        elementwise on arrays (float32 results). As its SASS does: half a TF32 unit (bit 12)
+        added to finite values' bits, then the low 13 bits cleared (so NaN stays NaN)."""
         if np.ndim(x):
-            bits = np.asarray(x, np.float32).view(np.uint32)
-            return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+            values = np.asarray(x, np.float32)
+            bits = values.view(np.uint32)
+            bits = np.where(np.isfinite(values), bits + np.uint32(0x1000), bits)
+            return (bits & np.uint32(0xFFFFE000)).view(np.float32)
         bits = float_bits(x)
-        return bits_float((bits + 0x1000) & 0xFFFFE000)
+        if np.isfinite(x):
+            bits += 0x1000
+        return bits_float(bits & 0xFFFFE000)
 
 else:
     from llvmlite import ir
