@@ -210,8 +210,10 @@ def _twin_accumulate(acc, a, smem, b_start, b_axis, n, operand, lane, accumulate
     values as the tensor cores read them) @ the k x ``n`` block of B at ``b_start``."""
     cols = (8 * np.arange(n // 8)[:, None] + 2 * (lane % 4) + np.arange(2)).ravel()
     b = _twin_block(smem, b_start, b_axis, cols, operand)  # (n / 4, k)
-    # acc[4 j + e] is C(rows[e // 2], 8 j + 2 t + e % 2): (row, j, col) -> (j, row, col)
-    sums = (a @ b.T).reshape(2, n // 8, 2).transpose(1, 0, 2).ravel()
+    # acc[4 j + e] is C(rows[e // 2], 8 j + 2 t + e % 2): (row, j, col) -> (j, row, col);
+    # NaN and inf operands give NaN quietly, as the tensor cores do
+    with np.errstate(invalid="ignore"):
+        sums = (a @ b.T).reshape(2, n // 8, 2).transpose(1, 0, 2).ravel()
     previous = np.asarray(acc[: n // 2], np.float64) if accumulate else 0.0
     acc[: n // 2] = toward_zero(previous + sums)
 
