@@ -150,9 +150,11 @@ def test_gpu_tf32_reads(layout):
 CANONICAL_NAN = np.uint32(0x7FFFFFFF).view(np.float32)  # CUDA's NaN: every mantissa bit set
 
 
-def tf32_specials(layout: str, preset: str, to_device: bool = False) -> np.ndarray:
+def tf32_specials(layout: str, preset: str, to_device: bool = False, algorithm: str = "wgmma"
+                  ) -> np.ndarray:  # fmt: skip
     """Rows 0-2 of A (16 x 8: CUDA's NaN in row 0, inf in row 1, ones elsewhere) @ ones
-    (8 x 16) at ``preset``, A and B in ``layout``: NaN, inf and 8 as the kernel gives them."""
+    (8 x 16) at ``preset``, A and B in ``layout``: NaN, inf and 8 as ``algorithm`` gives
+    them."""
     from numba import cuda
 
     a_layout, b_layout, _ = LAYOUTS[layout]
@@ -163,7 +165,7 @@ def tf32_specials(layout: str, preset: str, to_device: bool = False) -> np.ndarr
             for x, lay in ((a, a_layout), (b, b_layout)))  # fmt: skip
     if to_device:
         a, b = cuda.to_device(a), cuda.to_device(b)
-    out = numba_gemm.matmul(a, b, precision=preset, algorithm="wgmma")
+    out = numba_gemm.matmul(a, b, precision=preset, algorithm=algorithm)
     return np.asarray(out if not to_device else out.copy_to_host())[:3]
 
 
@@ -171,11 +173,12 @@ def check_specials(rows: np.ndarray) -> None:
     assert np.isnan(rows[0]).all() and (rows[1] == np.inf).all() and (rows[2] == 8).all()
 
 
+@pytest.mark.parametrize("algorithm", ["wgmma", "mma"])
 @pytest.mark.parametrize("layout", TF32_READS)
-def test_tf32_keeps_nan_and_inf(layout):
+def test_tf32_keeps_nan_and_inf(layout, algorithm):
     """Rounding to TF32 adds half a unit to finite values only: CUDA's NaN (all mantissa
     bits set) would otherwise carry into the sign and read as -0."""
-    check_specials(tf32_specials(layout, TF32))
+    check_specials(tf32_specials(layout, TF32, algorithm=algorithm))
 
 
 @pytest.mark.gpu

@@ -409,12 +409,13 @@ def mma(operand: str):
         def mma_twin(acc, acc_index, a, a_index, b, b_index, half):
             lane = threading.current_thread().threadIdx.x % 32  # the simulator's thread
             g, t = lane // 4, lane % 4
-            for c in range(4):
-                row, col = g + 8 * (c // 2), 8 * half + 2 * t + c % 2
-                total = float(acc[acc_index + c])  # float64: exact enough for the sum
-                for k in range(k_step):
-                    total += a[a_index + row * k_step + k] * b[b_index + col * k_step + k]
-                acc[acc_index + c] = toward_zero(total)
+            with np.errstate(invalid="ignore"):  # NaN from inf x 0 quietly, as the GPU
+                for c in range(4):
+                    row, col = g + 8 * (c // 2), 8 * half + 2 * t + c % 2
+                    total = float(acc[acc_index + c])  # float64: exact enough for the sum
+                    for k in range(k_step):
+                        total += a[a_index + row * k_step + k] * b[b_index + col * k_step + k]
+                    acc[acc_index + c] = toward_zero(total)
 
         return mma_twin
     return _mma_sync(operand)
