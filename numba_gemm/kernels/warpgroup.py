@@ -451,19 +451,48 @@ else:
         fields = (leading >> 4) << 16 | (stride >> 4) << 32 | 1 << 62  # 1: the 128-byte swizzle
         return builder.or_(start, ir.Constant(_I64, fields))
 
-    def _wgmma_async(operand: str, n: int, a_axis: str, b_axis: str):
+    def _wgmma_asm(n: int, shapes: str, operands: str, operand_constraints: list, flags: str):
+        """(text, constraints) of one ``wgmma.mma_async`` (``shapes``: its shape and types) on
+        n / 2 float32 accumulators, in and out ($0 ..), then ``operands`` (placeholders from
+        $n on, constrained by ``operand_constraints``), then scale-d (0: D = A B, else
+        D += A B), then ``flags``."""
         words = n // 2
         outputs = ", ".join(f"${i}" for i in range(words))
+        text = (
+            "{ .reg .pred scale_d; "
+            f"setp.ne.b32 scale_d, ${2 * words + len(operand_constraints)}, 0; "
+            f"wgmma.mma_async.sync.aligned.{shapes} {{{outputs}}}, {operands}, scale_d, {flags}; }}"
+        )
+        constraints = ",".join(
+            ["=f"] * words + [str(i) for i in range(words)] + operand_constraints + ["r"]
+        )
+        return text, constraints
+
+    def _call_wgmma(context, builder, n, acc_t, acc, asm_text, operands, operand_types, scale_d):
+        """Emits one :func:`_wgmma_asm`: the n / 2 accumulators of ``acc`` (a float32 array of
+        type ``acc_t``) in, the ``operands`` (IR values of ``operand_types``) and ``scale_d``,
+        the accumulators out."""
+        words = n // 2
+        zero = context.get_constant(types.intp, 0)
+        c = load_words(context, builder, acc_t, acc, zero, words)
+        asm = ir.InlineAsm(
+            ir.FunctionType(
+                ir.LiteralStructType([_F32] * words), [_F32] * words + operand_types + [_I32]
+            ),
+            *asm_text,
+            side_effect=True,
+        )
+        d = builder.call(asm, c + operands + [scale_d])
+        store_words(context, builder, acc_t, acc, zero,
+                    [builder.extract_value(d, i) for i in range(words)])  # fmt: skip
+
+    def _wgmma_async(operand: str, n: int, a_axis: str, b_axis: str):
         # scale-a, scale-b = 1; 16-bit blocks then say whether they are transposed (m/n-major),
         # TF32 ones are k-major and take no such flags
         flags = "1, 1" if operand == "tf32" else f"1, 1, {int(a_axis != 'k')}, {int(b_axis != 'k')}"
-        text = (
-            "{ .reg .pred scale_d; "
-            f"setp.ne.b32 scale_d, ${2 * words + 2}, 0; "
-            f"wgmma.mma_async.sync.aligned.m64n{n}k{wgmma_k(operand)}.f32.{operand}.{operand} "
-            f"{{{outputs}}}, ${2 * words}, ${2 * words + 1}, scale_d, {flags}; }}"
-        )
-        constraints = ",".join(["=f"] * words + [str(i) for i in range(words)] + ["l", "l", "r"])
+        first = n  # the operands' first placeholder: after n / 2 accumulators out and in
+        asm_text = _wgmma_asm(n, f"m64n{n}k{wgmma_k(operand)}.f32.{operand}.{operand}",
+                              f"${first}, ${first + 1}", ["l", "l"], flags)  # fmt: skip
         bits = 8 * OPERAND_BYTES[operand]
 
         def typer(typingctx, acc, smem, a_start, b_start, accumulate):
@@ -477,27 +506,16 @@ else:
                 return None
 
             def codegen(context, builder, sig, args):
-                acc_t, smem_t = sig.args[0], sig.args[1]
-                zero = context.get_constant(types.intp, 0)
-                c = load_words(context, builder, acc_t, args[0], zero, words)
+                smem_t = sig.args[1]
                 a_desc = _descriptor(
                     builder, shared_address(context, builder, smem_t, args[1], args[2]), a_axis
                 )
                 b_desc = _descriptor(
                     builder, shared_address(context, builder, smem_t, args[1], args[3]), b_axis
                 )
-                asm = ir.InlineAsm(
-                    ir.FunctionType(
-                        ir.LiteralStructType([_F32] * words), [_F32] * words + [_I64, _I64, _I32]
-                    ),
-                    text,
-                    constraints,
-                    side_effect=True,
-                )
                 scale_d = context.cast(builder, args[4], sig.args[4], types.int32)
-                d = builder.call(asm, c + [a_desc, b_desc, scale_d])
-                store_words(context, builder, acc_t, args[0], zero,
-                            [builder.extract_value(d, i) for i in range(words)])  # fmt: skip
+                _call_wgmma(context, builder, n, sig.args[0], args[0], asm_text,
+                            [a_desc, b_desc], [_I64, _I64], scale_d)  # fmt: skip
                 return context.get_dummy_value()
 
             return types.void(acc, smem, a_start, b_start, accumulate), codegen
@@ -505,18 +523,10 @@ else:
         return intrinsic(typer)
 
     def _wgmma_registers_async(n: int):
-        words = n // 2
-        outputs = ", ".join(f"${i}" for i in range(words))
-        a_words = ", ".join(f"${2 * words + i}" for i in range(4))
-        text = (
-            "{ .reg .pred scale_d; "
-            f"setp.ne.b32 scale_d, ${2 * words + 5}, 0; "
-            f"wgmma.mma_async.sync.aligned.m64n{n}k8.f32.tf32.tf32 "
-            f"{{{outputs}}}, {{{a_words}}}, ${2 * words + 4}, scale_d, 1, 1; }}"
-        )
-        constraints = ",".join(
-            ["=f"] * words + [str(i) for i in range(words)] + ["r"] * 4 + ["l", "r"]
-        )
+        first = n  # the operands' first placeholder: after n / 2 accumulators out and in
+        a_words = ", ".join(f"${first + i}" for i in range(4))
+        asm_text = _wgmma_asm(n, f"m64n{n}k8.f32.tf32.tf32", f"{{{a_words}}}, ${first + 4}",
+                              ["r"] * 4 + ["l"], "1, 1")  # fmt: skip
 
         def typer(typingctx, acc, frag, index, smem, b_start, accumulate):
             if not (
@@ -531,27 +541,14 @@ else:
                 return None
 
             def codegen(context, builder, sig, args):
-                acc_t, frag_t, smem_t = sig.args[0], sig.args[1], sig.args[3]
-                zero = context.get_constant(types.intp, 0)
-                c = load_words(context, builder, acc_t, args[0], zero, words)
                 index = context.cast(builder, args[2], sig.args[2], types.intp)
-                a = load_words(context, builder, frag_t, args[1], index, 4)
+                a = load_words(context, builder, sig.args[1], args[1], index, 4)
                 b_desc = _descriptor(
-                    builder, shared_address(context, builder, smem_t, args[3], args[4]), "k"
-                )
-                asm = ir.InlineAsm(
-                    ir.FunctionType(
-                        ir.LiteralStructType([_F32] * words),
-                        [_F32] * words + [_I32] * 4 + [_I64, _I32],
-                    ),
-                    text,
-                    constraints,
-                    side_effect=True,
+                    builder, shared_address(context, builder, sig.args[3], args[3], args[4]), "k"
                 )
                 scale_d = context.cast(builder, args[5], sig.args[5], types.int32)
-                d = builder.call(asm, c + a + [b_desc, scale_d])
-                store_words(context, builder, acc_t, args[0], zero,
-                            [builder.extract_value(d, i) for i in range(words)])  # fmt: skip
+                _call_wgmma(context, builder, n, sig.args[0], args[0], asm_text, a + [b_desc],
+                            [_I32] * 4 + [_I64], scale_d)  # fmt: skip
                 return context.get_dummy_value()
 
             return types.void(acc, frag, index, smem, b_start, accumulate), codegen
