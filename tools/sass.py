@@ -241,7 +241,7 @@ def main(argv=None) -> None:
     )
     parser.add_argument("--precision", help="matmul: a precision preset (numba_gemm.precision)")
     parser.add_argument(
-        "--config", help="matmul: the algorithm's config as comma-separated ints (128,256,4,8,1)"
+        "--config", help="matmul: the algorithm's config as comma-separated ints (128,256,4,8)"
     )
     parser.add_argument(
         "--max-registers", type=int, help="the fused kernel's register cap (default: the library's)"

@@ -602,7 +602,7 @@ def _converting_kernel(config: WgmmaConfig, preset: Preset, out_dtype, a_mode: t
                        b_mode: tuple, c_mode: tuple):  # fmt: skip
     """The kernel for float32 operands under a TF32 preset (one part: rounded; two: split, the
     three partial products added), specialised for one config, preset, output dtype, operand
-    layouts and whether C's rows take 16-byte stores.
+    layouts and C's (``c_mode``).
 
     1. *Which tile*, as the 16-bit kernel.
     2. *Loading*: ``stages`` shared-memory buffers of one 32-k slice of A and B as float32,
@@ -790,7 +790,7 @@ def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: Mat
         converting = not transposed
     # the product as the kernel computes it: X (M x K) @ Y (K x N) -> D
     x, y, d = (_transposed(b), _transposed(a), _transposed(c)) if transposed else (a, b, c)
-    (M, K), N = x.shape, y.shape[1]
+    M, N = x.shape[0], y.shape[1]
     parts = preset.parts if converting else 0
     config = config or default_wgmma_config(M, N, c.batch, parts)
     config.check(storage, converting)
@@ -806,9 +806,9 @@ def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: Mat
     else:
         kernel = _kernel(config, preset.operand, out_dtype, x_mode, y_mode, d_mode, transposed)
     grid = (cdiv(M, config.block_m) * cdiv(N, config.block_n), c.batch)
-    # the arguments in the caller's order (A, B, C: XLA's buffers), whatever the kernel makes
-    # of them
-    (M, K), N = a.shape, b.shape[1]
+    # the arguments in the caller's order (A, B, C: XLA's buffers; M, N, K of A @ B), whatever
+    # the kernel makes of them
     return kernel_launch(kernel, grid, config.threads, shared,
                          (a, a.batch_stride, *a.strides, b, b.batch_stride, *b.strides,
-                          c, c.batch_stride, *c.strides, M, N, K))  # fmt: skip
+                          c, c.batch_stride, *c.strides,
+                          a.shape[0], b.shape[1], a.shape[1]))  # fmt: skip
