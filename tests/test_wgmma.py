@@ -109,21 +109,34 @@ NOT_TF32 = np.float32(1 + 3 * 2.0**-12)
 ROUNDED, TRUNCATED = 8 * (1 + 2.0**-10), 8.0
 
 
-def tf32_reads(layout: str, to_device: bool = False) -> float:
-    """C(0, 0) of A (16 x 8, every element ``NOT_TF32``) @ ones (8 x 16), A and B in
-    ``layout`` ("row", "b_col", "a_col"): 8 times A's element as the TF32 kernel multiplies
-    it."""
+def skip_unless_hopper() -> None:
+    from numba import cuda
+
+    if cuda.get_current_device().compute_capability[0] != 9:
+        pytest.skip("wgmma needs a Hopper GPU")
+
+
+def tf32_times_ones(a: np.ndarray, layout: str, to_device: bool = False,
+                    algorithm: str = "wgmma") -> np.ndarray:  # fmt: skip
+    """A (16 x 8 float32) @ ones (8 x 16) at TF32 through ``algorithm``, A and B in
+    ``layout`` ("row", "b_col", "a_col"), from host arrays or (``to_device``) device ones."""
     from numba import cuda
 
     a_layout, b_layout, _ = LAYOUTS[layout]
-    a = np.full((16, 8), NOT_TF32, np.float32)
     b = np.ones((8, 16), np.float32)
     a, b = (np.asfortranarray(x) if lay == "col" else x
             for x, lay in ((a, a_layout), (b, b_layout)))  # fmt: skip
     if to_device:
         a, b = cuda.to_device(a), cuda.to_device(b)
-    out = numba_gemm.matmul(a, b, precision=TF32, algorithm="wgmma")
-    return float(np.asarray(out if not to_device else out.copy_to_host())[0, 0])
+    out = numba_gemm.matmul(a, b, precision=TF32, algorithm=algorithm)
+    return np.asarray(out if not to_device else out.copy_to_host())
+
+
+def tf32_reads(layout: str, to_device: bool = False) -> float:
+    """C(0, 0) of A (16 x 8, every element ``NOT_TF32``) @ ones: 8 times A's element as the
+    TF32 kernel multiplies it."""
+    a = np.full((16, 8), NOT_TF32, np.float32)
+    return float(tf32_times_ones(a, layout, to_device)[0, 0])
 
 
 TF32_READS = {"b_col": ROUNDED, "row": TRUNCATED, "a_col": ROUNDED}
@@ -140,36 +153,19 @@ def test_tf32_rounds_the_register_operand_and_truncates_the_shared_one(layout):
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", TF32_READS)
 def test_gpu_tf32_reads(layout):
-    from numba import cuda
-
-    if cuda.get_current_device().compute_capability[0] != 9:
-        pytest.skip("wgmma needs a Hopper GPU")
+    skip_unless_hopper()
     assert tf32_reads(layout, to_device=True) == TF32_READS[layout]
 
 
 CANONICAL_NAN = np.uint32(0x7FFFFFFF).view(np.float32)  # CUDA's NaN: every mantissa bit set
 
 
-def tf32_specials(layout: str, preset: str, to_device: bool = False, algorithm: str = "wgmma"
-                  ) -> np.ndarray:  # fmt: skip
-    """Rows 0-2 of A (16 x 8: CUDA's NaN in row 0, inf in row 1, ones elsewhere) @ ones
-    (8 x 16) at ``preset``, A and B in ``layout``: NaN, inf and 8 as ``algorithm`` gives
-    them."""
-    from numba import cuda
-
-    a_layout, b_layout, _ = LAYOUTS[layout]
+def check_specials(layout: str, to_device: bool = False, algorithm: str = "wgmma") -> None:
+    """Rows 0-2 of A (16 x 8: CUDA's NaN in row 0, inf in row 1, ones elsewhere) @ ones are
+    NaN, inf and 8."""
     a = np.ones((16, 8), np.float32)
     a[0, 3], a[1, 5] = CANONICAL_NAN, np.inf
-    b = np.ones((8, 16), np.float32)
-    a, b = (np.asfortranarray(x) if lay == "col" else x
-            for x, lay in ((a, a_layout), (b, b_layout)))  # fmt: skip
-    if to_device:
-        a, b = cuda.to_device(a), cuda.to_device(b)
-    out = numba_gemm.matmul(a, b, precision=preset, algorithm=algorithm)
-    return np.asarray(out if not to_device else out.copy_to_host())[:3]
-
-
-def check_specials(rows: np.ndarray) -> None:
+    rows = tf32_times_ones(a, layout, to_device, algorithm)[:3]
     assert np.isnan(rows[0]).all() and (rows[1] == np.inf).all() and (rows[2] == 8).all()
 
 
@@ -178,17 +174,14 @@ def check_specials(rows: np.ndarray) -> None:
 def test_tf32_keeps_nan_and_inf(layout, algorithm):
     """Rounding to TF32 adds half a unit to finite values only: CUDA's NaN (all mantissa
     bits set) would otherwise carry into the sign and read as -0."""
-    check_specials(tf32_specials(layout, TF32, algorithm=algorithm))
+    check_specials(layout, algorithm=algorithm)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", TF32_READS)
 def test_gpu_tf32_keeps_nan_and_inf(layout):
-    from numba import cuda
-
-    if cuda.get_current_device().compute_capability[0] != 9:
-        pytest.skip("wgmma needs a Hopper GPU")
-    check_specials(tf32_specials(layout, TF32, to_device=True))
+    skip_unless_hopper()
+    check_specials(layout, to_device=True)
 
 
 def test_wgmma_float32_batches(rng):
@@ -319,8 +312,7 @@ GPU_CASES = [
 def test_gpu_wgmma_default_config(dtype, precision, out_dtype, shape, layout, rng):
     from numba import cuda
 
-    if cuda.get_current_device().compute_capability[0] != 9:
-        pytest.skip("wgmma needs a Hopper GPU")
+    skip_unless_hopper()
     M, N, K = shape
     a, b = make_operands(M, N, K, dtype, layout, rng, to_device=True)
     out = poisoned((M, N), out_dtype or dtype, to_device=True, layout=layout)
