@@ -30,7 +30,7 @@ CASES = {  # name -> (operand dtype, preset, the peer's dtype, the peer's float3
 }
 
 
-def measure(case: str, n: int, config=None) -> dict:
+def measure(case: str, n: int, config=None, copies: str = "tma") -> dict:
     import torch
 
     from numba_gemm.api import plan
@@ -47,7 +47,8 @@ def measure(case: str, n: int, config=None) -> dict:
     c = torch.full((n, n), float("nan"), device="cuda", dtype=torch_dtype)
     peer_out = torch.empty_like(c)
     preset = resolve(preset_name, BFLOAT16 if dtype_name == "bfloat16" else np.dtype(dtype_name))
-    launch = plan(describe(a, "a"), describe(b, "b"), describe(c, "out"), "auto", config, preset)
+    launch = plan(describe(a, "a"), describe(b, "b"), describe(c, "out"), "auto", config, preset,
+                  copies == "tma")  # fmt: skip
     ours = PreparedLaunch(launch, 0)
 
     def peer():
@@ -76,6 +77,7 @@ def measure(case: str, n: int, config=None) -> dict:
         "size": n,
         "kernel": launch.kernel.py_func.__name__,
         "config": config.label() if config else "default",
+        "tma": bool(launch.args[-1]) if launch.kernel.py_func.__name__ == "wgmma_kernel" else False,
         "median_s": ours_s,
         "cublas_median_s": peer_s,
         "numba_gemm_tflops": flops / ours_s / 1e12,
@@ -191,6 +193,12 @@ def main() -> None:
     parser.add_argument(
         "--config", help="comma-separated ints: an MmaConfig's 7 or a WgmmaConfig's 4"
     )
+    parser.add_argument(
+        "--copies",
+        choices=("tma", "cp.async"),
+        default="tma",
+        help="how the wgmma kernel fills its tiles: tma (a direct call's) or cp.async (XLA's)",
+    )
     parser.add_argument("--out", help="write <out>/tensor_cores/<device>.json")
     parser.add_argument("--bridge", type=int, nargs="*", default=[], help="bridge sizes (bf16)")
     parser.add_argument("--triple", nargs="*", default=[], help="presets for the triple at 512")
@@ -206,10 +214,11 @@ def main() -> None:
     rows = []
     for case in args.cases:
         for n in args.sizes:
-            row = measure(case, n, config if case != "f32" else None)
+            row = measure(case, n, config if case != "f32" else None, args.copies)
             rows.append(row)
             print(
-                f"{case:7s} {n:5d} {row['kernel'][:5]}: {row['numba_gemm_tflops']:7.1f} "
+                f"{case:7s} {n:5d} {row['kernel'][:5]}{'+tma' if row['tma'] else ''}: "
+                f"{row['numba_gemm_tflops']:7.1f} "
                 f"TFLOP/s, cuBLAS {row['cublas_tflops']:7.1f} ({row['ratio']:.3f}x); "
                 f"error {row['numba_gemm_error']:.2e} (cuBLAS {row['cublas_error']:.2e})"
                 + (f"; Triton {row['triton_tflops']:.1f}" if "triton_tflops" in row else ""),

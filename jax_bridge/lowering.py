@@ -223,7 +223,10 @@ def _dtypes(ctx) -> tuple:
 def _native(ctx, lhs, rhs, gemm: StridedGemm, algorithm: str, config, preset):
     from numba_gemm.api import plan
 
-    launch = plan(*_descs(gemm, _dtypes(ctx), on_device=True), algorithm, config, preset)
+    # XLA passes its buffers' addresses at run time only: no tensor maps of them
+    launch = plan(
+        *_descs(gemm, _dtypes(ctx), on_device=True), algorithm, config, preset, tensor_maps=False
+    )
     return kernel_call_lowering(launch)(ctx, lhs, rhs)
 
 

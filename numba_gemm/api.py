@@ -258,12 +258,15 @@ def plan(
     algorithm: str = "auto",
     config: TileConfig | MmaConfig | WgmmaConfig | None = None,
     preset: Preset | None = None,
+    tensor_maps: bool = True,
 ) -> KernelLaunch:
     """The launch that computes ``out = a @ b`` (for each of ``out.batch`` products) on
     validated operands: the algorithm (``"auto"``: the tensor-core kernel for the presets
     that run on tensor cores, else :func:`choose_algorithm`), the tile config (by default
     the tuned one) and the launch geometry. ``preset``: by default the operands' exact one
-    (:func:`numba_gemm.precision.default_preset`).
+    (:func:`numba_gemm.precision.default_preset`). ``tensor_maps``: the launch may pass
+    tensor maps of the operands (their addresses are real, as not in XLA's kernel call),
+    for the ``wgmma`` kernel's TMA copies.
 
     The one place these are decided: :func:`matmul` executes the plan through
     Numba, ``jax_bridge`` hands the same plan to XLA.
@@ -272,7 +275,7 @@ def plan(
     check_preset(preset, algorithm, config)
     if preset.tensor_cores:
         if tensor_core_algorithm(algorithm, config, preset, a) == "wgmma":
-            return plan_wgmma(config, preset, a, b, out)
+            return plan_wgmma(config, preset, a, b, out, tensor_maps)
         config = config or default_mma_config(storage_dtype(a.dtype), preset)
         return plan_mma(config, preset, a, b, out)
     if config is not None:

@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 
@@ -195,8 +196,13 @@ def _launches(args) -> list:
         M, N, K = args.sizes
         preset = resolve(args.precision, dtype)
         algorithm = args.algorithm or ("auto" if preset.tensor_cores else "tiled")
-        return [plan(desc("a", (M, K)), desc("b", (K, N)), desc("c", (M, N)), algorithm,
-                     _config(args.config, algorithm), preset)]  # fmt: skip
+        # The wgmma kernel's TMA copies take tensor maps' addresses, which the code does not
+        # depend on: none is encoded (that needs a GPU), 0 stands in.
+        with mock.patch("numba_gemm.kernels.wgmma.encode_tensor_map", lambda spec, buffer: 0):
+            config, tma = _config(args.config, algorithm), args.copies == "tma"
+            launch = plan(desc("a", (M, K)), desc("b", (K, N)), desc("c", (M, N)), algorithm,
+                          config, preset, tma)  # fmt: skip
+        return [launch]
     N, K1, K2, M = (args.sizes + [args.sizes[0]] * 3)[:4]
     return plan_triple(
         desc("a", (M, K1)),
@@ -235,6 +241,13 @@ def main(argv=None) -> None:
         choices=("fused", "unfused", "auto", "tiled", "mma", "wgmma"),
         help="triple: fused (default) or unfused; matmul: as numba_gemm.matmul's (default: "
         "auto for tensor-core presets: wgmma on an H100 for 16-bit operands and TF32 presets)",
+    )
+    parser.add_argument(
+        "--copies",
+        choices=("tma", "cp.async"),
+        default="tma",
+        help="matmul, wgmma: how the tiles are filled (default tma, as a direct call's; "
+        "cp.async: as in XLA's kernel call)",
     )
     parser.add_argument(
         "--dtype", default="float32", help="matmul: the operands' dtype (float32, bfloat16, ...)"

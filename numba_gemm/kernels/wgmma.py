@@ -81,11 +81,21 @@ from .mma import (
 )
 from .ptx import cp_async_commit, cp_async_wait, load_vector, store_vector
 from .tiled import int_fields, kernel_jit, unrolled
+from .tma import (
+    BARRIER_BYTES,
+    TensorMapSpec,
+    mbarrier_done,
+    mbarrier_expect_bytes,
+    mbarrier_init,
+    tma_load,
+)
+from .tma import tensor_map as encode_tensor_map
 from .warpgroup import (
     ALIGNMENT,
     OPERAND_BYTES,
     REGISTER_DTYPE,
     REGISTER_WORDS,
+    ROW_BYTES,
     TF32_TILE_K,
     WARPGROUP,
     aligned_start,
@@ -197,16 +207,23 @@ class WgmmaConfig:
                 "multiplied and at least one loading"
             )
 
-    def shared_bytes(self, parts: int = 0) -> int:
-        """Dynamic shared memory per CTA: ``stages`` tiles of A and B (with ``parts`` > 0, the
-        converting kernel's, plus two buffers of their ``parts`` TF32 parts), or after the k
-        loop in the same memory the float32 C tile (lines padded by 16 bytes, either way
-        round), and room to start them at a 1024-byte boundary (the swizzle's period)."""
+    def tile_region_bytes(self, parts: int = 0) -> int:
+        """Shared memory of the tiles from their 1024-byte aligned start: ``stages`` tiles of
+        A and B (with ``parts`` > 0, the converting kernel's, plus two buffers of their
+        ``parts`` TF32 parts), or after the k loop in the same memory the float32 C tile
+        (lines padded by 16 bytes, either way round)."""
         slice_bytes = tile_bytes(self.block_m) + tile_bytes(self.block_n)
         pipeline = (self.stages + PART_BUFFERS * parts) * slice_bytes
         c_tile = max(self.block_m * (self.block_n * 4 + VECTOR_BYTES),
                      self.block_n * (self.block_m * 4 + VECTOR_BYTES))  # fmt: skip
-        return max(pipeline, c_tile) + ALIGNMENT
+        return max(pipeline, c_tile)
+
+    def shared_bytes(self, parts: int = 0, tma: bool = False) -> int:
+        """Dynamic shared memory per CTA: the tiles' region, room to start it at a 1024-byte
+        boundary (the swizzle's period) and, where TMA fills the tiles, one mbarrier per stage
+        after it."""
+        barriers = self.stages * BARRIER_BYTES if tma else 0
+        return self.tile_region_bytes(parts) + ALIGNMENT + barriers
 
     def label(self) -> str:
         return f"wgmma {self.block_m}x{self.block_n}/s{self.stages}/g{self.group_m}"
@@ -270,6 +287,52 @@ def _stage_loader(config: WgmmaConfig, storage, a_mode: tuple, b_mode: tuple):
                     stride_bk, n_left, K - k0, tid)  # fmt: skip
 
     return load_stage
+
+
+def _tile_copier(axis: str, extent_x: int, size: int):
+    """Device function ``copy(smem, dst, tensor_map, x0, k0, batch, barrier)``: TMA copies of
+    the ``extent_x`` x one-row-of-k tile at (``x0``, ``k0``) of matrix ``batch`` into
+    ``smem`` from element ``dst``, as :func:`warpgroup.tile_slot` lays it out, their bytes
+    completing on ``barrier``. A k-major tile is one box (a row of k by ``extent_x``); an
+    x-major one a box per chunk (128 bytes of x by a row's k)."""
+    per_row = tile_k(size)  # elements of a 128-byte row
+    if axis == "k":
+        load_box = tma_load((per_row, extent_x, 1))
+
+        @cuda.jit(device=True)
+        def copy(smem, dst, tensor_map, x0, k0, batch, barrier):
+            load_box(smem, dst, tensor_map, k0, x0, batch, barrier)
+
+        return copy
+    load_chunk = tma_load((per_row, per_row, 1))
+    CHUNK = per_row * ROW_BYTES // size  # elements of a chunk
+
+    @cuda.jit(device=True)
+    def chunk(smem, dst, tensor_map, x0, k0, batch, barrier, q):
+        load_chunk(smem, dst + q * CHUNK, tensor_map, x0 + q * per_row, k0, batch, barrier)
+
+    return unrolled(chunk, extent_x // per_row, "smem, dst, tensor_map, x0, k0, batch, barrier")
+
+
+def tensor_map_spec(desc: MatrixDesc, axis: str, extent_x: int, x_first: bool, batch: int
+                    ) -> TensorMapSpec:  # fmt: skip
+    """The tensor map :func:`_tile_copier` copies ``desc``'s tiles with (``axis``: its
+    contiguous axis as the kernel sees it; ``extent_x``: the tile's rows; ``x_first``: desc is
+    the kernel's A, m first; ``batch``: the products, of which the kernel's grid y picks one):
+    extents along (the contiguous axis, the other, the batch). A broadcast operand (batch
+    stride 0) has none: TMA strides are positive."""
+    (extent_x0, extent_k), (stride_x, stride_k) = (
+        (desc.shape, desc.strides) if x_first else (desc.shape[::-1], desc.strides[::-1])
+    )
+    per_row = tile_k(desc.dtype.itemsize)
+    if axis == "k":
+        extents, other, box = (extent_k, extent_x0), stride_x, (per_row, extent_x, 1)
+    else:
+        extents, other, box = (extent_x0, extent_k), stride_k, (per_row, per_row, 1)
+    # one matrix: any stride that encodes (the batch coordinate is always 0)
+    batch_stride = desc.batch_stride if batch > 1 else other * extents[1]
+    return TensorMapSpec(desc.address, desc.dtype, (*extents, batch), (other, batch_stride),
+                         box)  # fmt: skip
 
 
 def _shared_slice(config: WgmmaConfig, operand: str, a_axis: str, b_axis: str):
@@ -346,16 +409,18 @@ def _register_slice(config: WgmmaConfig, a_axis: str):
 
 @functools.cache
 def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode: tuple,
-            c_mode: tuple, transposed: bool = False):  # fmt: skip
+            c_mode: tuple, transposed: bool = False, tma: bool = False):  # fmt: skip
     """The kernel specialised for one config, operand kind ("bf16", "f16": 16-bit operands,
     both blocks from shared memory; "tf32": float32 operands, A's block from registers
     rounded to TF32, B k-major), output dtype, operand layouts and C's (``c_mode``), as the
     kernel sees them: with ``transposed`` it takes A, B, C and computes C^T = B^T A^T (the
-    modes are B^T's, A^T's and C^T's)."""
+    modes are B^T's, A^T's and C^T's). With ``tma`` one thread fills each stage with TMA
+    copies (``a_map``, ``b_map``: the tensor maps of the buffers ``a`` and ``b``), else every
+    thread with ``cp.async`` (the maps unused)."""
     BLOCK_M, BLOCK_N, STAGES = config.block_m, config.block_n, config.stages
     GROUP_M = config.group_m
     THREADS = config.threads
-    REGISTER_A, TRANSPOSED = operand == "tf32", transposed
+    REGISTER_A, TRANSPOSED, TMA = operand == "tf32", transposed, tma
     SIZE = OPERAND_BYTES[operand]
     STORAGE = FLOAT32 if REGISTER_A else UINT16
     SLICE_K = tile_k(SIZE)
@@ -364,7 +429,12 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     FRAG_SIZE = 2 * SLICE_K // wgmma_k(operand) * REGISTER_WORDS if REGISTER_A else 1  # two sets
     A_STAGE, B_STAGE = tile_bytes(BLOCK_M) // SIZE, tile_bytes(BLOCK_N) // SIZE  # elements
     B_BASE = STAGES * A_STAGE
+    STAGE_BYTES = tile_bytes(BLOCK_M) + tile_bytes(BLOCK_N)  # a stage's TMA copies bring
+    BARRIERS = config.tile_region_bytes() // SIZE  # TMA: stage s's mbarrier at BARRIERS + s B
+    BARRIER = BARRIER_BYTES // SIZE  # (B: its elements)
     load_stage = _stage_loader(config, STORAGE, a_mode, b_mode)
+    copy_a = _tile_copier(a_mode[0], BLOCK_M, SIZE)
+    copy_b = _tile_copier(b_mode[0], BLOCK_N, SIZE)
     if REGISTER_A:
         multiply_slice = _register_slice(config, a_mode[0])
     else:
@@ -376,28 +446,47 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     write_c = _c_writer(config, out_dtype, c_mode)
 
     @cuda.jit(device=True)
+    def copy_stage(smem, base, stage, k0, a_map, b_map, m0, n0, batch):
+        # one thread: the TMA copies of the slice at k0 into buffer ``stage``, expected on its
+        # barrier first
+        barrier = base + BARRIERS + stage * BARRIER
+        mbarrier_expect_bytes(smem, barrier, STAGE_BYTES)
+        copy_a(smem, base + stage * A_STAGE, a_map, m0, k0, batch, barrier)
+        copy_b(smem, base + B_BASE + stage * B_STAGE, b_map, n0, k0, batch, barrier)
+
+    @cuda.jit(device=True)
     def slice_step(acc, frag, smem, base, t, parity, k_tiles, a, a0, stride_am, stride_ak, b, b0,
-                   stride_bk, stride_bn, m_left, n_left, K, tid):  # fmt: skip
-        # Slice t has landed and is visible to the tensor cores; every warpgroup is done with
-        # slice t - 1 - IN_FLIGHT, whose buffer the copies below refill (the slice multipliers
-        # leave at most IN_FLIGHT slices' wgmmas pending).
-        copies_landed()
-        async_proxy_fence()
-        cuda.syncthreads()
+                   stride_bk, stride_bn, m_left, n_left, K, tid, a_map, b_map, m0, n0,
+                   batch):  # fmt: skip
+        # Every warpgroup is done with slice t - 1 - IN_FLIGHT (the slice multipliers leave at
+        # most IN_FLIGHT slices' wgmmas pending), whose buffer slice t + LOOKAHEAD refills,
+        # once slice t has landed and is visible to the tensor cores.
         ahead = t + LOOKAHEAD
-        if ahead < k_tiles:
-            load_stage(smem, base, ahead % STAGES, ahead * SLICE_K, a, a0, stride_am, stride_ak,
-                       b, b0, stride_bk, stride_bn, m_left, n_left, K, tid)  # fmt: skip
-        cp_async_commit()
         stage = t % STAGES
+        if TMA:  # a barrier, one thread's copies, then the wait for slice t's bytes
+            cuda.syncthreads()
+            if tid == 0 and ahead < k_tiles:
+                copy_stage(smem, base, ahead % STAGES, ahead * SLICE_K, a_map, b_map, m0, n0,
+                           batch)  # fmt: skip
+            while not mbarrier_done(smem, base + BARRIERS + stage * BARRIER, (t // STAGES) % 2):
+                pass
+        else:  # this thread's copies of t landed, made visible, a barrier, then its next copies
+            copies_landed()
+            async_proxy_fence()
+            cuda.syncthreads()
+            if ahead < k_tiles:
+                load_stage(smem, base, ahead % STAGES, ahead * SLICE_K, a, a0, stride_am,
+                           stride_ak, b, b0, stride_bk, stride_bn, m_left, n_left, K,
+                           tid)  # fmt: skip
+            cp_async_commit()
         multiply_slice(acc, frag, smem, base + stage * A_STAGE, base + B_BASE + stage * B_STAGE,
                        tid, parity)  # fmt: skip
 
     @kernel_jit(THREADS)
     def wgmma_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn,
-                     c, stride_cb, stride_cm, stride_cn, M, N, K):  # fmt: skip
+                     c, stride_cb, stride_cm, stride_cn, M, N, K, a_map, b_map):  # fmt: skip
         if TRANSPOSED:  # C^T = B^T A^T: from here on A is B^T, B is A^T and C is C^T
-            a, b = b, a
+            a, b, a_map, b_map = b, a, b_map, a_map
             stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn = (
                 stride_bb, stride_bn, stride_bk, stride_ab, stride_ak, stride_am
             )  # fmt: skip
@@ -414,26 +503,38 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
 
         # -- pipeline: LOOKAHEAD slices load ahead of the one multiplied ----------------------
         k_tiles = (K + SLICE_K - 1) // SLICE_K
-        for s in range(LOOKAHEAD):
-            if s < k_tiles:
-                load_stage(smem, base, s, s * SLICE_K, a, a0, stride_am, stride_ak,
-                           b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid)  # fmt: skip
-            cp_async_commit()
+        if TMA:
+            if tid == 0:
+                for s in range(STAGES):
+                    mbarrier_init(smem, base + BARRIERS + s * BARRIER, 1)
+            cuda.syncthreads()  # the barriers initialised before any thread waits on them
+            if tid == 0:
+                for s in range(LOOKAHEAD):
+                    if s < k_tiles:
+                        copy_stage(smem, base, s, s * SLICE_K, a_map, b_map, m0, n0, batch)
+        else:
+            for s in range(LOOKAHEAD):
+                if s < k_tiles:
+                    load_stage(smem, base, s, s * SLICE_K, a, a0, stride_am, stride_ak,
+                               b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid)  # fmt: skip
+                cp_async_commit()
         if REGISTER_A:  # slices in pairs: A's registers alternate between two sets
             for t in range(0, k_tiles - 1, 2):
                 slice_step(acc, frag, smem, base, t, 0, k_tiles, a, a0, stride_am, stride_ak,
-                           b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid)  # fmt: skip
+                           b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid, a_map, b_map,
+                           m0, n0, batch)  # fmt: skip
                 slice_step(acc, frag, smem, base, t + 1, 1, k_tiles, a, a0, stride_am,
                            stride_ak, b, b0, stride_bk, stride_bn, M - m0, N - n0, K,
-                           tid)  # fmt: skip
+                           tid, a_map, b_map, m0, n0, batch)  # fmt: skip
             if k_tiles % 2:
                 slice_step(acc, frag, smem, base, k_tiles - 1, 0, k_tiles, a, a0, stride_am,
                            stride_ak, b, b0, stride_bk, stride_bn, M - m0, N - n0, K,
-                           tid)  # fmt: skip
+                           tid, a_map, b_map, m0, n0, batch)  # fmt: skip
         else:
             for t in range(k_tiles):
                 slice_step(acc, frag, smem, base, t, 0, k_tiles, a, a0, stride_am, stride_ak,
-                           b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid)  # fmt: skip
+                           b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid, a_map, b_map,
+                           m0, n0, batch)  # fmt: skip
         wgmma_done()
 
         # -- epilogue: accumulators -> float32 C tile in shared memory -> C, converted --------
@@ -761,7 +862,7 @@ def _transposed(desc: MatrixDesc) -> MatrixDesc:
 
 
 def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: MatrixDesc,
-               c: MatrixDesc) -> KernelLaunch:  # fmt: skip
+               c: MatrixDesc, tensor_maps: bool = True) -> KernelLaunch:  # fmt: skip
     """The launch of a ``wgmma`` kernel on validated operands: C (M x N) = A (M x K) @
     B (K x N) under ``preset`` for each of ``c.batch`` products (``config`` None: the default
     for the kernel chosen).
@@ -771,7 +872,12 @@ def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: Mat
     2. Float32 operands at ``TF32_TF32_F32`` where B is k-major: A from registers, B as it
        lies; where only A is, the same kernel computes C^T = B^T A^T (``transposed``: B^T
        goes through registers, A^T is the k-major one; the arguments stay A, B, C).
-    3. Otherwise (``TF32_TF32_F32_X3``, or neither operand k-major) the converting kernel."""
+    3. Otherwise (``TF32_TF32_F32_X3``, or neither operand k-major) the converting kernel.
+
+    In cases 1 and 2 TMA fills the tiles where ``tensor_maps`` (the launch may carry
+    addresses of tensor maps: not XLA's kernel call) and TMA can copy both operands (a
+    contiguous axis, 16-byte aligned, strides multiples of 16 bytes, no broadcast batch);
+    else ``cp.async`` does."""
     if not wgmma_takes(preset, a.dtype):
         raise ValueError(
             "the wgmma kernels take bfloat16 or float16 operands at their own precision and "
@@ -795,7 +901,16 @@ def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: Mat
     config = config or default_wgmma_config(M, N, c.batch, parts)
     config.check(storage, converting)
     x_mode, y_mode, d_mode = operand_mode(x, True), operand_mode(y, False), operand_mode(d, True)
-    shared = config.shared_bytes(parts)
+    maps = None
+    if tensor_maps and not converting:
+        specs = (tensor_map_spec(x, x_mode[0], config.block_m, True, c.batch),
+                 tensor_map_spec(y, y_mode[0], config.block_n, False, c.batch))  # fmt: skip
+        if all(spec.problem() is None for spec in specs):
+            maps = [encode_tensor_map(spec, desc.buffer() if simulated() else None)
+                    for spec, desc in zip(specs, (x, y))]  # fmt: skip
+            if transposed:  # the arguments' order: A's map, B's
+                maps.reverse()
+    shared = config.shared_bytes(parts, tma=maps is not None)
     if shared > STATIC_SHARED_LIMIT and shared > (limit := shared_memory_limit()):
         raise ValueError(
             f"{config.label()} needs {shared} bytes of shared memory per block; this device "
@@ -803,12 +918,15 @@ def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: Mat
         )
     if converting:
         kernel = _converting_kernel(config, preset, out_dtype, x_mode, y_mode, d_mode)
+        extra = ()
     else:
-        kernel = _kernel(config, preset.operand, out_dtype, x_mode, y_mode, d_mode, transposed)
+        kernel = _kernel(config, preset.operand, out_dtype, x_mode, y_mode, d_mode, transposed,
+                         maps is not None)  # fmt: skip
+        extra = tuple(maps) if maps is not None else (0, 0)
     grid = (cdiv(M, config.block_m) * cdiv(N, config.block_n), c.batch)
     # the arguments in the caller's order (A, B, C: XLA's buffers; M, N, K of A @ B), whatever
     # the kernel makes of them
     return kernel_launch(kernel, grid, config.threads, shared,
                          (a, a.batch_stride, *a.strides, b, b.batch_stride, *b.strides,
                           c, c.batch_stride, *c.strides,
-                          a.shape[0], b.shape[1], a.shape[1]))  # fmt: skip
+                          a.shape[0], b.shape[1], a.shape[1], *extra))  # fmt: skip

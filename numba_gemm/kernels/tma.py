@@ -1,0 +1,332 @@
+"""Hopper's tensor memory accelerator (TMA) and the shared-memory barriers it completes.
+
+One thread copies a whole box of a matrix, global -> shared, with one instruction
+(``cp.async.bulk.tensor``): the hardware walks the box, fills what lies outside the matrix with
+zeros, writes it 128-byte swizzled (the layout ``warpgroup.tile_slot`` describes) and, as the
+bytes land, counts them off an ``mbarrier`` in shared memory. Threads that wait on that
+barrier's phase then see the box.
+
+- A *tensor map* (:func:`tensor_map`) describes one operand for the copies: its address, its
+  extents and strides (the contiguous axis first, then the other, then the batch), the box a
+  copy moves and the swizzle. The host encodes it (``cuTensorMapEncodeTiled``) into 128 bytes
+  of global memory and passes their address to the kernel as an int. XLA's kernel call cannot
+  (it passes only its buffers, whose addresses the host never sees): kernels it launches copy
+  with ``cp.async`` instead.
+- An *mbarrier* is 8 bytes of shared memory. Per phase: :func:`mbarrier_expect_bytes` (one
+  thread arrives and says how many bytes the phase's copies bring), the copies complete those
+  bytes, and the phase is over once every expected arrival and byte is in.
+  :func:`mbarrier_done` polls whether the phase of a given parity is over.
+
+The device functions take the shared array and element indices (of its dtype) for the box's
+destination and the barrier, as the other building blocks do. On the simulator each has a
+twin: the tensor map is a registry entry holding the operand's buffer and geometry, the copy
+is synchronous (it walks the box, zero-fills and swizzles as the hardware does) and the
+barrier's state lives in its 8 bytes (completed phases, pending arrivals, pending bytes).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+from numba import cuda, types
+
+__all__ = [
+    "MAP_BYTES",
+    "BARRIER_BYTES",
+    "TensorMapSpec",
+    "tensor_map",
+    "forget_tensor_maps",
+    "TENSOR_MAP_CAPACITY",
+    "mbarrier_init",
+    "mbarrier_expect_bytes",
+    "mbarrier_done",
+    "tma_load",
+]
+
+SIMULATED = bool(cuda.config.ENABLE_CUDASIM)
+MAP_BYTES = 128  # a CUtensorMap
+MAP_ALIGNMENT = 64  # its address's
+BARRIER_BYTES = 8  # an mbarrier
+SWIZZLE_BYTES = 128  # the box's inner extent in bytes, at most (128-byte swizzle)
+TENSOR_MAP_CAPACITY = 1024  # encoded maps kept in device memory (128 bytes each)
+
+
+@dataclass(frozen=True)
+class TensorMapSpec:
+    """One operand as a TMA copy sees it (what :func:`tensor_map` encodes).
+
+    ``address``: of element (0, 0, 0); ``dtype``: the stored elements' (uint16 bits or
+    float32); ``extents``: elements along (the contiguous axis, the other axis, the batch);
+    ``strides``: elements between consecutive lines of the other axis and between matrices of
+    the batch; ``box``: elements a copy moves along each of the three (the inner one at most
+    128 bytes: the swizzle's row).
+    """
+
+    address: int
+    dtype: np.dtype
+    extents: tuple[int, int, int]
+    strides: tuple[int, int]
+    box: tuple[int, int, int]
+
+    def problem(self) -> str | None:
+        """What TMA cannot copy here (its alignment rules), or None."""
+        size = np.dtype(self.dtype).itemsize
+        if self.address % 16:
+            return f"TMA needs a 16-byte aligned address; got {self.address:#x}"
+        for stride in self.strides:
+            if (stride * size) % 16 or not 0 < stride * size < 2**40:
+                return (
+                    f"TMA needs strides that are positive multiples of 16 bytes; got {stride} "
+                    f"elements of {size} bytes"
+                )
+        if not all(1 <= e < 2**32 for e in self.extents):
+            return f"TMA needs extents in [1, 2^32); got {self.extents}"
+        if self.box[0] * size > SWIZZLE_BYTES or (self.box[0] * size) % 16:
+            return f"a swizzled TMA box's rows are 16..128 bytes; got {self.box}"
+        if not all(1 <= b <= 256 for b in self.box):
+            return f"TMA boxes are 1..256 elements along each axis; got {self.box}"
+        return None
+
+    def check(self) -> None:
+        """``ValueError`` saying what TMA cannot copy here, if anything."""
+        if (problem := self.problem()) is not None:
+            raise ValueError(problem)
+
+
+def tensor_map(spec: TensorMapSpec, buffer=None) -> int:
+    """The address of ``spec`` encoded as a tensor map in device memory (128-byte swizzle,
+    zeros outside the matrix), encoded once per spec and kept (the last
+    :data:`TENSOR_MAP_CAPACITY`): a spec holds only an address and geometry, so the same spec
+    always encodes to the same map. On the simulator, the key of a twin map of ``buffer`` (the
+    1-D array whose element 0 is at ``spec.address``), made afresh each call."""
+    spec.check()
+    with _MAPS_LOCK:
+        if SIMULATED:
+            key = next(_TWIN_KEYS)
+            _MAPS[key] = (spec, buffer)
+        else:
+            key = spec
+            if key not in _MAPS:
+                _MAPS[key] = _encoded_map(spec)
+            _MAPS.move_to_end(key)
+        entry = _MAPS[key]
+        if len(_MAPS) > TENSOR_MAP_CAPACITY:
+            _MAPS.popitem(last=False)
+    return key if SIMULATED else entry.device_ctypes_pointer.value
+
+
+def forget_tensor_maps() -> None:
+    """Drop every kept tensor map (tests; device memory)."""
+    with _MAPS_LOCK:
+        _MAPS.clear()
+
+
+_MAPS: OrderedDict = OrderedDict()  # spec -> device array; simulator: key -> (spec, buffer)
+_MAPS_LOCK = threading.Lock()
+_TWIN_KEYS = itertools.count(1)
+
+
+def _encoded_map(spec: TensorMapSpec):
+    """``spec`` encoded by the driver, copied into a fresh 128-byte device array."""
+    from cuda.bindings import driver as cu
+
+    size = np.dtype(spec.dtype).itemsize
+    data_type = (
+        cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+        if size == 4
+        else cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16
+    )
+    result, encoded = cu.cuTensorMapEncodeTiled(
+        data_type,
+        3,
+        spec.address,
+        [cu.cuuint64_t(e) for e in spec.extents],
+        [cu.cuuint64_t(s * size) for s in spec.strides],
+        [cu.cuuint32_t(b) for b in spec.box],
+        [cu.cuuint32_t(1)] * 3,
+        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+    )
+    if result != cu.CUresult.CUDA_SUCCESS:
+        raise ValueError(f"cuTensorMapEncodeTiled refused {spec}: {result}")
+    words = np.array(encoded.opaque, np.uint64)
+    assert words.nbytes == MAP_BYTES
+    device = cuda.to_device(words)  # cuMemAlloc: 256-byte aligned, as a map needs (64)
+    assert device.device_ctypes_pointer.value % MAP_ALIGNMENT == 0
+    return device
+
+
+# --- the simulator's twins ---------------------------------------------------------------------
+
+
+def _twin_state(smem, index):
+    """The twin barrier's two uint32 words in its 8 bytes: (expected arrivals << 24 | completed
+    phases, pending arrivals << 24 | pending bytes)."""
+    start = index * smem.dtype.itemsize
+    return np.asarray(smem).view(np.uint8)[start : start + BARRIER_BYTES].view(np.uint32)
+
+
+if SIMULATED:
+    _TWIN_LOCK = threading.Lock()  # the simulator's threads share the barrier words
+    _LOW = (1 << 24) - 1
+
+    def mbarrier_init(smem, index, arrivals):
+        """Twin of ``mbarrier.init``: phase 0, ``arrivals`` arrivals expected, no bytes."""
+        _twin_state(smem, index)[:] = (arrivals << 24, arrivals << 24)
+
+    def _twin_count(smem, index, arrivals, nbytes):
+        """Twin helper: ``arrivals`` arrivals and ``nbytes`` bytes in; the phase over once
+        neither is pending (then the next one expects the same arrivals)."""
+        with _TWIN_LOCK:
+            state = _twin_state(smem, index)
+            pending_arrivals = (int(state[1]) >> 24) - arrivals
+            pending_bytes = (int(state[1]) & _LOW) + nbytes
+            assert pending_arrivals >= 0 and pending_bytes >= 0, "more arrived than expected"
+            if pending_arrivals == 0 and pending_bytes == 0:
+                state[0] += 1  # phase over
+                state[1] = int(state[0]) >> 24 << 24
+            else:
+                state[1] = pending_arrivals << 24 | pending_bytes
+
+    def mbarrier_expect_bytes(smem, index, nbytes):
+        """Twin of ``mbarrier.arrive.expect_tx``: one arrival, ``nbytes`` more expected."""
+        _twin_count(smem, index, 1, nbytes)
+
+    def mbarrier_done(smem, index, parity):
+        """Twin of ``mbarrier.try_wait.parity``: whether the phase of ``parity`` is over (the
+        current phase's parity differs); yields the thread if not."""
+        with _TWIN_LOCK:
+            done = (int(_twin_state(smem, index)[0]) & 1) != parity
+        if not done:
+            time.sleep(0)
+        return done
+
+    @functools.cache
+    def tma_load(box: tuple):
+        """Twin of ``cp.async.bulk.tensor.3d`` for maps whose box is ``box``."""
+
+        def load(smem, dst, map_key, c0, c1, c2, barrier):
+            spec, source = _MAPS[map_key]
+            assert spec.box == box, (spec.box, box)
+            size = smem.dtype.itemsize
+            assert (dst * size) % 1024 == 0, "a swizzled box starts at a 1024-byte boundary"
+            i0, i1, i2 = np.meshgrid(*(np.arange(b) for b in box), indexing="ij")
+            x0, x1, x2 = c0 + i0, c1 + i1, c2 + i2
+            inside = (x0 < spec.extents[0]) & (x1 < spec.extents[1]) & (x2 < spec.extents[2])
+            inside &= (x0 >= 0) & (x1 >= 0) & (x2 >= 0)
+            offset = np.where(inside, x0 + x1 * spec.strides[0] + x2 * spec.strides[1], 0)
+            values = np.where(inside, np.asarray(source)[offset], 0)
+            byte = ((i2 * box[1] + i1) * box[0] + i0) * size
+            byte = byte ^ (((byte >> 7) & 7) << 4)  # the 128-byte swizzle
+            np.asarray(smem)[dst + byte // size] = values.astype(smem.dtype)
+            _twin_count(smem, barrier, 0, -values.size * size)
+
+        return load
+
+else:
+    from llvmlite import ir
+    from numba.cuda.extending import intrinsic
+
+    from .fragments import shared_address
+
+    _I32, _I64 = ir.IntType(32), ir.IntType(64)
+
+    def _asm(builder, result, text, constraints, values):
+        types_in = [v.type for v in values]
+        asm = ir.InlineAsm(ir.FunctionType(result, types_in), text, constraints, True)
+        return builder.call(asm, values)
+
+    def _int32(context, builder, value, kind):
+        return context.cast(builder, value, kind, types.int32)
+
+    @intrinsic
+    def mbarrier_init(typingctx, smem, index, arrivals):
+        """``mbarrier.init``: the barrier at ``smem[index]`` in phase 0, expecting
+        ``arrivals`` arrivals per phase; then ``fence.mbarrier_init`` (the init visible to
+        the copies that complete it). One thread, before a CTA barrier."""
+        if not isinstance(smem, types.Array):
+            return None
+
+        def codegen(context, builder, sig, args):
+            address = shared_address(context, builder, sig.args[0], args[0], args[1])
+            count = _int32(context, builder, args[2], sig.args[2])
+            _asm(builder, ir.VoidType(),
+                 "mbarrier.init.shared::cta.b64 [$0], $1;\n\t"
+                 "fence.mbarrier_init.release.cluster;", "r,r,~{memory}",
+                 [address, count])  # fmt: skip
+            return context.get_dummy_value()
+
+        return types.void(smem, index, arrivals), codegen
+
+    @intrinsic
+    def mbarrier_expect_bytes(typingctx, smem, index, nbytes):
+        """``mbarrier.arrive.expect_tx``: this thread arrives on the barrier at ``smem[index]``
+        and adds ``nbytes`` to the bytes its phase waits for."""
+        if not isinstance(smem, types.Array):
+            return None
+
+        def codegen(context, builder, sig, args):
+            address = shared_address(context, builder, sig.args[0], args[0], args[1])
+            count = _int32(context, builder, args[2], sig.args[2])
+            _asm(builder, ir.VoidType(),
+                 "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", "r,r,~{memory}",
+                 [address, count])  # fmt: skip
+            return context.get_dummy_value()
+
+        return types.void(smem, index, nbytes), codegen
+
+    @intrinsic
+    def mbarrier_done(typingctx, smem, index, parity):
+        """``mbarrier.try_wait.parity``: whether the phase of ``parity`` (0 or 1) of the barrier
+        at ``smem[index]`` is over (the thread may sleep a little inside before it answers
+        false). Reads after a true answer see the phase's copies."""
+        if not isinstance(smem, types.Array):
+            return None
+
+        def codegen(context, builder, sig, args):
+            address = shared_address(context, builder, sig.args[0], args[0], args[1])
+            bit = _int32(context, builder, args[2], sig.args[2])
+            done = _asm(builder, _I32,
+                        "{ .reg .pred done; "
+                        "mbarrier.try_wait.parity.shared::cta.b64 done, [$1], $2; "
+                        "selp.u32 $0, 1, 0, done; }", "=r,r,r,~{memory}",
+                        [address, bit])  # fmt: skip
+            return builder.icmp_unsigned("!=", done, ir.Constant(_I32, 0))
+
+        return types.boolean(smem, index, parity), codegen
+
+    @functools.cache
+    def tma_load(box: tuple):
+        """Device function ``load(smem, dst, tensor_map, c0, c1, c2, barrier)``: one
+        ``cp.async.bulk.tensor.3d`` of the box at coordinates (``c0``, ``c1``, ``c2``) of the
+        map at address ``tensor_map`` (whose box is ``box``) into ``smem`` from element
+        ``dst`` (a 1024-byte boundary), completing its bytes on the barrier at
+        ``smem[barrier]``. Coordinates past the matrix read zeros."""
+
+        def typer(typingctx, smem, dst, tensor_map, c0, c1, c2, barrier):
+            if not isinstance(smem, types.Array):
+                return None
+
+            def codegen(context, builder, sig, args):
+                destination = shared_address(context, builder, sig.args[0], args[0], args[1])
+                bar = shared_address(context, builder, sig.args[0], args[0], args[6])
+                map_address = context.cast(builder, args[2], sig.args[2], types.int64)
+                coords = [_int32(context, builder, args[i], sig.args[i]) for i in (3, 4, 5)]
+                _asm(builder, ir.VoidType(),
+                     "cp.async.bulk.tensor.3d.shared::cluster.global.tile"
+                     ".mbarrier::complete_tx::bytes [$0], [$1, {$2, $3, $4}], [$5];",
+                     "r,l,r,r,r,r,~{memory}",
+                     [destination, map_address, *coords, bar])  # fmt: skip
+                return context.get_dummy_value()
+
+            return types.void(smem, dst, tensor_map, c0, c1, c2, barrier), codegen
+
+        return intrinsic(typer)
