@@ -184,6 +184,57 @@ def test_gpu_tf32_keeps_nan_and_inf(layout):
     check_specials(layout, to_device=True)
 
 
+def aligned_view(rows: int, cols: int, dtype, col_major: bool, rng) -> np.ndarray:
+    """Fresh random rows x cols values in a view of a larger array whose lines are 16-element
+    multiples (strides of whole 16-byte pieces, as TMA needs them) and longer than the view."""
+    lines, length = (cols, rows) if col_major else (rows, cols)
+    base = rng.standard_normal((lines + 1, -(-(length + 1) // 16) * 16)).astype(dtype)
+    view = base[:lines, :length]
+    return view.T if col_major else view
+
+
+def uses_tma(a, b, out, preset: str) -> bool:
+    """Whether the wgmma launch for ``out = a @ b`` at ``preset`` fills its tiles with TMA
+    (its last two arguments: tensor maps, 0 where cp.async copies)."""
+    from numba_gemm.api import plan
+    from numba_gemm.descriptor import describe
+
+    launch = plan(describe(a, "a"), describe(b, "b"), describe(out, "out"), "wgmma", None,
+                  PRESETS[preset])  # fmt: skip
+    return launch.kernel.py_func.__name__ == "wgmma_kernel" and launch.args[-1] != 0
+
+
+# (operand dtype, preset, A column-major, B column-major): the TMA kernels' layouts (TF32 with
+# neither operand k-major goes to the converting kernel, which copies with cp.async)
+TMA_CASES = [(BF16, PRESET[BF16], a_col, b_col) for a_col in (0, 1) for b_col in (0, 1)] + [
+    (F32, TF32, a_col, b_col) for a_col, b_col in ((0, 0), (0, 1), (1, 1))
+]
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (65, 67, 70)], ids=str)
+@pytest.mark.parametrize("dtype, preset, a_col, b_col", TMA_CASES, ids=str)
+def test_tma_copies_edges(dtype, preset, a_col, b_col, shape, rng):
+    """Operands TMA can copy (16-byte aligned lines) but whose tiles overrun the matrix on every
+    side: the copies' zero fill (the twin walks the box as the hardware does, past the extents
+    of the view, not of the array under it) and swizzle give the product."""
+    M, N, K = shape
+    a = aligned_view(M, K, dtype, a_col, rng)
+    b = aligned_view(K, N, dtype, b_col, rng)
+    out = poisoned((M, N), F32 if dtype == F32 else dtype)
+    assert uses_tma(a, b, out, preset)
+    numba_gemm.matmul(a, b, out, precision=preset, algorithm="wgmma", config=SMALL)
+    check(out, a, b, dtype, preset=preset)
+
+
+def test_tma_copies_batches(rng):
+    a = rng.standard_normal((3, 33, 72)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((3, 72, 40)).astype(ml_dtypes.bfloat16)
+    out = np.full((3, 33, 40), np.nan, np.float32)
+    assert uses_tma(a[0], b[0], out[0], PRESET[BF16])
+    numba_gemm.matmul(a, b, out, algorithm="wgmma", config=SMALL)
+    check(out, a, b, BF16, np.float32)
+
+
 def test_wgmma_float32_batches(rng):
     a = rng.standard_normal((2, 33, 40)).astype(np.float32)
     b = rng.standard_normal((2, 40, 20)).astype(np.float32)

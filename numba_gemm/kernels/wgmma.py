@@ -329,7 +329,10 @@ def tensor_map_spec(desc: MatrixDesc, axis: str, extent_x: int, x_first: bool, b
         extents, other, box = (extent_k, extent_x0), stride_x, (per_row, extent_x, 1)
     else:
         extents, other, box = (extent_x0, extent_k), stride_k, (per_row, per_row, 1)
-    # one matrix: any stride that encodes (the batch coordinate is always 0)
+    if extents[1] == 1:  # one line: its stride never steps; any that encodes
+        vec = VECTOR_BYTES // desc.dtype.itemsize
+        other = -(-extents[0] // vec) * vec
+    # one matrix: likewise (the batch coordinate is always 0)
     batch_stride = desc.batch_stride if batch > 1 else other * extents[1]
     return TensorMapSpec(desc.address, desc.dtype, (*extents, batch), (other, batch_stride),
                          box)  # fmt: skip
