@@ -30,7 +30,7 @@ CASES = {  # name -> (operand dtype, preset, the peer's dtype, the peer's float3
 }
 
 
-def measure(case: str, n: int, config=None, copies: str = "tma") -> dict:
+def measure(case: str, n: int, config=None, tensor_maps: str = "host") -> dict:
     import torch
 
     from numba_gemm.api import plan
@@ -48,7 +48,7 @@ def measure(case: str, n: int, config=None, copies: str = "tma") -> dict:
     peer_out = torch.empty_like(c)
     preset = resolve(preset_name, BFLOAT16 if dtype_name == "bfloat16" else np.dtype(dtype_name))
     launch = plan(describe(a, "a"), describe(b, "b"), describe(c, "out"), "auto", config, preset,
-                  copies == "tma")  # fmt: skip
+                  tensor_maps)  # fmt: skip
     ours = PreparedLaunch(launch, 0)
 
     def peer():
@@ -77,7 +77,7 @@ def measure(case: str, n: int, config=None, copies: str = "tma") -> dict:
         "size": n,
         "kernel": launch.kernel.py_func.__name__,
         "config": config.label() if config else "default",
-        "tma": bool(launch.args[-1]) if launch.kernel.py_func.__name__ == "wgmma_kernel" else False,
+        "tma": launch.kernel.py_func.__name__ == "wgmma_kernel" and launch.args[-3] != 0,
         "median_s": ours_s,
         "cublas_median_s": peer_s,
         "numba_gemm_tflops": flops / ours_s / 1e12,
@@ -194,10 +194,11 @@ def main() -> None:
         "--config", help="comma-separated ints: an MmaConfig's 7 or a WgmmaConfig's 4"
     )
     parser.add_argument(
-        "--copies",
-        choices=("tma", "cp.async"),
-        default="tma",
-        help="how the wgmma kernel fills its tiles: tma (a direct call's) or cp.async (XLA's)",
+        "--tensor-maps",
+        choices=("host", "none"),
+        default="host",
+        help="the wgmma kernel's TMA copies through host-encoded tensor maps (a direct "
+        "call's), or none: cp.async copies",
     )
     parser.add_argument("--out", help="write <out>/tensor_cores/<device>.json")
     parser.add_argument("--bridge", type=int, nargs="*", default=[], help="bridge sizes (bf16)")
@@ -214,7 +215,7 @@ def main() -> None:
     rows = []
     for case in args.cases:
         for n in args.sizes:
-            row = measure(case, n, config if case != "f32" else None, args.copies)
+            row = measure(case, n, config if case != "f32" else None, args.tensor_maps)
             rows.append(row)
             print(
                 f"{case:7s} {n:5d} {row['kernel'][:5]}{'+tma' if row['tma'] else ''}: "

@@ -222,12 +222,20 @@ def _dtypes(ctx) -> tuple:
 
 def _native(ctx, lhs, rhs, gemm: StridedGemm, algorithm: str, config, preset):
     from numba_gemm.api import plan
+    from numba_gemm.kernels.tma import map_workspace
 
-    # XLA passes its buffers' addresses at run time only: no tensor maps of them
-    launch = plan(
-        *_descs(gemm, _dtypes(ctx), on_device=True), algorithm, config, preset, tensor_maps=False
-    )
-    return kernel_call_lowering(launch)(ctx, lhs, rhs)
+    # XLA passes its buffers' addresses at run time only: the wgmma kernel builds its tensor
+    # maps on the device, into a workspace that is one more output of the kernel call
+    workspace = []
+
+    def workspace_of(nbytes):
+        workspace.append(jax.core.ShapedArray((nbytes,), np.uint8))
+        return map_workspace(nbytes)
+
+    launch = plan(*_descs(gemm, _dtypes(ctx), on_device=True), algorithm, config, preset,
+                  "device", workspace_of)  # fmt: skip
+    rule = kernel_call_lowering(launch)
+    return rule(ctx.replace(avals_out=[*ctx.avals_out, *workspace]), lhs, rhs)[:1]
 
 
 # -- callbacks: Python launches the kernel ------------------------------------------------

@@ -258,15 +258,18 @@ def plan(
     algorithm: str = "auto",
     config: TileConfig | MmaConfig | WgmmaConfig | None = None,
     preset: Preset | None = None,
-    tensor_maps: bool = True,
+    tensor_maps: str = "host",
+    workspace=None,
 ) -> KernelLaunch:
     """The launch that computes ``out = a @ b`` (for each of ``out.batch`` products) on
     validated operands: the algorithm (``"auto"``: the tensor-core kernel for the presets
     that run on tensor cores, else :func:`choose_algorithm`), the tile config (by default
     the tuned one) and the launch geometry. ``preset``: by default the operands' exact one
-    (:func:`numba_gemm.precision.default_preset`). ``tensor_maps``: the launch may pass
-    tensor maps of the operands (their addresses are real, as not in XLA's kernel call),
-    for the ``wgmma`` kernel's TMA copies.
+    (:func:`numba_gemm.precision.default_preset`). ``tensor_maps``: how the ``wgmma``
+    kernel's TMA copies get the operands' tensor maps: "host" (encoded here: the operands'
+    addresses are real), "device" (built by the kernel into ``workspace(nbytes)``, a uint8
+    buffer: XLA's kernel call) or "none" (``cp.async`` copies instead); see
+    :func:`numba_gemm.kernels.wgmma.plan_wgmma`.
 
     The one place these are decided: :func:`matmul` executes the plan through
     Numba, ``jax_bridge`` hands the same plan to XLA.
@@ -275,7 +278,7 @@ def plan(
     check_preset(preset, algorithm, config)
     if preset.tensor_cores:
         if tensor_core_algorithm(algorithm, config, preset, a) == "wgmma":
-            return plan_wgmma(config, preset, a, b, out, tensor_maps)
+            return plan_wgmma(config, preset, a, b, out, tensor_maps, workspace)
         config = config or default_mma_config(storage_dtype(a.dtype), preset)
         return plan_mma(config, preset, a, b, out)
     if config is not None:

@@ -391,9 +391,12 @@ class KernelLaunch:
     programmatic: bool = False
 
     def arg_kinds(self) -> tuple:
-        """The dtype of each array argument, ``None`` for each int: what the compiled code
-        depends on."""
-        return tuple(a.dtype if isinstance(a, MatrixDesc) else None for a in self.args)
+        """The dtype of each array argument, ``None`` for each int, the length of each tuple:
+        what the compiled code depends on."""
+        return tuple(
+            a.dtype if isinstance(a, MatrixDesc) else len(a) if isinstance(a, tuple) else None
+            for a in self.args
+        )
 
 
 def kernel_launch(
@@ -413,12 +416,15 @@ def numba_parameters(args: tuple) -> list:
     """The kernel parameters of ``args`` in Numba's layout, every one 8 bytes: per array
     meminfo (0), parent (0), item count, item size, data pointer, shape, stride in bytes
     (1-D buffers of ``span`` elements); per int the int. The data pointer is left as the
-    :class:`MatrixDesc` itself, for the launcher to fill in (an address, or XLA's buffer)."""
+    :class:`MatrixDesc` itself, for the launcher to fill in (an address, or XLA's buffer); a
+    tuple's ints one after another (Numba passes a tuple's elements as parameters)."""
     values = []
     for a in args:
         if isinstance(a, MatrixDesc):
             span, itemsize = a.span, a.dtype.itemsize
             values += (0, 0, span, itemsize, a, span, itemsize)
+        elif isinstance(a, tuple):
+            values += a
         else:
             values.append(a)
     return values
@@ -426,9 +432,16 @@ def numba_parameters(args: tuple) -> list:
 
 @functools.cache
 def kernel_signature(kernel, arg_kinds: tuple) -> tuple:
-    """Numba's types for a launch: a 1-D C-contiguous array per dtype, int64 per None."""
+    """Numba's types for a launch: a 1-D C-contiguous array per dtype, int64 per None, a tuple
+    of n int64 per int n."""
     return tuple(
-        kernel.typeof_pyval(np.empty(0, kind) if kind is not None else np.int64(0))
+        kernel.typeof_pyval(
+            np.empty(0, kind)
+            if isinstance(kind, np.dtype)
+            else (np.int64(0),) * kind
+            if isinstance(kind, int)
+            else np.int64(0)
+        )
         for kind in arg_kinds
     )
 

@@ -184,24 +184,27 @@ def test_gpu_tf32_keeps_nan_and_inf(layout):
     check_specials(layout, to_device=True)
 
 
-def aligned_view(rows: int, cols: int, dtype, col_major: bool, rng) -> np.ndarray:
-    """Fresh random rows x cols values in a view of a larger array whose lines are 16-element
-    multiples (strides of whole 16-byte pieces, as TMA needs them) and longer than the view."""
+def aligned_view(rows: int, cols: int, dtype, col_major: bool, rng, batch: tuple = ()
+                 ) -> np.ndarray:  # fmt: skip
+    """Fresh random (``batch`` of) rows x cols values in a view of a larger array whose lines
+    are 16-element multiples (strides of whole 16-byte pieces, as TMA needs them) and longer
+    than the view."""
     lines, length = (cols, rows) if col_major else (rows, cols)
-    base = rng.standard_normal((lines + 1, -(-(length + 1) // 16) * 16)).astype(dtype)
-    view = base[:lines, :length]
-    return view.T if col_major else view
+    base = rng.standard_normal((*batch, lines + 1, -(-(length + 1) // 16) * 16)).astype(dtype)
+    view = base[..., :lines, :length]
+    return view.swapaxes(-1, -2) if col_major else view
 
 
 def uses_tma(a, b, out, preset: str) -> bool:
     """Whether the wgmma launch for ``out = a @ b`` at ``preset`` fills its tiles with TMA
-    (its last two arguments: tensor maps, 0 where cp.async copies)."""
+    (its arguments end with A's and B's tensor maps, 0 where cp.async copies, and a
+    workspace)."""
     from numba_gemm.api import plan
     from numba_gemm.descriptor import describe
 
     launch = plan(describe(a, "a"), describe(b, "b"), describe(out, "out"), "wgmma", None,
                   PRESETS[preset])  # fmt: skip
-    return launch.kernel.py_func.__name__ == "wgmma_kernel" and launch.args[-1] != 0
+    return launch.kernel.py_func.__name__ == "wgmma_kernel" and launch.args[-3] != 0
 
 
 # (operand dtype, preset, A column-major, B column-major): the TMA kernels' layouts (TF32 with
@@ -224,6 +227,36 @@ def test_tma_copies_edges(dtype, preset, a_col, b_col, shape, rng):
     assert uses_tma(a, b, out, preset)
     numba_gemm.matmul(a, b, out, precision=preset, algorithm="wgmma", config=SMALL)
     check(out, a, b, dtype, preset=preset)
+
+
+@pytest.mark.parametrize(
+    "dtype, preset, a_col, b_col", [TMA_CASES[0], TMA_CASES[1], TMA_CASES[4]], ids=str
+)
+def test_tma_copies_through_maps_the_kernel_builds(dtype, preset, a_col, b_col, rng):
+    """XLA's launches (``tensor_maps="device"``): each CTA completes the templates with the
+    buffers' addresses and publishes them to its two slots of the workspace; a batch of two
+    products on two CTAs each."""
+    from numba_gemm.api import describe_matmul, plan
+    from numba_gemm.kernels.tma import MAP_BYTES, map_workspace
+    from numba_gemm.launch import launch_kernel
+
+    M, N, K = 65, 67, 70
+    a = aligned_view(M, K, dtype, a_col, rng, batch=(2,))
+    b = aligned_view(K, N, dtype, b_col, rng, batch=(2,))
+    out = np.full((2, M, N), np.nan, F32)
+    workspace = []
+
+    def allocate(nbytes):
+        workspace.append(np.zeros(nbytes, np.uint8))
+        return map_workspace(nbytes, workspace[0])
+
+    [(a_desc, b_desc, out_desc)] = describe_matmul(a, b, out, precision=preset).parts
+    launch = plan(a_desc, b_desc, out_desc, "wgmma", SMALL, PRESETS[preset], "device", allocate)
+    launch_kernel(launch)
+    check(out, a, b, dtype, preset=preset)
+    slots = workspace[0].reshape(-1, MAP_BYTES)[:, :8].view(np.int64)[:, 0]  # twin maps' keys
+    # two maps per CTA, 2 x 2 tiles per product, two products: every slot its own map
+    assert len(slots) == 2 * 4 * 2 and len(set(slots)) == len(slots) and slots.all()
 
 
 def test_tma_copies_batches(rng):

@@ -185,7 +185,8 @@ def _launches(args) -> list:
     dtype = np.dtype(args.dtype)
 
     def desc(name, shape, kind=dtype):  # a device operand at an aligned address: its layout
-        return MatrixDesc(name, tuple(shape), (shape[1], 1), kind, None, True, 1 << 20, None)
+        return MatrixDesc(name, tuple(shape), (shape[1], 1), np.dtype(kind), None, True, 1 << 20,
+                          None)  # fmt: skip
 
     def counters(count):
         return MatrixDesc(
@@ -196,12 +197,16 @@ def _launches(args) -> list:
         M, N, K = args.sizes
         preset = resolve(args.precision, dtype)
         algorithm = args.algorithm or ("auto" if preset.tensor_cores else "tiled")
-        # The wgmma kernel's TMA copies take tensor maps' addresses, which the code does not
-        # depend on: none is encoded (that needs a GPU), 0 stands in.
-        with mock.patch("numba_gemm.kernels.wgmma.encode_tensor_map", lambda spec, buffer: 0):
-            config, tma = _config(args.config, algorithm), args.copies == "tma"
+        # The wgmma kernel's TMA copies take tensor maps (addresses or templates), which the
+        # code does not depend on: none is encoded (that needs a GPU), zeros stand in.
+        with (
+            mock.patch("numba_gemm.kernels.wgmma.encode_tensor_map", lambda spec, buffer: 0),
+            mock.patch("numba_gemm.kernels.wgmma.tensor_map_template", lambda spec: (0,) * 16),
+        ):
+            config = _config(args.config, algorithm)
             launch = plan(desc("a", (M, K)), desc("b", (K, N)), desc("c", (M, N)), algorithm,
-                          config, preset, tma)  # fmt: skip
+                          config, preset, args.tensor_maps,
+                          lambda nbytes: desc("tensor_maps", (1, nbytes), np.uint8))  # fmt: skip
         return [launch]
     N, K1, K2, M = (args.sizes + [args.sizes[0]] * 3)[:4]
     return plan_triple(
@@ -243,11 +248,11 @@ def main(argv=None) -> None:
         "auto for tensor-core presets: wgmma on an H100 for 16-bit operands and TF32 presets)",
     )
     parser.add_argument(
-        "--copies",
-        choices=("tma", "cp.async"),
-        default="tma",
-        help="matmul, wgmma: how the tiles are filled (default tma, as a direct call's; "
-        "cp.async: as in XLA's kernel call)",
+        "--tensor-maps",
+        choices=("host", "device", "none"),
+        default="host",
+        help="matmul, wgmma: the TMA copies' tensor maps, encoded by the host (default, as "
+        "for a direct call) or built by the kernel (XLA's kernel call); none: cp.async copies",
     )
     parser.add_argument(
         "--dtype", default="float32", help="matmul: the operands' dtype (float32, bfloat16, ...)"

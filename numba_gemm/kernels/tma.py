@@ -10,8 +10,11 @@ barrier's phase then see the box.
   extents and strides (the contiguous axis first, then the other, then the batch), the box a
   copy moves and the swizzle. The host encodes it (``cuTensorMapEncodeTiled``) into 128 bytes
   of global memory and passes their address to the kernel as an int. XLA's kernel call cannot
-  (it passes only its buffers, whose addresses the host never sees): kernels it launches copy
-  with ``cp.async`` instead.
+  (it passes only its buffers, whose addresses the host never sees): there the host encodes a
+  *template* (:func:`tensor_map_template`, any address) and passes its 16 words by value; the
+  kernel writes it to shared memory, puts its operand's address in (``tensormap.replace``)
+  and publishes it to a global workspace, one slot per CTA (:func:`tensor_map_in_place`,
+  :func:`publish_tensor_map`).
 - An *mbarrier* is 8 bytes of shared memory. Per phase: :func:`mbarrier_expect_bytes` (one
   thread arrives and says how many bytes the phase's copies bring), the copies complete those
   bytes, and the phase is over once every expected arrival and byte is in.
@@ -31,10 +34,12 @@ import itertools
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numba import cuda, types
+
+from ..descriptor import MatrixDesc
 
 __all__ = [
     "MAP_BYTES",
@@ -47,11 +52,18 @@ __all__ = [
     "mbarrier_expect_bytes",
     "mbarrier_done",
     "tma_load",
+    "MAP_WORDS",
+    "tensor_map_template",
+    "map_workspace",
+    "tensor_map_in_place",
+    "publish_tensor_map",
 ]
 
 SIMULATED = bool(cuda.config.ENABLE_CUDASIM)
 MAP_BYTES = 128  # a CUtensorMap
-MAP_ALIGNMENT = 64  # its address's
+MAP_WORDS = MAP_BYTES // 8  # its 64-bit words, as a template passes them
+MAP_ALIGNMENT = 64  # its address's in global memory (128 in shared memory)
+TEMPLATE_ADDRESS = 1 << 20  # a template's stand-in address (replaced on the device)
 BARRIER_BYTES = 8  # an mbarrier
 SWIZZLE_BYTES = 128  # the box's inner extent in bytes, at most (128-byte swizzle)
 TENSOR_MAP_CAPACITY = 1024  # encoded maps kept in device memory (128 bytes each)
@@ -127,6 +139,36 @@ def forget_tensor_maps() -> None:
         _MAPS.clear()
 
 
+def map_workspace(nbytes: int, array=None) -> MatrixDesc:
+    """The global memory where CTAs publish the tensor maps they build, as a descriptor named
+    ``tensor_maps``: ``nbytes`` uint8 in ``array`` (NumPy or CUDA), or with no array a
+    placeholder for XLA's buffer."""
+    if array is None:
+        address, on_device = 0, True
+    elif isinstance(array, np.ndarray):
+        address, on_device = array.ctypes.data, False
+    else:
+        address, on_device = array.__cuda_array_interface__["data"][0], True
+    return MatrixDesc("tensor_maps", (1, nbytes), (nbytes, 1), np.dtype(np.uint8), array,
+                      on_device, address, array)  # fmt: skip
+
+
+def tensor_map_template(spec: TensorMapSpec) -> tuple:
+    """``spec`` encoded with a stand-in address, as 16 signed 64-bit words (kernel parameters):
+    what :func:`tensor_map_in_place` completes on the device with the operand's address. On the
+    simulator word 0 is the key of a twin map without a buffer."""
+    spec.check()
+    if SIMULATED:
+        with _MAPS_LOCK:
+            key = next(_TWIN_KEYS)
+            _MAPS[key] = (spec, None)
+            if len(_MAPS) > TENSOR_MAP_CAPACITY:
+                _MAPS.popitem(last=False)
+        return (key,) + (0,) * (MAP_WORDS - 1)
+    words = _encoded_words(replace(spec, address=TEMPLATE_ADDRESS))
+    return tuple(int(w) for w in words.view(np.int64))
+
+
 _MAPS: OrderedDict = OrderedDict()  # spec -> device array; simulator: key -> (spec, buffer)
 _MAPS_LOCK = threading.Lock()
 _TWIN_KEYS = itertools.count(1)
@@ -134,6 +176,13 @@ _TWIN_KEYS = itertools.count(1)
 
 def _encoded_map(spec: TensorMapSpec):
     """``spec`` encoded by the driver, copied into a fresh 128-byte device array."""
+    device = cuda.to_device(_encoded_words(spec))  # cuMemAlloc: 256-byte aligned (64 needed)
+    assert device.device_ctypes_pointer.value % MAP_ALIGNMENT == 0
+    return device
+
+
+def _encoded_words(spec: TensorMapSpec) -> np.ndarray:
+    """``spec`` encoded by the driver: 16 uint64."""
     from cuda.bindings import driver as cu
 
     size = np.dtype(spec.dtype).itemsize
@@ -159,9 +208,7 @@ def _encoded_map(spec: TensorMapSpec):
         raise ValueError(f"cuTensorMapEncodeTiled refused {spec}: {result}")
     words = np.array(encoded.opaque, np.uint64)
     assert words.nbytes == MAP_BYTES
-    device = cuda.to_device(words)  # cuMemAlloc: 256-byte aligned, as a map needs (64)
-    assert device.device_ctypes_pointer.value % MAP_ALIGNMENT == 0
-    return device
+    return words
 
 
 # --- the simulator's twins ---------------------------------------------------------------------
@@ -209,6 +256,24 @@ if SIMULATED:
             time.sleep(0)
         return done
 
+    def tensor_map_in_place(smem, index, template, array):
+        """Twin: a twin map of the template's spec over ``array``, its key in the 8 bytes at
+        ``smem[index]`` (one thread)."""
+        spec, _ = _MAPS[template[0]]
+        with _MAPS_LOCK:
+            key = next(_TWIN_KEYS)
+            _MAPS[key] = (spec, np.asarray(array))
+        start = index * smem.dtype.itemsize
+        np.asarray(smem).view(np.uint8)[start : start + 8].view(np.int64)[0] = key
+
+    def publish_tensor_map(workspace, slot, smem, index):
+        """Twin: the key :func:`tensor_map_in_place` left at ``smem[index]``, also written to
+        ``workspace`` slot ``slot``."""
+        start = index * smem.dtype.itemsize
+        key = int(np.asarray(smem).view(np.uint8)[start : start + 8].view(np.int64)[0])
+        np.asarray(workspace)[slot * MAP_BYTES : slot * MAP_BYTES + 8].view(np.int64)[0] = key
+        return key
+
     @functools.cache
     def tma_load(box: tuple):
         """Twin of ``cp.async.bulk.tensor.3d`` for maps whose box is ``box``."""
@@ -235,7 +300,7 @@ else:
     from llvmlite import ir
     from numba.cuda.extending import intrinsic
 
-    from .fragments import shared_address
+    from .fragments import _element_pointer, shared_address
 
     _I32, _I64 = ir.IntType(32), ir.IntType(64)
 
@@ -302,6 +367,60 @@ else:
             return builder.icmp_unsigned("!=", done, ir.Constant(_I32, 0))
 
         return types.boolean(smem, index, parity), codegen
+
+    @intrinsic
+    def tensor_map_in_place(typingctx, smem, index, template, array):
+        """One thread: the 16 words of ``template`` (a tensor map encoded with a stand-in
+        address) stored at ``smem[index]`` (128-byte aligned), then ``tensormap.replace`` of
+        its global address by ``array``'s (element 0)."""
+        if not (
+            isinstance(smem, types.Array)
+            and isinstance(template, types.UniTuple)
+            and template.count == MAP_WORDS
+            and isinstance(array, types.Array)
+        ):
+            return None
+
+        def codegen(context, builder, sig, args):
+            address = shared_address(context, builder, sig.args[0], args[0], args[1])
+            for w in range(MAP_WORDS):
+                word = builder.extract_value(args[2], w)
+                _asm(builder, ir.VoidType(), f"st.shared.b64 [$0+{8 * w}], $1;",
+                     "r,l,~{memory}", [address, word])  # fmt: skip
+            zero = context.get_constant(types.intp, 0)
+            pointer = _element_pointer(context, builder, sig.args[3], args[3], zero)
+            _asm(builder, ir.VoidType(),
+                 "tensormap.replace.tile.global_address.shared::cta.b1024.b64 [$0], $1;",
+                 "r,l,~{memory}", [address, builder.ptrtoint(pointer, _I64)])  # fmt: skip
+            return context.get_dummy_value()
+
+        return types.void(smem, index, template, array), codegen
+
+    @intrinsic
+    def publish_tensor_map(typingctx, workspace, slot, smem, index):
+        """The 32 threads of a warp: the tensor map at ``smem[index]`` copied to 128-byte slot
+        ``slot`` of ``workspace`` (a uint8 array in global memory) with a release fence of the
+        tensor-map proxy, then the acquire fence that lets this thread's TMA copies use it;
+        returns the slot's address."""
+        if not (isinstance(workspace, types.Array) and isinstance(smem, types.Array)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            offset = builder.mul(
+                context.cast(builder, args[1], sig.args[1], types.intp),
+                context.get_constant(types.intp, MAP_BYTES),
+            )
+            pointer = _element_pointer(context, builder, sig.args[0], args[0], offset)
+            destination = builder.ptrtoint(pointer, _I64)
+            source = shared_address(context, builder, sig.args[2], args[2], args[3])
+            _asm(builder, ir.VoidType(),
+                 "tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic.release.cta"
+                 f".sync.aligned [$0], [$1], {MAP_BYTES};\n\t"
+                 f"fence.proxy.tensormap::generic.acquire.cta [$0], {MAP_BYTES};",
+                 "l,r,~{memory}", [destination, source])  # fmt: skip
+            return destination
+
+        return types.int64(workspace, slot, smem, index), codegen
 
     @functools.cache
     def tma_load(box: tuple):

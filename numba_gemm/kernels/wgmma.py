@@ -83,10 +83,14 @@ from .ptx import cp_async_commit, cp_async_wait, load_vector, store_vector
 from .tiled import int_fields, kernel_jit, unrolled
 from .tma import (
     BARRIER_BYTES,
+    MAP_BYTES,
     TensorMapSpec,
     mbarrier_done,
     mbarrier_expect_bytes,
     mbarrier_init,
+    publish_tensor_map,
+    tensor_map_in_place,
+    tensor_map_template,
     tma_load,
 )
 from .tma import tensor_map as encode_tensor_map
@@ -218,12 +222,22 @@ class WgmmaConfig:
                      self.block_n * (self.block_m * 4 + VECTOR_BYTES))  # fmt: skip
         return max(pipeline, c_tile)
 
-    def shared_bytes(self, parts: int = 0, tma: bool = False) -> int:
+    def shared_bytes(self, parts: int = 0, maps: str = "none") -> int:
         """Dynamic shared memory per CTA: the tiles' region, room to start it at a 1024-byte
-        boundary (the swizzle's period) and, where TMA fills the tiles, one mbarrier per stage
-        after it."""
-        barriers = self.stages * BARRIER_BYTES if tma else 0
-        return self.tile_region_bytes(parts) + ALIGNMENT + barriers
+        boundary (the swizzle's period) and, where TMA fills the tiles (``maps`` "host" or
+        "device"), one mbarrier per stage after it; for "device" then the two tensor maps
+        the CTA completes (:meth:`maps_offset`)."""
+        if maps == "none":
+            return self.tile_region_bytes(parts) + ALIGNMENT
+        if maps == "host":
+            return self.tile_region_bytes(parts) + ALIGNMENT + self.stages * BARRIER_BYTES
+        return self.maps_offset() + 2 * MAP_BYTES + ALIGNMENT
+
+    def maps_offset(self) -> int:
+        """Bytes from the tiles' start to the device-built tensor maps: after the tiles'
+        region and the mbarriers, at a 128-byte boundary (``tensormap.replace``'s)."""
+        end = self.tile_region_bytes() + self.stages * BARRIER_BYTES
+        return -(-end // MAP_BYTES) * MAP_BYTES
 
     def label(self) -> str:
         return f"wgmma {self.block_m}x{self.block_n}/s{self.stages}/g{self.group_m}"
@@ -412,18 +426,27 @@ def _register_slice(config: WgmmaConfig, a_axis: str):
 
 @functools.cache
 def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode: tuple,
-            c_mode: tuple, transposed: bool = False, tma: bool = False):  # fmt: skip
+            c_mode: tuple, transposed: bool = False, maps: str = "none"):  # fmt: skip
     """The kernel specialised for one config, operand kind ("bf16", "f16": 16-bit operands,
     both blocks from shared memory; "tf32": float32 operands, A's block from registers
     rounded to TF32, B k-major), output dtype, operand layouts and C's (``c_mode``), as the
     kernel sees them: with ``transposed`` it takes A, B, C and computes C^T = B^T A^T (the
-    modes are B^T's, A^T's and C^T's). With ``tma`` one thread fills each stage with TMA
-    copies (``a_map``, ``b_map``: the tensor maps of the buffers ``a`` and ``b``), else every
-    thread with ``cp.async`` (the maps unused)."""
+    modes are B^T's, A^T's and C^T's).
+
+    How the tiles are filled (``maps``), and what the last three arguments ``a_map, b_map,
+    workspace`` are:
+
+    - "none": every thread's ``cp.async`` copies (the three unused ints);
+    - "host": one thread's TMA copies, through the tensor maps of the buffers ``a`` and ``b``
+      at addresses ``a_map`` and ``b_map`` (``workspace`` unused);
+    - "device": the same, through maps warp 0 builds first from the templates ``a_map`` and
+      ``b_map`` (16 words each) and the buffers' addresses, into this CTA's two 128-byte
+      slots of ``workspace`` (XLA's kernel call, where the host knows no address)."""
     BLOCK_M, BLOCK_N, STAGES = config.block_m, config.block_n, config.stages
     GROUP_M = config.group_m
     THREADS = config.threads
-    REGISTER_A, TRANSPOSED, TMA = operand == "tf32", transposed, tma
+    REGISTER_A, TRANSPOSED = operand == "tf32", transposed
+    TMA, DEVICE_MAPS = maps != "none", maps == "device"
     SIZE = OPERAND_BYTES[operand]
     STORAGE = FLOAT32 if REGISTER_A else UINT16
     SLICE_K = tile_k(SIZE)
@@ -435,6 +458,7 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     STAGE_BYTES = tile_bytes(BLOCK_M) + tile_bytes(BLOCK_N)  # a stage's TMA copies bring
     BARRIERS = config.tile_region_bytes() // SIZE  # TMA: stage s's mbarrier at BARRIERS + s B
     BARRIER = BARRIER_BYTES // SIZE  # (B: its elements)
+    MAPS, MAP = config.maps_offset() // SIZE, MAP_BYTES // SIZE  # device: A's map, then B's
     load_stage = _stage_loader(config, STORAGE, a_mode, b_mode)
     copy_a = _tile_copier(a_mode[0], BLOCK_M, SIZE)
     copy_b = _tile_copier(b_mode[0], BLOCK_N, SIZE)
@@ -487,7 +511,8 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
 
     @kernel_jit(THREADS)
     def wgmma_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn,
-                     c, stride_cb, stride_cm, stride_cn, M, N, K, a_map, b_map):  # fmt: skip
+                     c, stride_cb, stride_cm, stride_cn, M, N, K, a_map, b_map,
+                     workspace):  # fmt: skip
         if TRANSPOSED:  # C^T = B^T A^T: from here on A is B^T, B is A^T and C is C^T
             a, b, a_map, b_map = b, a, b_map, a_map
             stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn = (
@@ -506,6 +531,18 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
 
         # -- pipeline: LOOKAHEAD slices load ahead of the one multiplied ----------------------
         k_tiles = (K + SLICE_K - 1) // SLICE_K
+        if DEVICE_MAPS:  # the maps completed with the buffers' addresses, published by warp 0
+            if tid == 0:
+                tensor_map_in_place(smem, base + MAPS, a_map, a)
+                tensor_map_in_place(smem, base + MAPS + MAP, b_map, b)
+            cuda.syncthreads()
+            a_tensor_map, b_tensor_map = 0, 0
+            if tid < 32:  # a warp's instruction; tid 0, which issues the copies, is in it
+                slot = 2 * (cuda.blockIdx.y * cuda.gridDim.x + cuda.blockIdx.x)
+                a_tensor_map = publish_tensor_map(workspace, slot, smem, base + MAPS)
+                b_tensor_map = publish_tensor_map(workspace, slot + 1, smem, base + MAPS + MAP)
+        else:
+            a_tensor_map, b_tensor_map = a_map, b_map
         if TMA:
             if tid == 0:
                 for s in range(STAGES):
@@ -514,7 +551,8 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
             if tid == 0:
                 for s in range(LOOKAHEAD):
                     if s < k_tiles:
-                        copy_stage(smem, base, s, s * SLICE_K, a_map, b_map, m0, n0, batch)
+                        copy_stage(smem, base, s, s * SLICE_K, a_tensor_map, b_tensor_map, m0,
+                                   n0, batch)  # fmt: skip
         else:
             for s in range(LOOKAHEAD):
                 if s < k_tiles:
@@ -524,20 +562,20 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
         if REGISTER_A:  # slices in pairs: A's registers alternate between two sets
             for t in range(0, k_tiles - 1, 2):
                 slice_step(acc, frag, smem, base, t, 0, k_tiles, a, a0, stride_am, stride_ak,
-                           b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid, a_map, b_map,
-                           m0, n0, batch)  # fmt: skip
+                           b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid, a_tensor_map,
+                           b_tensor_map, m0, n0, batch)  # fmt: skip
                 slice_step(acc, frag, smem, base, t + 1, 1, k_tiles, a, a0, stride_am,
                            stride_ak, b, b0, stride_bk, stride_bn, M - m0, N - n0, K,
-                           tid, a_map, b_map, m0, n0, batch)  # fmt: skip
+                           tid, a_tensor_map, b_tensor_map, m0, n0, batch)  # fmt: skip
             if k_tiles % 2:
                 slice_step(acc, frag, smem, base, k_tiles - 1, 0, k_tiles, a, a0, stride_am,
                            stride_ak, b, b0, stride_bk, stride_bn, M - m0, N - n0, K,
-                           tid, a_map, b_map, m0, n0, batch)  # fmt: skip
+                           tid, a_tensor_map, b_tensor_map, m0, n0, batch)  # fmt: skip
         else:
             for t in range(k_tiles):
                 slice_step(acc, frag, smem, base, t, 0, k_tiles, a, a0, stride_am, stride_ak,
-                           b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid, a_map, b_map,
-                           m0, n0, batch)  # fmt: skip
+                           b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid, a_tensor_map,
+                           b_tensor_map, m0, n0, batch)  # fmt: skip
         wgmma_done()
 
         # -- epilogue: accumulators -> float32 C tile in shared memory -> C, converted --------
@@ -865,7 +903,8 @@ def _transposed(desc: MatrixDesc) -> MatrixDesc:
 
 
 def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: MatrixDesc,
-               c: MatrixDesc, tensor_maps: bool = True) -> KernelLaunch:  # fmt: skip
+               c: MatrixDesc, tensor_maps: str = "host", workspace=None
+               ) -> KernelLaunch:  # fmt: skip
     """The launch of a ``wgmma`` kernel on validated operands: C (M x N) = A (M x K) @
     B (K x N) under ``preset`` for each of ``c.batch`` products (``config`` None: the default
     for the kernel chosen).
@@ -877,10 +916,14 @@ def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: Mat
        goes through registers, A^T is the k-major one; the arguments stay A, B, C).
     3. Otherwise (``TF32_TF32_F32_X3``, or neither operand k-major) the converting kernel.
 
-    In cases 1 and 2 TMA fills the tiles where ``tensor_maps`` (the launch may carry
-    addresses of tensor maps: not XLA's kernel call) and TMA can copy both operands (a
-    contiguous axis, 16-byte aligned, strides multiples of 16 bytes, no broadcast batch);
-    else ``cp.async`` does."""
+    In cases 1 and 2 TMA fills the tiles where it can copy both operands (a contiguous axis,
+    16-byte aligned, strides multiples of 16 bytes, no broadcast batch), through tensor maps
+    the host encodes (``tensor_maps`` "host": the operands' addresses are real) or the
+    kernel builds from templates ("device": XLA's kernel call; ``workspace(nbytes)`` gives the
+    uint8 buffer, as a descriptor, where it publishes them); else, or with "none",
+    ``cp.async`` copies."""
+    if tensor_maps not in ("host", "device", "none"):
+        raise ValueError(f"tensor_maps is 'host', 'device' or 'none'; got {tensor_maps!r}")
     if not wgmma_takes(preset, a.dtype):
         raise ValueError(
             "the wgmma kernels take bfloat16 or float16 operands at their own precision and "
@@ -904,16 +947,22 @@ def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: Mat
     config = config or default_wgmma_config(M, N, c.batch, parts)
     config.check(storage, converting)
     x_mode, y_mode, d_mode = operand_mode(x, True), operand_mode(y, False), operand_mode(d, True)
-    maps = None
-    if tensor_maps and not converting:
+    grid = (cdiv(M, config.block_m) * cdiv(N, config.block_n), c.batch)
+    maps = "none" if converting else tensor_maps
+    if maps != "none":
         specs = (tensor_map_spec(x, x_mode[0], config.block_m, True, c.batch),
                  tensor_map_spec(y, y_mode[0], config.block_n, False, c.batch))  # fmt: skip
-        if all(spec.problem() is None for spec in specs):
-            maps = [encode_tensor_map(spec, desc.buffer() if simulated() else None)
-                    for spec, desc in zip(specs, (x, y))]  # fmt: skip
-            if transposed:  # the arguments' order: A's map, B's
-                maps.reverse()
-    shared = config.shared_bytes(parts, tma=maps is not None)
+        if any(spec.problem() is not None for spec in specs):
+            maps = "none"
+    extra = (0, 0, 0)  # the kernel's a_map, b_map, workspace (A's and B's, in the caller's order)
+    if maps == "host":
+        extra = (*(encode_tensor_map(spec, desc.buffer() if simulated() else None)
+                   for spec, desc in zip(specs, (x, y))), 0)  # fmt: skip
+    elif maps == "device":
+        extra = (*map(tensor_map_template, specs), workspace(2 * MAP_BYTES * grid[0] * grid[1]))
+    if transposed:
+        extra = (extra[1], extra[0], extra[2])
+    shared = config.shared_bytes(parts, maps)
     if shared > STATIC_SHARED_LIMIT and shared > (limit := shared_memory_limit()):
         raise ValueError(
             f"{config.label()} needs {shared} bytes of shared memory per block; this device "
@@ -924,9 +973,7 @@ def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: Mat
         extra = ()
     else:
         kernel = _kernel(config, preset.operand, out_dtype, x_mode, y_mode, d_mode, transposed,
-                         maps is not None)  # fmt: skip
-        extra = tuple(maps) if maps is not None else (0, 0)
-    grid = (cdiv(M, config.block_m) * cdiv(N, config.block_n), c.batch)
+                         maps)  # fmt: skip
     # the arguments in the caller's order (A, B, C: XLA's buffers; M, N, K of A @ B), whatever
     # the kernel makes of them
     return kernel_launch(kernel, grid, config.threads, shared,
