@@ -71,7 +71,7 @@ def test_twin_copy_lays_boxes_out_as_the_tiles(axis, dtype, rng):
     lines[:, : memory.shape[1]] = memory
     data = lines.ravel()
     strides = (lines.shape[1], lines.size)
-    key = tensor_map(TensorMapSpec(data.ctypes.data, dtype, extents, strides, box), data)
+    key, _ = tensor_map(TensorMapSpec(data.ctypes.data, dtype, extents, strides, box), data)
     tile_elements = extent_x * per_row
     smem = np.full(tile_elements + 16, 7, dtype)
     barrier = tile_elements  # 8 bytes after the tile
@@ -106,3 +106,18 @@ def test_twin_barrier_phases():
         )
     with pytest.raises(AssertionError, match="more arrived"):
         tma._twin_count(smem, 4, 2, 0)
+
+
+def test_a_launch_passes_a_template_as_its_words():
+    """A tuple argument (a tensor-map template) is one argument kind, its length, and as many
+    int64 parameters, in order (Numba passes a tuple's elements as parameters)."""
+    from numba_gemm.kernels.tma import MAP_WORDS, map_workspace
+    from numba_gemm.launch import kernel_launch, numba_parameters
+
+    template = tuple(range(-3, MAP_WORDS - 3))
+    workspace = map_workspace(256, np.zeros(256, np.uint8))
+    launch = kernel_launch(None, (1, 1), 32, 0, (7, template, workspace))
+    assert launch.arg_kinds() == (None, MAP_WORDS, np.dtype(np.uint8))
+    parameters = numba_parameters(launch.args)
+    assert parameters[: 1 + MAP_WORDS] == [7, *template]
+    assert parameters[1 + MAP_WORDS :] == [0, 0, 256, 1, workspace, 256, 1]

@@ -111,12 +111,13 @@ class TensorMapSpec:
             raise ValueError(problem)
 
 
-def tensor_map(spec: TensorMapSpec, buffer=None) -> int:
-    """The address of ``spec`` encoded as a tensor map in device memory (128-byte swizzle,
-    zeros outside the matrix), encoded once per spec and kept (the last
+def tensor_map(spec: TensorMapSpec, buffer=None) -> tuple[int, object]:
+    """(address, holder) of ``spec`` encoded as a tensor map in device memory (128-byte
+    swizzle, zeros outside the matrix): ``holder`` is the device array, which a launch passing
+    the address must keep. Encoded once per spec and kept (the last
     :data:`TENSOR_MAP_CAPACITY`): a spec holds only an address and geometry, so the same spec
-    always encodes to the same map. On the simulator, the key of a twin map of ``buffer`` (the
-    1-D array whose element 0 is at ``spec.address``), made afresh each call."""
+    always encodes to the same map. On the simulator, (the key of a twin map of ``buffer``,
+    the 1-D array whose element 0 is at ``spec.address``, made afresh each call; None)."""
     spec.check()
     with _MAPS_LOCK:
         if SIMULATED:
@@ -130,7 +131,7 @@ def tensor_map(spec: TensorMapSpec, buffer=None) -> int:
         entry = _MAPS[key]
         if len(_MAPS) > TENSOR_MAP_CAPACITY:
             _MAPS.popitem(last=False)
-    return key if SIMULATED else entry.device_ctypes_pointer.value
+    return (key, None) if SIMULATED else (entry.device_ctypes_pointer.value, entry)
 
 
 def forget_tensor_maps() -> None:
