@@ -121,3 +121,18 @@ def test_a_launch_passes_a_template_as_its_words():
     parameters = numba_parameters(launch.args)
     assert parameters[: 1 + MAP_WORDS] == [7, *template]
     assert parameters[1 + MAP_WORDS :] == [0, 0, 256, 1, workspace, 256, 1]
+
+
+@pytest.mark.parametrize(
+    "tensor_maps, workspace, fragment",
+    [("texture", None, "'host', 'device' or 'none'"), ("device", None, "needs a workspace")],
+)
+def test_plan_refuses_tensor_maps_it_cannot_pass(tensor_maps, workspace, fragment):
+    from numba_gemm.api import plan
+    from numba_gemm.descriptor import describe
+    from numba_gemm.precision import PRESETS
+
+    a = np.ones((16, 16), np.float32)
+    with pytest.raises(ValueError, match=fragment):
+        plan(describe(a, "a"), describe(a.copy(), "b"), describe(a.copy(), "out"), "wgmma",
+             None, PRESETS["TF32_TF32_F32"], tensor_maps, workspace)  # fmt: skip

@@ -924,6 +924,8 @@ def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: Mat
     ``cp.async`` copies."""
     if tensor_maps not in ("host", "device", "none"):
         raise ValueError(f"tensor_maps is 'host', 'device' or 'none'; got {tensor_maps!r}")
+    if tensor_maps == "device" and workspace is None:
+        raise ValueError("tensor_maps='device' needs a workspace (where the CTAs publish them)")
     if not wgmma_takes(preset, a.dtype):
         raise ValueError(
             "the wgmma kernels take bfloat16 or float16 operands at their own precision and "
