@@ -38,6 +38,7 @@ __all__ = [
     "CudaArrayInterface",
     "describe",
     "describe_array",
+    "scratch_desc",
     "read_cuda_array_interface",
     "transpose_view",
     "current_device",
@@ -633,6 +634,20 @@ def describe(x: Any, name: str = "x", stream: Any = 0) -> MatrixDesc:
             f"{name} must be 2-D (a matrix), got a {desc.ndim}-D array of shape {desc.shape}"
         )
     return desc.matrix(desc.shape, desc.strides)
+
+
+def scratch_desc(name: str, shape: tuple, dtype, array: Any = None) -> MatrixDesc:
+    """A kernel's own buffer (counters, a workspace; any dtype, unchecked) as a row-major
+    ``shape`` descriptor named ``name``: in ``array`` (NumPy or CUDA), or with no array a
+    placeholder for XLA's buffer (an output of the kernel call)."""
+    if array is None:
+        address, on_device = 0, True
+    elif isinstance(array, np.ndarray):
+        address, on_device = array.ctypes.data, False
+    else:
+        address, on_device = array.__cuda_array_interface__["data"][0], True
+    return MatrixDesc(name, tuple(shape), (shape[1], 1), np.dtype(dtype), array, on_device,
+                      address, array)  # fmt: skip
 
 
 def transpose_view(x: Any) -> Any:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numba import cuda, types
 
-from ..descriptor import MatrixDesc
+from ..descriptor import MatrixDesc, scratch_desc
 
 __all__ = [
     "MAP_BYTES",
@@ -144,14 +144,7 @@ def map_workspace(nbytes: int, array=None) -> MatrixDesc:
     """The global memory where CTAs publish the tensor maps they build, as a descriptor named
     ``tensor_maps``: ``nbytes`` uint8 in ``array`` (NumPy or CUDA), or with no array a
     placeholder for XLA's buffer."""
-    if array is None:
-        address, on_device = 0, True
-    elif isinstance(array, np.ndarray):
-        address, on_device = array.ctypes.data, False
-    else:
-        address, on_device = array.__cuda_array_interface__["data"][0], True
-    return MatrixDesc("tensor_maps", (1, nbytes), (nbytes, 1), np.dtype(np.uint8), array,
-                      on_device, address, array)  # fmt: skip
+    return scratch_desc("tensor_maps", (1, nbytes), np.uint8, array)
 
 
 def tensor_map_template(spec: TensorMapSpec) -> tuple:
@@ -313,61 +306,52 @@ else:
     def _int32(context, builder, value, kind):
         return context.cast(builder, value, kind, types.int32)
 
-    @intrinsic
-    def mbarrier_init(typingctx, smem, index, arrivals):
-        """``mbarrier.init``: the barrier at ``smem[index]`` in phase 0, expecting
-        ``arrivals`` arrivals per phase; then ``fence.mbarrier_init`` (the init visible to
-        the copies that complete it). One thread, before a CTA barrier."""
-        if not isinstance(smem, types.Array):
-            return None
+    def _barrier_op(text: str, answers: bool, doc: str):
+        """A device function ``op(smem, index, value)`` on the mbarrier at ``smem[index]``:
+        ``text`` with $0 the barrier's address and $1 ``value`` (32-bit); where it ``answers``,
+        $0 is a 32-bit result, the address and value $1 and $2, and the op returns whether the
+        result is nonzero."""
 
-        def codegen(context, builder, sig, args):
-            address = shared_address(context, builder, sig.args[0], args[0], args[1])
-            count = _int32(context, builder, args[2], sig.args[2])
-            _asm(builder, ir.VoidType(),
-                 "mbarrier.init.shared::cta.b64 [$0], $1;\n\t"
-                 "fence.mbarrier_init.release.cluster;", "r,r,~{memory}",
-                 [address, count])  # fmt: skip
-            return context.get_dummy_value()
+        def typer(typingctx, smem, index, value):
+            if not isinstance(smem, types.Array):
+                return None
 
-        return types.void(smem, index, arrivals), codegen
+            def codegen(context, builder, sig, args):
+                address = shared_address(context, builder, sig.args[0], args[0], args[1])
+                operand = _int32(context, builder, args[2], sig.args[2])
+                if not answers:
+                    _asm(builder, ir.VoidType(), text, "r,r,~{memory}", [address, operand])
+                    return context.get_dummy_value()
+                result = _asm(builder, _I32, text, "=r,r,r,~{memory}", [address, operand])
+                return builder.icmp_unsigned("!=", result, ir.Constant(_I32, 0))
 
-    @intrinsic
-    def mbarrier_expect_bytes(typingctx, smem, index, nbytes):
-        """``mbarrier.arrive.expect_tx``: this thread arrives on the barrier at ``smem[index]``
-        and adds ``nbytes`` to the bytes its phase waits for."""
-        if not isinstance(smem, types.Array):
-            return None
+            return (types.boolean if answers else types.void)(smem, index, value), codegen
 
-        def codegen(context, builder, sig, args):
-            address = shared_address(context, builder, sig.args[0], args[0], args[1])
-            count = _int32(context, builder, args[2], sig.args[2])
-            _asm(builder, ir.VoidType(),
-                 "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", "r,r,~{memory}",
-                 [address, count])  # fmt: skip
-            return context.get_dummy_value()
+        op = intrinsic(typer)
+        op.__doc__ = doc
+        return op
 
-        return types.void(smem, index, nbytes), codegen
-
-    @intrinsic
-    def mbarrier_done(typingctx, smem, index, parity):
-        """``mbarrier.try_wait.parity``: whether the phase of ``parity`` (0 or 1) of the barrier
-        at ``smem[index]`` is over (the thread may sleep a little inside before it answers
-        false). Reads after a true answer see the phase's copies."""
-        if not isinstance(smem, types.Array):
-            return None
-
-        def codegen(context, builder, sig, args):
-            address = shared_address(context, builder, sig.args[0], args[0], args[1])
-            bit = _int32(context, builder, args[2], sig.args[2])
-            done = _asm(builder, _I32,
-                        "{ .reg .pred done; "
-                        "mbarrier.try_wait.parity.shared::cta.b64 done, [$1], $2; "
-                        "selp.u32 $0, 1, 0, done; }", "=r,r,r,~{memory}",
-                        [address, bit])  # fmt: skip
-            return builder.icmp_unsigned("!=", done, ir.Constant(_I32, 0))
-
-        return types.boolean(smem, index, parity), codegen
+    mbarrier_init = _barrier_op(
+        "mbarrier.init.shared::cta.b64 [$0], $1;\n\tfence.mbarrier_init.release.cluster;",
+        False,
+        "``mbarrier.init``: the barrier at ``smem[index]`` in phase 0, expecting ``arrivals`` "
+        "arrivals per phase; then ``fence.mbarrier_init`` (the init visible to the copies that "
+        "complete it). One thread, before a CTA barrier.",
+    )
+    mbarrier_expect_bytes = _barrier_op(
+        "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;",
+        False,
+        "``mbarrier.arrive.expect_tx``: this thread arrives on the barrier at ``smem[index]`` "
+        "and adds ``nbytes`` to the bytes its phase waits for.",
+    )
+    mbarrier_done = _barrier_op(
+        "{ .reg .pred done; mbarrier.try_wait.parity.shared::cta.b64 done, [$1], $2; "
+        "selp.u32 $0, 1, 0, done; }",
+        True,
+        "``mbarrier.try_wait.parity``: whether the phase of ``parity`` (0 or 1) of the barrier "
+        "at ``smem[index]`` is over (the thread may sleep a little inside before it answers "
+        "false). Reads after a true answer see the phase's copies.",
+    )
 
     @intrinsic
     def tensor_map_in_place(typingctx, smem, index, template, array):

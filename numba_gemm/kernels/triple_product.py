@@ -76,7 +76,7 @@ from dataclasses import replace
 import numpy as np
 from numba import cuda
 
-from ..descriptor import MatrixDesc
+from ..descriptor import MatrixDesc, scratch_desc
 from ..launch import (
     STATIC_SHARED_LIMIT,
     KernelLaunch,
@@ -219,15 +219,7 @@ def plan_naive(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, d: MatrixDesc) -> Ke
 def counters_desc(count: int, array=None) -> MatrixDesc:
     """The fused kernel's ``sync`` buffer as a descriptor: ``count`` uint32 counters in
     ``array`` (NumPy or CUDA), or, with no array, a placeholder for XLA's buffer."""
-    if array is None:
-        address, on_device = 0, True
-    elif isinstance(array, np.ndarray):
-        address, on_device = array.ctypes.data, False
-    else:
-        address, on_device = array.__cuda_array_interface__["data"][0], True
-    return MatrixDesc(
-        "sync", (count, 1), (1, 1), np.dtype(np.uint32), array, on_device, address, array
-    )
+    return scratch_desc("sync", (count, 1), np.uint32, array)
 
 
 def sync_slots(M: int, config: TileConfig, workers: tuple[int, int] | None = None) -> int:
