@@ -24,10 +24,14 @@ owns rows 64 w .. 64 w + 63 of the tile):
 2. *Pipeline*: ``stages`` shared-memory buffers of one slice (one 128-byte row of k: 64 16-bit
    or 32 float32 elements) of A (BLOCK_M rows) and of B (BLOCK_N), 128-byte swizzled
    (``warpgroup.tile_slot``), each stored as its operand lies (k-major or m/n-major: ``wgmma``
-   transposes m/n-major 16-bit blocks as it reads them). Every thread fills them with
-   ``cp.async`` (16-byte runs along the contiguous axis, zero-filled past the matrix; element
-   copies for operands with no usable contiguous axis). ``LOOKAHEAD`` slices load while the
-   tensor cores multiply, and ``IN_FLIGHT`` slices' wgmmas may still read theirs.
+   transposes m/n-major 16-bit blocks as it reads them). In ``_kernel``, where TMA can copy
+   both operands, thread 0 fills a stage with TMA copies (``kernels/tma``: a box per k-major
+   tile or per 128-byte chunk of an m/n-major one, zero-filled past the matrix) whose bytes
+   complete the stage's mbarrier, through tensor maps the host encodes or, in XLA's kernel
+   call, the CTA builds from templates; otherwise every thread fills them with ``cp.async``
+   (16-byte runs along the contiguous axis, zero-filled past the matrix; element copies for
+   operands with no usable contiguous axis). ``LOOKAHEAD`` slices load while the tensor cores
+   multiply, and ``IN_FLIGHT`` slices' wgmmas may still read theirs.
 3. *Multiply*: per slice, each warpgroup issues four ``wgmma.m64nNk16`` (N = BLOCK_N; TF32:
    ``k8`` with A from registers, each warp's 16 rows loaded and rounded first, into one of two
    register sets), its 64 x BLOCK_N accumulators in registers (BLOCK_N / 2 float32 per
@@ -39,9 +43,11 @@ owns rows 64 w .. 64 w + 63 of the tile):
    axis (consecutive threads, consecutive vectors), element by element at the edges or where
    C's lines are not contiguous and aligned.
 
-Order of a slice's buffer: copies land (``cp.async.wait_group``), each thread makes its writes
-visible to the tensor cores (``fence.proxy.async``), a CTA barrier; a buffer is refilled only
-after the barrier that follows every warpgroup's wait for the wgmmas that read it.
+Order of a slice's buffer: with ``cp.async``, copies land (``cp.async.wait_group``), each
+thread makes its writes visible to the tensor cores (``fence.proxy.async``), a CTA barrier;
+with TMA, every thread waits for the stage mbarrier's phase (TMA and wgmma share the async
+proxy). Either way a buffer is refilled only after the barrier that follows every
+warpgroup's wait for the wgmmas that read it.
 
 Constraints (``WgmmaConfig.check``): BLOCK_M a multiple of 64 (at most 4 warpgroups),
 BLOCK_N a multiple of 64 up to 256 (one wgmma's N), tiles that split into whole 16-byte copies
