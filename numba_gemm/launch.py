@@ -377,13 +377,11 @@ class KernelLaunch:
     bytes of dynamic shared memory; ``args`` the kernel's arguments in order:
     :class:`MatrixDesc` values (passed as 1-D buffers from element (0, 0) of
     the first matrix), ints (int64) and tuples of ints (as many int64s). Inputs come
-    before the output, as
-    XLA's kernel-call custom call (``jax_bridge``) requires. ``programmatic``: the
-    kernel waits for the launches ahead of it (``ptx.await_prior_grids``) before it
-    touches memory, so it may be launched with programmatic stream serialization
-    (:func:`programmatic_launch`); a kernel that does not must never be. ``keep``: device
-    memory the arguments point into besides the matrices (the tensor maps whose addresses
-    they pass), held by whoever holds the launch.
+    before the output, as XLA's kernel-call custom call (``jax_bridge``) requires.
+    ``programmatic``: the kernel waits for the launches ahead of it
+    (``ptx.await_prior_grids``) before it touches memory, so it may be launched with
+    programmatic stream serialization (:func:`programmatic_launch`); a kernel that does not
+    must never be.
     """
 
     kernel: object
@@ -392,7 +390,6 @@ class KernelLaunch:
     shared: int
     args: tuple
     programmatic: bool = False
-    keep: tuple = ()
 
     def arg_kinds(self) -> tuple:
         """The dtype of each array argument, ``None`` for each int, the length of each tuple:
@@ -404,13 +401,7 @@ class KernelLaunch:
 
 
 def kernel_launch(
-    kernel,
-    grid,
-    block: int,
-    shared: int,
-    args: tuple,
-    programmatic: bool = False,
-    keep: tuple = (),
+    kernel, grid, block: int, shared: int, args: tuple, programmatic: bool = False
 ) -> KernelLaunch:
     """A :class:`KernelLaunch`, with the grid checked against CUDA's limits."""
     grid = _dims3(grid)
@@ -419,7 +410,7 @@ def kernel_launch(
             f"the launch needs a grid of {grid} blocks; CUDA allows at most "
             f"{MAX_GRID_YZ} along y and z (for a batched product: the batch size)"
         )
-    return KernelLaunch(kernel, grid, block, shared, tuple(args), programmatic, tuple(keep))
+    return KernelLaunch(kernel, grid, block, shared, tuple(args), programmatic)
 
 
 def numba_parameters(args: tuple) -> list:
@@ -576,7 +567,6 @@ class PreparedLaunch:
         from cuda.bindings import driver as cu
 
         self.programmatic = launch.programmatic
-        self._keep = launch.keep  # e.g. tensor maps: alive while this launch may run
         if launch.programmatic:
             self._launch = cu.cuLaunchKernelEx
             self._arguments = (

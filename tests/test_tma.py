@@ -71,7 +71,7 @@ def test_twin_copy_lays_boxes_out_as_the_tiles(axis, dtype, rng):
     lines[:, : memory.shape[1]] = memory
     data = lines.ravel()
     strides = (lines.shape[1], lines.size)
-    key, _ = tensor_map(TensorMapSpec(data.ctypes.data, dtype, extents, strides, box), data)
+    key = tensor_map(TensorMapSpec(data.ctypes.data, dtype, extents, strides, box), data)
     tile_elements = extent_x * per_row
     smem = np.full(tile_elements + 16, 7, dtype)
     barrier = tile_elements  # 8 bytes after the tile

@@ -200,7 +200,7 @@ def _launches(args) -> list:
         # The wgmma kernel's TMA copies take tensor maps (addresses or templates), which the
         # code does not depend on: none is encoded (that needs a GPU), zeros stand in.
         with (
-            mock.patch("numba_gemm.kernels.wgmma.encode_tensor_map", lambda spec, buf: (0, None)),
+            mock.patch("numba_gemm.kernels.wgmma.encode_tensor_map", lambda spec, buf: 0),
             mock.patch("numba_gemm.kernels.wgmma.tensor_map_template", lambda spec: (0,) * 16),
         ):
             config = _config(args.config, algorithm)

@@ -46,8 +46,6 @@ __all__ = [
     "BARRIER_BYTES",
     "TensorMapSpec",
     "tensor_map",
-    "forget_tensor_maps",
-    "TENSOR_MAP_CAPACITY",
     "mbarrier_init",
     "mbarrier_expect_bytes",
     "mbarrier_done",
@@ -66,7 +64,7 @@ MAP_ALIGNMENT = 64  # its address's in global memory (128 in shared memory)
 TEMPLATE_ADDRESS = 1 << 20  # a template's stand-in address (replaced on the device)
 BARRIER_BYTES = 8  # an mbarrier
 SWIZZLE_BYTES = 128  # the box's inner extent in bytes, at most (128-byte swizzle)
-TENSOR_MAP_CAPACITY = 1024  # encoded maps kept in device memory (128 bytes each)
+TWIN_CAPACITY = 1024  # simulator: twin maps kept (each holds its operand's buffer)
 
 
 @dataclass(frozen=True)
@@ -111,33 +109,38 @@ class TensorMapSpec:
             raise ValueError(problem)
 
 
-def tensor_map(spec: TensorMapSpec, buffer=None) -> tuple[int, object]:
-    """(address, holder) of ``spec`` encoded as a tensor map in device memory (128-byte
-    swizzle, zeros outside the matrix): ``holder`` is the device array, which a launch passing
-    the address must keep. Encoded once per spec and kept (the last
-    :data:`TENSOR_MAP_CAPACITY`): a spec holds only an address and geometry, so the same spec
-    always encodes to the same map. On the simulator, (the key of a twin map of ``buffer``,
-    the 1-D array whose element 0 is at ``spec.address``, made afresh each call; None)."""
+def tensor_map(spec: TensorMapSpec, buffer=None) -> int:
+    """The address of ``spec`` encoded as a tensor map in device memory (128-byte swizzle,
+    zeros outside the matrix). Encoded once per spec (an address and a geometry always encode
+    to the same map) and kept for the life of the process: a launch, a prepared call or a
+    captured CUDA graph may hold the address. That is 128 bytes per distinct operand address
+    and geometry; memory pools (PyTorch's, JAX's, this library's) reuse addresses. The first
+    call with a spec allocates and copies synchronously, which a stream capture forbids: as a
+    kernel's compilation, it belongs in the warm-up before a capture. On the simulator, the
+    key of a twin map of ``buffer`` (the 1-D array whose element 0 is at ``spec.address``),
+    made afresh each call."""
     spec.check()
     with _MAPS_LOCK:
         if SIMULATED:
-            key = next(_TWIN_KEYS)
-            _MAPS[key] = (spec, buffer)
-        else:
-            key = spec
-            if key not in _MAPS:
-                _MAPS[key] = _encoded_map(spec)
-            _MAPS.move_to_end(key)
-        entry = _MAPS[key]
-        if len(_MAPS) > TENSOR_MAP_CAPACITY:
-            _MAPS.popitem(last=False)
-    return (key, None) if SIMULATED else (entry.device_ctypes_pointer.value, entry)
+            return _twin_entry(spec, buffer)
+        if spec not in _MAPS:
+            _MAPS[spec] = _encoded_map(spec)
+        return _MAPS[spec].device_ctypes_pointer.value
 
 
-def forget_tensor_maps() -> None:
-    """Drop every kept tensor map (tests; device memory)."""
-    with _MAPS_LOCK:
-        _MAPS.clear()
+_MAPS: dict = {}  # spec -> its encoded map's device array
+_TWINS: OrderedDict = OrderedDict()  # simulator: key -> (spec, buffer), the last TWIN_CAPACITY
+_MAPS_LOCK = threading.Lock()
+_TWIN_KEYS = itertools.count(1)
+
+
+def _twin_entry(spec: TensorMapSpec, buffer) -> int:
+    """Simulator (under ``_MAPS_LOCK``): a fresh twin map's key."""
+    key = next(_TWIN_KEYS)
+    _TWINS[key] = (spec, buffer)
+    if len(_TWINS) > TWIN_CAPACITY:
+        _TWINS.popitem(last=False)
+    return key
 
 
 def map_workspace(nbytes: int, array=None) -> MatrixDesc:
@@ -154,18 +157,9 @@ def tensor_map_template(spec: TensorMapSpec) -> tuple:
     spec.check()
     if SIMULATED:
         with _MAPS_LOCK:
-            key = next(_TWIN_KEYS)
-            _MAPS[key] = (spec, None)
-            if len(_MAPS) > TENSOR_MAP_CAPACITY:
-                _MAPS.popitem(last=False)
-        return (key,) + (0,) * (MAP_WORDS - 1)
+            return (_twin_entry(spec, None),) + (0,) * (MAP_WORDS - 1)
     words = _encoded_words(replace(spec, address=TEMPLATE_ADDRESS))
     return tuple(int(w) for w in words.view(np.int64))
-
-
-_MAPS: OrderedDict = OrderedDict()  # spec -> device array; simulator: key -> (spec, buffer)
-_MAPS_LOCK = threading.Lock()
-_TWIN_KEYS = itertools.count(1)
 
 
 def _encoded_map(spec: TensorMapSpec):
@@ -253,10 +247,9 @@ if SIMULATED:
     def tensor_map_in_place(smem, index, template, array):
         """Twin: a twin map of the template's spec over ``array``, its key in the 8 bytes at
         ``smem[index]`` (one thread)."""
-        spec, _ = _MAPS[template[0]]
+        spec, _ = _TWINS[template[0]]
         with _MAPS_LOCK:
-            key = next(_TWIN_KEYS)
-            _MAPS[key] = (spec, np.asarray(array))
+            key = _twin_entry(spec, np.asarray(array))
         start = index * smem.dtype.itemsize
         np.asarray(smem).view(np.uint8)[start : start + 8].view(np.int64)[0] = key
 
@@ -273,7 +266,7 @@ if SIMULATED:
         """Twin of ``cp.async.bulk.tensor.3d`` for maps whose box is ``box``."""
 
         def load(smem, dst, map_key, c0, c1, c2, barrier):
-            spec, source = _MAPS[map_key]
+            spec, source = _TWINS[map_key]
             assert spec.box == box, (spec.box, box)
             size = smem.dtype.itemsize
             assert (dst * size) % 1024 == 0, "a swizzled box starts at a 1024-byte boundary"

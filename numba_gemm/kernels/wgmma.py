@@ -963,13 +963,9 @@ def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: Mat
         if any(spec.problem() is not None for spec in specs):
             maps = "none"
     extra = (0, 0, 0)  # the kernel's a_map, b_map, workspace (A's and B's, in the caller's order)
-    keep = ()  # the host-encoded maps' memory
     if maps == "host":
-        (x_map, x_keep), (y_map, y_keep) = (
-            encode_tensor_map(spec, desc.buffer() if simulated() else None)
-            for spec, desc in zip(specs, (x, y))
-        )
-        extra, keep = (x_map, y_map, 0), (x_keep, y_keep)
+        extra = (*(encode_tensor_map(spec, desc.buffer() if simulated() else None)
+                   for spec, desc in zip(specs, (x, y))), 0)  # fmt: skip
     elif maps == "device":
         extra = (*map(tensor_map_template, specs), workspace(2 * MAP_BYTES * grid[0] * grid[1]))
     if transposed:
@@ -991,5 +987,4 @@ def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: Mat
     return kernel_launch(kernel, grid, config.threads, shared,
                          (a, a.batch_stride, *a.strides, b, b.batch_stride, *b.strides,
                           c, c.batch_stride, *c.strides,
-                          a.shape[0], b.shape[1], a.shape[1], *extra),
-                         keep=keep)  # fmt: skip
+                          a.shape[0], b.shape[1], a.shape[1], *extra))  # fmt: skip
