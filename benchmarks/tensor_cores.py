@@ -35,6 +35,7 @@ def measure(case: str, n: int, config=None, tensor_maps: str = "host") -> dict:
 
     from numba_gemm.api import plan
     from numba_gemm.descriptor import describe
+    from numba_gemm.kernels.wgmma import fills_with_tma
     from numba_gemm.launch import PreparedLaunch
     from numba_gemm.precision import BFLOAT16, resolve
     from numba_gemm.timing import interleaved_medians
@@ -77,7 +78,7 @@ def measure(case: str, n: int, config=None, tensor_maps: str = "host") -> dict:
         "size": n,
         "kernel": launch.kernel.py_func.__name__,
         "config": config.label() if config else "default",
-        "tma": launch.kernel.py_func.__name__ == "wgmma_kernel" and launch.args[-3] != 0,
+        "tma": fills_with_tma(launch),
         "median_s": ours_s,
         "cublas_median_s": peer_s,
         "numba_gemm_tflops": flops / ours_s / 1e12,

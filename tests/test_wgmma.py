@@ -196,15 +196,14 @@ def aligned_view(rows: int, cols: int, dtype, col_major: bool, rng, batch: tuple
 
 
 def uses_tma(a, b, out, preset: str) -> bool:
-    """Whether the wgmma launch for ``out = a @ b`` at ``preset`` fills its tiles with TMA
-    (its arguments end with A's and B's tensor maps, 0 where cp.async copies, and a
-    workspace)."""
+    """Whether the wgmma launch for ``out = a @ b`` at ``preset`` fills its tiles with TMA."""
     from numba_gemm.api import plan
     from numba_gemm.descriptor import describe
+    from numba_gemm.kernels.wgmma import fills_with_tma
 
     launch = plan(describe(a, "a"), describe(b, "b"), describe(out, "out"), "wgmma", None,
                   PRESETS[preset])  # fmt: skip
-    return launch.kernel.py_func.__name__ == "wgmma_kernel" and launch.args[-3] != 0
+    return fills_with_tma(launch)
 
 
 # (operand dtype, preset, A column-major, B column-major): the TMA kernels' layouts (TF32 with

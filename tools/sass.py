@@ -179,14 +179,14 @@ def compile_launch(launch) -> tuple[str, int, int, int]:
 def _launches(args) -> list:
     from numba_gemm.api import plan
     from numba_gemm.descriptor import MatrixDesc
+    from numba_gemm.kernels.tma import MAP_WORDS, map_workspace
     from numba_gemm.precision import resolve
     from numba_gemm.triple_product import plan_triple
 
     dtype = np.dtype(args.dtype)
 
     def desc(name, shape, kind=dtype):  # a device operand at an aligned address: its layout
-        return MatrixDesc(name, tuple(shape), (shape[1], 1), np.dtype(kind), None, True, 1 << 20,
-                          None)  # fmt: skip
+        return MatrixDesc(name, tuple(shape), (shape[1], 1), kind, None, True, 1 << 20, None)
 
     def counters(count):
         return MatrixDesc(
@@ -201,12 +201,13 @@ def _launches(args) -> list:
         # code does not depend on: none is encoded (that needs a GPU), zeros stand in.
         with (
             mock.patch("numba_gemm.kernels.wgmma.encode_tensor_map", lambda spec, buf: 0),
-            mock.patch("numba_gemm.kernels.wgmma.tensor_map_template", lambda spec: (0,) * 16),
+            mock.patch(
+                "numba_gemm.kernels.wgmma.tensor_map_template", lambda spec: (0,) * MAP_WORDS
+            ),
         ):
             config = _config(args.config, algorithm)
             launch = plan(desc("a", (M, K)), desc("b", (K, N)), desc("c", (M, N)), algorithm,
-                          config, preset, args.tensor_maps,
-                          lambda nbytes: desc("tensor_maps", (1, nbytes), np.uint8))  # fmt: skip
+                          config, preset, args.tensor_maps, map_workspace)  # fmt: skip
         return [launch]
     N, K1, K2, M = (args.sizes + [args.sizes[0]] * 3)[:4]
     return plan_triple(

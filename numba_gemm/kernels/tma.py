@@ -40,6 +40,7 @@ import numpy as np
 from numba import cuda, types
 
 from ..descriptor import MatrixDesc, scratch_desc
+from .warpgroup import _swizzled
 
 __all__ = [
     "MAP_BYTES",
@@ -202,11 +203,16 @@ def _encoded_words(spec: TensorMapSpec) -> np.ndarray:
 # --- the simulator's twins ---------------------------------------------------------------------
 
 
+def _twin_bytes(array, index, nbytes: int = 8) -> np.ndarray:
+    """Twin helper: the ``nbytes`` bytes from ``array[index]`` (a view, written in place)."""
+    start = index * array.dtype.itemsize
+    return np.asarray(array).view(np.uint8)[start : start + nbytes]
+
+
 def _twin_state(smem, index):
     """The twin barrier's two uint32 words in its 8 bytes: (expected arrivals << 24 | completed
     phases, pending arrivals << 24 | pending bytes)."""
-    start = index * smem.dtype.itemsize
-    return np.asarray(smem).view(np.uint8)[start : start + BARRIER_BYTES].view(np.uint32)
+    return _twin_bytes(smem, index, BARRIER_BYTES).view(np.uint32)
 
 
 if SIMULATED:
@@ -250,15 +256,13 @@ if SIMULATED:
         spec, _ = _TWINS[template[0]]
         with _MAPS_LOCK:
             key = _twin_entry(spec, np.asarray(array))
-        start = index * smem.dtype.itemsize
-        np.asarray(smem).view(np.uint8)[start : start + 8].view(np.int64)[0] = key
+        _twin_bytes(smem, index).view(np.int64)[0] = key
 
     def publish_tensor_map(workspace, slot, smem, index):
         """Twin: the key :func:`tensor_map_in_place` left at ``smem[index]``, also written to
         ``workspace`` slot ``slot``."""
-        start = index * smem.dtype.itemsize
-        key = int(np.asarray(smem).view(np.uint8)[start : start + 8].view(np.int64)[0])
-        np.asarray(workspace)[slot * MAP_BYTES : slot * MAP_BYTES + 8].view(np.int64)[0] = key
+        key = int(_twin_bytes(smem, index).view(np.int64)[0])
+        _twin_bytes(workspace, slot * MAP_BYTES).view(np.int64)[0] = key
         return key
 
     @functools.cache
@@ -276,8 +280,7 @@ if SIMULATED:
             inside &= (x0 >= 0) & (x1 >= 0) & (x2 >= 0)
             offset = np.where(inside, x0 + x1 * spec.strides[0] + x2 * spec.strides[1], 0)
             values = np.where(inside, np.asarray(source)[offset], 0)
-            byte = ((i2 * box[1] + i1) * box[0] + i0) * size
-            byte = byte ^ (((byte >> 7) & 7) << 4)  # the 128-byte swizzle
+            byte = _swizzled(((i2 * box[1] + i1) * box[0] + i0) * size)
             np.asarray(smem)[dst + byte // size] = values.astype(smem.dtype)
             _twin_count(smem, barrier, 0, -values.size * size)
 

@@ -135,6 +135,7 @@ __all__ = [
     "WGMMA_CC",
     "default_wgmma_config",
     "plan_wgmma",
+    "fills_with_tma",
     "wgmma_takes",
     "WGMMA_PRESETS",
 ]
@@ -243,7 +244,7 @@ class WgmmaConfig:
         """Bytes from the tiles' start to the device-built tensor maps: after the tiles'
         region and the mbarriers, at a 128-byte boundary (``tensormap.replace``'s)."""
         end = self.tile_region_bytes() + self.stages * BARRIER_BYTES
-        return -(-end // MAP_BYTES) * MAP_BYTES
+        return cdiv(end, MAP_BYTES) * MAP_BYTES
 
     def label(self) -> str:
         return f"wgmma {self.block_m}x{self.block_n}/s{self.stages}/g{self.group_m}"
@@ -309,22 +310,32 @@ def _stage_loader(config: WgmmaConfig, storage, a_mode: tuple, b_mode: tuple):
     return load_stage
 
 
+def tile_box(axis: str, extent_x: int, size: int) -> tuple[int, int, int]:
+    """The TMA box (elements along the contiguous axis, the other, the batch) that copies an
+    ``extent_x`` x one-row-of-k tile stored ``axis``-contiguous: for a k-major tile the whole
+    tile (a row of k by ``extent_x``), for an x-major one a chunk (128 bytes of x by a row of
+    k)."""
+    per_row = tile_k(size)  # elements of a 128-byte row
+    return (per_row, extent_x if axis == "k" else per_row, 1)
+
+
 def _tile_copier(axis: str, extent_x: int, size: int):
     """Device function ``copy(smem, dst, tensor_map, x0, k0, batch, barrier)``: TMA copies of
     the ``extent_x`` x one-row-of-k tile at (``x0``, ``k0``) of matrix ``batch`` into
     ``smem`` from element ``dst``, as :func:`warpgroup.tile_slot` lays it out, their bytes
-    completing on ``barrier``. A k-major tile is one box (a row of k by ``extent_x``); an
-    x-major one a box per chunk (128 bytes of x by a row's k)."""
+    completing on ``barrier``: one :func:`tile_box` for a k-major tile, one per chunk for an
+    x-major one."""
     per_row = tile_k(size)  # elements of a 128-byte row
+    box = tile_box(axis, extent_x, size)
     if axis == "k":
-        load_box = tma_load((per_row, extent_x, 1))
+        load_box = tma_load(box)
 
         @cuda.jit(device=True)
         def copy(smem, dst, tensor_map, x0, k0, batch, barrier):
             load_box(smem, dst, tensor_map, k0, x0, batch, barrier)
 
         return copy
-    load_chunk = tma_load((per_row, per_row, 1))
+    load_chunk = tma_load(box)
     CHUNK = per_row * ROW_BYTES // size  # elements of a chunk
 
     @cuda.jit(device=True)
@@ -344,18 +355,17 @@ def tensor_map_spec(desc: MatrixDesc, axis: str, extent_x: int, x_first: bool, b
     (extent_x0, extent_k), (stride_x, stride_k) = (
         (desc.shape, desc.strides) if x_first else (desc.shape[::-1], desc.strides[::-1])
     )
-    per_row = tile_k(desc.dtype.itemsize)
     if axis == "k":
-        extents, other, box = (extent_k, extent_x0), stride_x, (per_row, extent_x, 1)
+        extents, other = (extent_k, extent_x0), stride_x
     else:
-        extents, other, box = (extent_x0, extent_k), stride_k, (per_row, per_row, 1)
+        extents, other = (extent_x0, extent_k), stride_k
     if extents[1] == 1:  # one line: its stride never steps; any that encodes
         vec = VECTOR_BYTES // desc.dtype.itemsize
-        other = -(-extents[0] // vec) * vec
+        other = cdiv(extents[0], vec) * vec
     # one matrix: likewise (the batch coordinate is always 0)
     batch_stride = desc.batch_stride if batch > 1 else other * extents[1]
     return TensorMapSpec(desc.address, desc.dtype, (*extents, batch), (other, batch_stride),
-                         box)  # fmt: skip
+                         tile_box(axis, extent_x, desc.dtype.itemsize))  # fmt: skip
 
 
 def _shared_slice(config: WgmmaConfig, operand: str, a_axis: str, b_axis: str):
@@ -479,10 +489,15 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     write_c = _c_writer(config, out_dtype, c_mode)
 
     @cuda.jit(device=True)
+    def barrier_of(base, stage):
+        # the element where buffer ``stage``'s mbarrier lies
+        return base + BARRIERS + stage * BARRIER
+
+    @cuda.jit(device=True)
     def copy_stage(smem, base, stage, k0, a_map, b_map, m0, n0, batch):
         # one thread: the TMA copies of the slice at k0 into buffer ``stage``, expected on its
         # barrier first
-        barrier = base + BARRIERS + stage * BARRIER
+        barrier = barrier_of(base, stage)
         mbarrier_expect_bytes(smem, barrier, STAGE_BYTES)
         copy_a(smem, base + stage * A_STAGE, a_map, m0, k0, batch, barrier)
         copy_b(smem, base + B_BASE + stage * B_STAGE, b_map, n0, k0, batch, barrier)
@@ -501,7 +516,7 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
             if tid == 0 and ahead < k_tiles:
                 copy_stage(smem, base, ahead % STAGES, ahead * SLICE_K, a_map, b_map, m0, n0,
                            batch)  # fmt: skip
-            while not mbarrier_done(smem, base + BARRIERS + stage * BARRIER, (t // STAGES) % 2):
+            while not mbarrier_done(smem, barrier_of(base, stage), (t // STAGES) % 2):
                 pass
         else:  # this thread's copies of t landed, made visible, a barrier, then its next copies
             copies_landed()
@@ -552,7 +567,7 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
         if TMA:
             if tid == 0:
                 for s in range(STAGES):
-                    mbarrier_init(smem, base + BARRIERS + s * BARRIER, 1)
+                    mbarrier_init(smem, barrier_of(base, s), 1)
             cuda.syncthreads()  # the barriers initialised before any thread waits on them
             if tid == 0:
                 for s in range(LOOKAHEAD):
@@ -901,6 +916,13 @@ def wgmma_takes(preset: Preset, dtype) -> bool:
     their own precision, float32 ones as TF32 (one or two parts)."""
     sixteen_bit = np.dtype(dtype).itemsize == 2
     return preset.name in WGMMA_PRESETS and sixteen_bit == (preset.operand != "tf32")
+
+
+def fills_with_tma(launch: KernelLaunch) -> bool:
+    """Whether a :func:`plan_wgmma` launch fills its tiles with TMA: the ``wgmma`` kernel whose
+    arguments end with A's and B's tensor maps (or templates) and the workspace, not the
+    zeros of its ``cp.async`` form."""
+    return launch.kernel.py_func.__name__ == "wgmma_kernel" and launch.args[-3] != 0
 
 
 def _transposed(desc: MatrixDesc) -> MatrixDesc:
