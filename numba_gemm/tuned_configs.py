@@ -177,8 +177,9 @@ def _read_entries(path: Path) -> tuple[dict, str | None]:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         return {}, None
-    except (OSError, ValueError, UnicodeDecodeError) as error:
-        return {}, f"unreadable ({type(error).__name__}: {error}); ignored"
+    except (OSError, ValueError, RecursionError, MemoryError) as error:
+        # ValueError covers bad JSON and bad UTF-8; RecursionError deep nesting ("[" * 10**5)
+        return {}, f"unreadable ({type(error).__name__}: {str(error)[:200]}); ignored"
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         found = data.get("format") if isinstance(data, dict) else type(data).__name__
         return {}, f"format {found!r}, expected {FORMAT}; ignored"
@@ -191,8 +192,8 @@ def _read_entries(path: Path) -> tuple[dict, str | None]:
 
 
 def _valid_entry(entry) -> bool:
-    """Whether a cache entry has every field :func:`store` writes, of the right type, and a
-    config valid for its dtype."""
+    """Whether a cache entry has every field :func:`store` writes, of the right type (timings
+    finite and positive), and a config valid for its dtype."""
     try:
         strings = ("device", "arch", "dtype", "layout")
         if not isinstance(entry, dict) or not all(isinstance(entry[k], str) for k in strings):
@@ -210,10 +211,14 @@ def _valid_entry(entry) -> bool:
                 return False
         if not all(v & (v - 1) == 0 for v in entry["bucket"]):
             return False
+        for field in ("seconds", "tflops"):  # a timing: a finite positive number
+            value = entry[field]
+            if type(value) not in (int, float) or not 0 < value < math.inf:
+                return False
         config = entry["config"]
         if not isinstance(config, dict) or not all(type(v) is int for v in config.values()):
             return False
-        TileConfig(**config).check(dtype)
+        TileConfig(**config).check(dtype)  # every field in range, valid for the dtype
     except (KeyError, TypeError, ValueError):
         return False
     return True

@@ -151,3 +151,50 @@ def test_tune_from_many_threads(tmp_path):
 
     assert _errors(_in_threads(work)) == []
     assert sorted(tuple(e["shape"]) for e in _load(path).values()) == sorted(shapes)
+
+
+FIRST_USERS = """
+import sys, threading
+import numpy as np
+from numba import cuda
+import numba_gemm
+
+THREADS = {threads}
+start, errors = threading.Barrier(THREADS), []
+
+def work(thread):
+    rng = np.random.default_rng(thread)
+    a, b, c = (rng.standard_normal(s).astype(np.float32) for s in ((40, 30), (30, 50), (50, 20)))
+    start.wait()  # every thread's first CUDA call at once
+    try:
+        d = numba_gemm.triple(*(cuda.to_device(x) for x in (a, b, c))).copy_to_host()
+        error = np.linalg.norm(d - a.astype(np.float64) @ b @ c) / np.linalg.norm(d)
+        if not error < 1e-5:
+            errors.append(f"thread {{thread}}: relative error {{error:.2e}}")
+    except Exception as failure:
+        errors.append(f"thread {{thread}}: {{type(failure).__name__}}: {{failure}}")
+
+threads = [threading.Thread(target=work, args=(t,)) for t in range(THREADS)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print("\\n".join(errors) or "ok")
+sys.exit(1 if errors else 0)
+"""
+
+
+@pytest.mark.gpu
+def test_threads_as_a_process_first_cuda_users():
+    """A server whose worker threads handle the first requests: in a fresh process that has
+    only imported the library, THREADS threads make their first CUDA calls at once
+    (``cuda.to_device``, then ``triple``). Numba's own lazy initialisation races there; the
+    library's import initialises the driver first."""
+    import subprocess
+    import sys
+
+    script = FIRST_USERS.format(threads=THREADS)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]

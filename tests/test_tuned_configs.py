@@ -3,6 +3,7 @@ tune() off a GPU."""
 
 import json
 import warnings
+from dataclasses import asdict
 
 import numpy as np
 import pytest
@@ -165,7 +166,8 @@ def test_a_corrupt_cache_never_breaks_a_call(gpu_x):
     from numba_gemm.kernels.tiled import DEFAULT_CONFIGS
     from numba_gemm.tuned_configs import config_for_shape
 
-    for garbage in ("{not json", '{"format": 1, "entries": {"k": {"dev', "[1, 2]", "\x00\xff"):
+    for garbage in ("{not json", '{"format": 1, "entries": {"k": {"dev', "[1, 2]", "\x00\xff",
+                    "[" * 100_000, '{"format": 1, "entries": ' + "{" * 100_000):  # fmt: skip
         gpu_x.write_text(garbage)
         with pytest.warns(RuntimeWarning, match=f"tuning cache {gpu_x}"):
             assert config_for_shape(2048, 2048, 2048) == DEFAULT_CONFIGS[np.dtype(np.float32)]
@@ -187,6 +189,13 @@ HOSTILE_ENTRIES = {
     "unknown dtype": {"dtype": "quaternion"},
     "device list": {"device": ["GPU X"]},
     "not a dict": None,
+    "nan seconds": {"seconds": float("nan")},  # json writes NaN and Infinity, and reads them
+    "infinite tflops": {"tflops": float("inf")},
+    "negative seconds": {"seconds": -1.0},
+    "string seconds": {"seconds": "1"},
+    "bool tflops": {"tflops": True},
+    "huge group": {"config": {**asdict(TALL), "group_m": 10**400}},
+    "huge register tile": {"config": {**asdict(TALL), "thread_m": 64, "block_m": 1024}},
 }
 
 

@@ -16,6 +16,7 @@ import numba_gemm
 from checks import check_layouts
 from numba_gemm.kernels.warpgroup import TF32_TILE_K, TILE_K, _element_byte, tile_slot
 from numba_gemm.kernels.wgmma import SIMULATOR_WGMMA_CONFIG, WgmmaConfig
+from numba_gemm.launch import simulated
 from numba_gemm.precision import PRESETS, tolerance
 from numba_gemm.reference import LAYOUTS, make_operands, poisoned, reference, relative_error
 
@@ -23,6 +24,9 @@ BF16, F16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np
 PRESET = {BF16: "BF16_BF16_F32", F16: "F16_F16_F32"}
 TF32, TF32_X3 = "TF32_TF32_F32", "TF32_TF32_F32_X3"
 SMALL = SIMULATOR_WGMMA_CONFIG  # one warpgroup, 64 x 64 tiles, 3 stages
+simulator_only = pytest.mark.skipif(
+    not simulated(), reason="checks what the simulator runs (its twins, its choice of kernel)"
+)
 # 1; edges of every tile (two CTAs each way, a k tail, element copies where rows of an odd
 # length misalign); whole tiles: two CTAs, four k slices (each of the 3 stages refilled).
 SHAPES = [(1, 1, 1), (65, 67, 70), (64, 128, 256)]
@@ -228,13 +232,15 @@ def test_tma_copies_edges(dtype, preset, a_col, b_col, shape, rng):
     check(out, a, b, dtype, preset=preset)
 
 
+@simulator_only
 @pytest.mark.parametrize(
     "dtype, preset, a_col, b_col", [TMA_CASES[0], TMA_CASES[1], TMA_CASES[4]], ids=str
 )
 def test_tma_copies_through_maps_the_kernel_builds(dtype, preset, a_col, b_col, rng):
     """XLA's launches (``tensor_maps="device"``): each CTA completes the templates with the
     buffers' addresses and publishes them to its two slots of the workspace; a batch of two
-    products on two CTAs each."""
+    products on two CTAs each. On a GPU the same kernels run under XLA's kernel call
+    (``test_gpu_bridge``) and on device arrays in ``tools/sanitize_calls.py``."""
     from numba_gemm.api import describe_matmul, plan
     from numba_gemm.kernels.tma import MAP_BYTES, map_workspace
     from numba_gemm.launch import launch_kernel
@@ -282,6 +288,7 @@ def test_wgmma_writes_float32_and_batches(rng):
     check(out, a, b, BF16, np.float32)
 
 
+@simulator_only
 def test_auto_takes_mma_on_the_simulator(rng):
     from numba_gemm.api import plan
     from numba_gemm.descriptor import describe

@@ -34,7 +34,7 @@ Constraints (``MmaConfig.check``): warp tiles of whole 16 x 16 blocks, BLOCK_K a
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numba import cuda
@@ -52,7 +52,7 @@ from ..ordering import tile_of
 from ..precision import BFLOAT16, FLOAT16, FLOAT32, Preset
 from .fragments import K_STEP, fragment_loader, fragment_words, mma, output_converter, splitter
 from .ptx import cp_async, cp_async_commit, cp_async_wait
-from .tiled import int_fields, kernel_jit, unrolled
+from .tiled import check_field_range, int_fields, kernel_jit, unrolled
 
 __all__ = [
     "MmaConfig",
@@ -111,9 +111,7 @@ class MmaConfig:
     def check(self, storage) -> None:
         """``ValueError`` saying which constraint this config breaks for operands stored as
         ``storage`` (uint16 or float32)."""
-        for field in fields(self):
-            if getattr(self, field.name) < 1:
-                raise ValueError(f"MmaConfig.{field.name} must be a positive integer")
+        check_field_range(self)
         for tile, warps in (("block_m", "warps_m"), ("block_n", "warps_n")):
             extent, count = getattr(self, tile), getattr(self, warps)
             if extent % (count * BLOCK):

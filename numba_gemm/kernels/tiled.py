@@ -57,7 +57,7 @@ into whole thread blocks and whole 16-byte vectors; a launch needs
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -106,11 +106,33 @@ __all__ = [
     "kernel_resources",
     "unrolled",
     "int_fields",
+    "check_field_range",
+    "MAX_CONFIG_FIELD",
 ]
 
 VECTOR_BYTES = 16  # one 128-bit load or store
 MAX_THREADS = 1024
+# Registers of a thread's C block (16 x 8 float32, or 8 x 8 float64): beyond them the staged
+# fragments of A and B no longer fit a thread's 255 registers.
+MAX_ACCUMULATOR_WORDS = 128
 WARP = 32
+
+
+# No field of any kernel config is larger: tiles, stages and split-k are bounded far below it
+# by threads and shared memory, and a group height past it orders tiles as one of 2^16 does.
+MAX_CONFIG_FIELD = 1 << 16
+
+
+def check_field_range(config) -> None:
+    """``ValueError`` naming the field unless every field of ``config`` lies in
+    [1, :data:`MAX_CONFIG_FIELD`] (a value past it could not be a compile-time constant)."""
+    for field in fields(config):
+        value = getattr(config, field.name)
+        if not 1 <= value <= MAX_CONFIG_FIELD:
+            raise ValueError(
+                f"{type(config).__name__}.{field.name} must be a positive integer up to "
+                f"{MAX_CONFIG_FIELD}; got {value!r}"
+            )
 
 
 def int_fields(config) -> None:
@@ -179,9 +201,14 @@ class TileConfig:
     def _check(self, dtype: np.dtype) -> None:
         itemsize = np.dtype(dtype).itemsize
         vec = VECTOR_BYTES // itemsize
-        for field, value in asdict(self).items():
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"TileConfig.{field} must be a positive integer; got {value!r}")
+        check_field_range(self)
+        words = self.thread_m * self.thread_n * itemsize // 4
+        if words > MAX_ACCUMULATOR_WORDS:
+            raise ValueError(
+                f"TileConfig's {self.thread_m} x {self.thread_n} register tile takes {words} "
+                f"registers per thread; at most {MAX_ACCUMULATOR_WORDS} leave room for the "
+                "staged operands (a thread has 255)"
+            )
         for tile, part in (("block_m", "thread_m"), ("block_n", "thread_n")):
             if getattr(self, part) % vec:
                 raise ValueError(

@@ -58,7 +58,7 @@ conversion runs 8 warps) and ``stages`` >= 2.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numba import cuda
@@ -86,7 +86,7 @@ from .mma import (
     tile_origin,
 )
 from .ptx import cp_async_commit, cp_async_wait, load_vector, store_vector
-from .tiled import int_fields, kernel_jit, unrolled
+from .tiled import check_field_range, int_fields, kernel_jit, unrolled
 from .tma import (
     BARRIER_BYTES,
     MAP_BYTES,
@@ -181,9 +181,7 @@ class WgmmaConfig:
                 "WgmmaConfig is the wgmma kernel's, which takes bfloat16, float16 or float32 "
                 f"operands; got {storage} ones"
             )
-        for field in fields(self):
-            if getattr(self, field.name) < 1:
-                raise ValueError(f"WgmmaConfig.{field.name} must be a positive integer")
+        check_field_range(self)
         if self.block_m % ROWS_PER_WARPGROUP or self.warpgroups > 4:
             raise ValueError(
                 f"WgmmaConfig.block_m = {self.block_m} must be 64, 128, 192 or 256 (64 rows "
