@@ -9,11 +9,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numba import cuda
 
 from numba_gemm.descriptor import describe
 from numba_gemm.kernels.tiled import TileConfig
+from numba_gemm.precision import tolerance as preset_tolerance
 from numba_gemm.reference import (
     LAYOUTS,
+    make_operands,
     reference,
     relative_error,
     to_host,
@@ -64,3 +67,45 @@ def assert_triple(out, a, b, c, dtype) -> None:
     error = float(np.linalg.norm(to_host(out).astype(np.float64) - ref) / scale)
     bound = tolerance(dtype, K1) + tolerance(dtype, K2)
     assert error <= bound, f"relative error {error:.3e} > {bound:.3e}"
+
+
+def with_infinities(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Copies of A (M x K) and B (K x N), M, N >= 3 and K >= 6, with infinite elements: +inf
+    in A's row 1 and -inf in its row 2 (rows of +-inf in A @ B), +inf in B's column 1 (a
+    column of +-inf, and NaN where it meets row 1 or 2 with the opposite sign)."""
+    a, b = a.copy(), b.copy()
+    a[1, 3], a[2, 5], b[4, 1] = np.inf, -np.inf, np.inf
+    return a, b
+
+
+def assert_special_values(out, expected: np.ndarray, bound: float) -> None:
+    """``out`` is NaN, +inf and -inf exactly where ``expected`` (float64 NumPy) is, and within
+    ``bound`` (relative, Frobenius) of it on the finite elements."""
+    out, expected = to_host(out).astype(np.float64), np.asarray(expected, np.float64)
+    assert (np.isnan(out) == np.isnan(expected)).all(), "NaN where NumPy has none, or none"
+    infinite = np.isinf(expected)
+    assert infinite.any() and (out[infinite] == expected[infinite]).all(), "infinities differ"
+    finite = np.isfinite(expected)
+    assert np.isfinite(out[finite]).all(), "non-finite where NumPy's product is finite"
+    error = relative_error(out[finite], expected[finite])
+    assert error <= bound, f"relative error {error:.3e} > {bound:.3e} on the finite elements"
+
+
+def infinite_reference(a, b) -> np.ndarray:
+    """A @ B in float64 where inf x 0 and inf - inf give NaN, without NumPy's warning."""
+    with np.errstate(invalid="ignore"):
+        return reference(a, b)
+
+
+def assert_split_keeps_infinities(preset, rng, algorithm: str = "mma", on_device: bool = False):
+    """An infinite operand element leaves a split preset's correction products NaN (its
+    remainder is inf - inf): they are summed apart and dropped where NaN, so ``matmul`` under
+    ``preset`` (through ``algorithm``, on host or device operands) is +-inf or NaN exactly where
+    NumPy's product is, as XLA's and Triton's split algorithms give."""
+    import numba_gemm
+
+    a, b = with_infinities(*make_operands(5, 7, 19, np.float32, "row", rng))
+    operands = (cuda.to_device(a), cuda.to_device(b)) if on_device else (a, b)
+    out = numba_gemm.matmul(*operands, precision=preset.name, algorithm=algorithm)
+    bound = preset_tolerance(preset, np.float32, 19)
+    assert_special_values(out, infinite_reference(a, b), bound)

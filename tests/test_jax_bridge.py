@@ -14,6 +14,7 @@ import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
 
 import jax_bridge  # noqa: E402
+from checks import assert_special_values, infinite_reference, with_infinities  # noqa: E402
 from jax_bridge.mapping import StridedGemm, strided_gemm  # noqa: E402
 from numba_gemm.reference import relative_error, tolerance  # noqa: E402
 
@@ -447,6 +448,16 @@ def test_presets_through_the_bridge(rng):
         jax.jit(lambda x, y: jax_bridge.matmul(x, y, precision="F16_F16_F32")).trace(a, b)
     with pytest.raises(NotImplementedError, match="preferred_element_type"):
         jax_bridge.dot_general(a, b, (((1,), (0,)), ((), ())), preferred_element_type=jnp.bfloat16)
+
+
+@pytest.mark.parametrize("precision", ["TF32_TF32_F32_X3", "BF16_BF16_F32_X3"])
+def test_split_presets_keep_infinities_through_the_bridge(precision, rng):
+    from numba_gemm.precision import PRESETS, tolerance
+
+    a, b = with_infinities(*map(np.asarray, operands(rng, 5, 7, 19)))
+    out = jax.jit(lambda x, y: jax_bridge.matmul(x, y, precision=precision))(a, b)
+    bound = tolerance(PRESETS[precision], np.float32, 19)
+    assert_special_values(out, infinite_reference(a, b), bound)
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import numba_gemm
-from checks import check_layouts
+from checks import assert_split_keeps_infinities, check_layouts
 from numba_gemm.kernels.mma import SIMULATOR_MMA_CONFIG, MmaConfig, operand_mode
 from numba_gemm.precision import PRESETS, resolve, tolerance
 from numba_gemm.reference import LAYOUTS, make_operands, poisoned, reference, relative_error
@@ -77,6 +77,32 @@ def test_mma_matches_float64_reference(case, shape, layout, rng):
         check_layouts(layout, a, b, out)
     assert numba_gemm.matmul(a, b, out, precision=preset, config=SMALL) is out
     check(out, a, b, preset, dtype)
+
+
+SPLIT_PRESETS = [p for p in PRESETS.values() if p.parts > 1]
+
+
+@pytest.mark.parametrize("preset", SPLIT_PRESETS, ids=str)
+def test_split_presets_keep_infinities(preset, rng):
+    assert_split_keeps_infinities(preset, rng)
+
+
+@pytest.mark.parametrize("preset", SPLIT_PRESETS, ids=str)
+def test_split_presets_hold_their_tolerance_down_to_2_to_the_minus_100(preset, rng):
+    """Elements of A near 2^-100 (B near 2^30): every part of the split is still a normal
+    float32, so the preset keeps its tolerance (below it the lower parts lose bits to the
+    subnormal range: docs/design/tensor-cores.md)."""
+    a, b = make_operands(6, 5, 24, F32, "row", rng)
+    a = (np.sign(a) * (1 + abs(a)) * 2.0**-100).astype(F32)
+    b = (b * 2.0**30).astype(F32)
+    out = numba_gemm.matmul(a, b, precision=preset.name, algorithm="mma")
+    check(out, a, b, preset.name, F32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("preset", SPLIT_PRESETS, ids=str)
+def test_gpu_split_presets_keep_infinities(preset, rng):
+    assert_split_keeps_infinities(preset, rng, on_device=True)
 
 
 @pytest.mark.parametrize("dtype", [BF16, F16])

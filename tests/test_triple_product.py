@@ -11,7 +11,14 @@ import pytest
 import numba_gemm
 import numba_gemm.kernels.triple_product as triple_kernels
 import numba_gemm.triple_product as triple_product
-from checks import H100_EDGE_TILES, H100_TILES, H200_TILES, assert_triple
+from checks import (
+    H100_EDGE_TILES,
+    H100_TILES,
+    H200_TILES,
+    assert_special_values,
+    assert_triple,
+    infinite_reference,
+)
 from numba_gemm import TileConfig
 from numba_gemm.descriptor import MatrixDesc, describe
 from numba_gemm.kernels.tiled import for_edge_tiles, whole_tiles
@@ -46,6 +53,20 @@ WIDE, TALL, TALL_TRANSPOSED = H200_TILES, H100_TILES, H100_EDGE_TILES
 
 def _ids(shape):
     return "x".join(map(str, shape))
+
+
+@pytest.mark.parametrize("order", ["left", "right"])
+@pytest.mark.parametrize("precision", ["TF32_TF32_F32_X3", "BF16_BF16_F32_X6"])
+def test_split_presets_keep_infinities(precision, order, rng):
+    """A's row 1 holds +inf, every operand is positive: that row of D is +inf, the rest
+    finite, under the float32-accurate splits too (whose corrections are NaN there)."""
+    from numba_gemm.precision import PRESETS, tolerance
+
+    a, b, c = (abs(x) for x in make_triple_operands(5, 19, 7, 6, np.float32, "row", rng))
+    a[1, 3] = np.inf
+    out = numba_gemm.triple(a, b, c, precision=precision, order=order)
+    bound = 2 * tolerance(PRESETS[precision], np.float32, 19)
+    assert_special_values(out, infinite_reference(a, b) @ c.astype(np.float64), bound)
 
 
 @pytest.mark.parametrize("order", ["left", "right"])

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import numba_gemm
-from checks import check_layouts
+from checks import assert_split_keeps_infinities, check_layouts
 from numba_gemm.kernels.warpgroup import TF32_TILE_K, TILE_K, _element_byte, tile_slot
 from numba_gemm.kernels.wgmma import SIMULATOR_WGMMA_CONFIG, WgmmaConfig
 from numba_gemm.launch import simulated
@@ -186,6 +186,16 @@ def test_tf32_keeps_nan_and_inf(layout, algorithm):
 def test_gpu_tf32_keeps_nan_and_inf(layout):
     skip_unless_hopper()
     check_specials(layout, to_device=True)
+
+
+def test_split_tf32_keeps_infinities(rng):
+    assert_split_keeps_infinities(PRESETS[TF32_X3], rng, "wgmma")
+
+
+@pytest.mark.gpu
+def test_gpu_split_tf32_keeps_infinities(rng):
+    skip_unless_hopper()
+    assert_split_keeps_infinities(PRESETS[TF32_X3], rng, "wgmma", on_device=True)
 
 
 def aligned_view(rows: int, cols: int, dtype, col_major: bool, rng, batch: tuple = ()

@@ -66,6 +66,7 @@ __all__ = [
     "tile_loader",
     "linear_slot",
     "accumulator_zeroer",
+    "correction_adder",
     "tile_origin",
 ]
 
@@ -381,6 +382,24 @@ def accumulator_zeroer(size: int):
     return unrolled(zero, size // 4, "acc")
 
 
+def correction_adder():
+    """Device function ``add(total, corrections, piece)``: elements ``4 piece`` to ``4 piece + 3``
+    of a split preset's correction products added into the totals of its hi x hi products,
+    each where it is a number. An infinite operand element turns the corrections NaN (its
+    remainder is inf - inf, and inf x 0 where it meets an exact part), never the hi x hi
+    product itself: as XLA's and Triton's split algorithms, the total keeps the inf (or the
+    NaN) that hi x hi gives, as NumPy does; a NaN operand leaves hi x hi NaN too."""
+
+    @cuda.jit(device=True)
+    def add(total, corrections, piece):
+        for e in range(4):
+            correction = corrections[piece * 4 + e]
+            if correction == correction:
+                total[piece * 4 + e] += correction
+
+    return add
+
+
 @functools.cache
 def _kernel(
     config: MmaConfig,
@@ -401,12 +420,16 @@ def _kernel(
     PRODUCTS = len(preset.products)
     PART_A = tuple(p for p, _ in preset.products)
     PART_B = tuple(q for _, q in preset.products)
+    HI = PRODUCTS - 1  # the last product, hi x hi; the ones before it are corrections
     LOAD_WORDS, WORDS, LOAD_DTYPE, WORD_DTYPE = fragment_words(operand, storage)
     ACC_SIZE = BLOCKS_M * BLOCKS_N * 2 * 4
     # Split presets promise float32 accuracy, which the tensor cores' own accumulation (it
-    # truncates: a bias that grows with K) would lose over a long k loop: their mma
+    # truncates: a bias that grows with K) would lose over a long k loop: the hi x hi
     # accumulators restart at 0 every k-tile and are added into float32 totals (round to
-    # nearest) on the FMA units, so truncation only ever acts within one k-tile.
+    # nearest) on the FMA units, so truncation only ever acts within one k-tile. The
+    # corrections, 2^-8 of hi x hi or less, accumulate apart over all of k (their truncation
+    # costs under 2^-30 K of the product) and join the totals at the end where they are a
+    # number (``correction_adder``).
     PROMOTE = preset.parts > 1
     TOTAL_SIZE = ACC_SIZE if PROMOTE else 1
     B_LOADED, B_WORDS = BLOCKS_N * LOAD_WORDS, BLOCKS_N * parts * WORDS
@@ -439,14 +462,20 @@ def _kernel(
     # One k step (K_STEP of k) of the warp tile, as straight-line code: every fragment index a
     # literal, so fragments and accumulators stay in registers.
     @cuda.jit(device=True)
-    def product(acc, a_ops, b_ops, i, q, j, half):
-        multiply(acc, ((i * BLOCKS_N + j) * 2 + half) * 4, a_ops, PART_A[q] * WORDS,
-                 b_ops, (j * parts + PART_B[q]) * WORDS, half)  # fmt: skip
+    def product(acc, corrections, a_ops, b_ops, i, q, j, half):
+        # partial product q into its accumulators: hi x hi's, or the corrections'
+        index = ((i * BLOCKS_N + j) * 2 + half) * 4
+        if q == HI:
+            multiply(acc, index, a_ops, PART_A[q] * WORDS,
+                     b_ops, (j * parts + PART_B[q]) * WORDS, half)  # fmt: skip
+        else:
+            multiply(corrections, index, a_ops, PART_A[q] * WORDS,
+                     b_ops, (j * parts + PART_B[q]) * WORDS, half)  # fmt: skip
 
     products = unrolled(
         product,
         [(q, j, half) for q in range(PRODUCTS) for j in range(BLOCKS_N) for half in range(2)],
-        "acc, a_ops, b_ops, i",
+        "acc, corrections, a_ops, b_ops, i",
     )
 
     @cuda.jit(device=True)
@@ -457,22 +486,26 @@ def _kernel(
     b_blocks = unrolled(b_block, BLOCKS_N, "b_raw, b_ops, smem, b_base, kk")
 
     @cuda.jit(device=True)
-    def a_block(acc, a_raw, a_ops, b_ops, smem, a_base, kk, i):
+    def a_block(acc, corrections, a_raw, a_ops, b_ops, smem, a_base, kk, i):
         load_a(a_raw, 0, smem, a_base + i * BLOCK * A_SX + kk * K_STEP_ * A_SK)
         prepare(a_ops, 0, a_raw, 0)
-        products(acc, a_ops, b_ops, i)
+        products(acc, corrections, a_ops, b_ops, i)
 
-    a_blocks = unrolled(a_block, BLOCKS_M, "acc, a_raw, a_ops, b_ops, smem, a_base, kk")
+    a_blocks = unrolled(
+        a_block, BLOCKS_M, "acc, corrections, a_raw, a_ops, b_ops, smem, a_base, kk"
+    )
 
     @cuda.jit(device=True)
-    def k_step(acc, a_raw, a_ops, b_raw, b_ops, smem, a_base, b_base, kk):
+    def k_step(acc, corrections, a_raw, a_ops, b_raw, b_ops, smem, a_base, b_base, kk):
         # B: this warp's BLOCKS_N blocks of 16 n x K_STEP, loaded and prepared once; then A,
         # one block of 16 m x K_STEP at a time, against every B block and partial product.
         b_blocks(b_raw, b_ops, smem, b_base, kk)
-        a_blocks(acc, a_raw, a_ops, b_ops, smem, a_base, kk)
+        a_blocks(acc, corrections, a_raw, a_ops, b_ops, smem, a_base, kk)
 
     multiply_tile = unrolled(
-        k_step, BLOCK_K // K_STEP_, "acc, a_raw, a_ops, b_raw, b_ops, smem, a_base, b_base"
+        k_step,
+        BLOCK_K // K_STEP_,
+        "acc, corrections, a_raw, a_ops, b_raw, b_ops, smem, a_base, b_base",
     )
 
     zero_all = accumulator_zeroer(ACC_SIZE)
@@ -484,6 +517,7 @@ def _kernel(
             acc[piece * 4 + e] = 0.0
 
     promote_all = unrolled(promote, ACC_SIZE // 4, "total, acc")
+    add_corrections = unrolled(correction_adder(), ACC_SIZE // 4, "total, corrections")
 
     @cuda.jit(device=True)
     def store(c, c0, stride_cm, stride_cn, M, N, acc, row0, col0, i, j, half):
@@ -506,6 +540,7 @@ def _kernel(
                    c, stride_cb, stride_cm, stride_cn, M, N, K):  # fmt: skip
         smem = cuda.shared.array(0, storage)
         acc = cuda.local.array(ACC_SIZE, np.float32)
+        corrections = cuda.local.array(TOTAL_SIZE, np.float32)  # a split's, over all of k
         total = cuda.local.array(TOTAL_SIZE, np.float32)
         a_raw = cuda.local.array(LOAD_WORDS, LOAD_DTYPE)
         a_ops = cuda.local.array(A_WORDS, WORD_DTYPE)
@@ -513,6 +548,7 @@ def _kernel(
         b_ops = cuda.local.array(B_WORDS, WORD_DTYPE)
         zero_all(acc)
         if PROMOTE:
+            zero_all(corrections)
             zero_all(total)
 
         # -- which C tile (grouped order); this warp's piece of it -------------------------
@@ -539,11 +575,13 @@ def _kernel(
                            b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid)  # fmt: skip
             cp_async_commit()
             s = t % STAGES
-            multiply_tile(acc, a_raw, a_ops, b_raw, b_ops, smem,
+            multiply_tile(acc, corrections, a_raw, a_ops, b_raw, b_ops, smem,
                           s * A_STAGE + warp_m0 * A_SX,
                           B_BASE + s * B_STAGE + warp_n0 * B_SX)  # fmt: skip
             if PROMOTE:
                 promote_all(total, acc)
+        if PROMOTE:
+            add_corrections(total, corrections)
 
         # -- epilogue: accumulators -> C, converted to its dtype ---------------------------
         lane = tid % WARP

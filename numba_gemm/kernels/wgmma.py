@@ -79,6 +79,7 @@ from .mma import (
     UINT16,
     VECTOR_BYTES,
     accumulator_zeroer,
+    correction_adder,
     operand_mode,
     storage_dtype,
     storage_view,
@@ -776,11 +777,14 @@ def _converting_kernel(config: WgmmaConfig, preset: Preset, out_dtype, a_mode: t
     4. *Multiply*: per slice, each warpgroup issues one ``wgmma.m64nNk8`` per partial product
        and 8 k (A's part p by B's part q, the smallest products first), commits them as one
        group and waits for the previous slice's group before its part buffer is rewritten.
-       The split preset restarts the accumulators every ``PROMOTE_SLICES`` slices (wgmma's
-       scale-d = 0) and adds them into float32 totals once the last of those slices' groups
-       completes (the tensor cores' truncating accumulation then acts within 64 k only, as
-       within ``mma``'s k-tiles).
-    5. *Epilogue*: as the 16-bit kernel's, from the totals or the accumulators.
+       The split preset keeps hi x hi apart from the two corrections: its accumulators
+       restart every ``PROMOTE_SLICES`` slices (wgmma's scale-d = 0) and are added into
+       float32 totals once the last of those slices' groups completes (the tensor cores'
+       truncating accumulation then acts within 64 k only, as within ``mma``'s k-tiles);
+       the corrections, 2^-10 of hi x hi or less, accumulate over all of k.
+    5. *Epilogue*: the corrections join the totals where they are a number (an infinite
+       operand makes them NaN, never hi x hi: ``mma.correction_adder``); then as the 16-bit
+       kernel's, from the totals or the accumulators.
 
     Per slice t: the wgmmas of t go out, the copies of slice t + stages - 1 (into the buffer
     of t - 1, converted already), a wait for slice t + 1's copies and for the wgmmas of t - 1,
@@ -794,6 +798,7 @@ def _converting_kernel(config: WgmmaConfig, preset: Preset, out_dtype, a_mode: t
     TOTAL_SIZE = ACC_SIZE if PROMOTE else 4
     PART_A = tuple(p for p, _ in preset.products)
     PART_B = tuple(q for _, q in preset.products)
+    HI = len(PART_A) - 1  # the last product, hi x hi; the ones before it are corrections
     A_TILE, B_TILE = tile_bytes(BLOCK_M) // 4, tile_bytes(BLOCK_N) // 4  # float32 elements
     B_RAW = STAGES * A_TILE  # the loaded slices: A's tiles, then B's
     A_PARTS = STAGES * (A_TILE + B_TILE)  # then the part buffers: A's, then B's
@@ -824,13 +829,15 @@ def _converting_kernel(config: WgmmaConfig, preset: Preset, out_dtype, a_mode: t
         # partial product q, k step kk; the first wgmma of a ``fresh`` slice restarts acc
         multiply(acc, smem, a_parts + PART_A[q] * A_TILE + kk * K_STEP,
                  b_parts + PART_B[q] * B_TILE + kk * K_STEP,
-                 not fresh or q + kk > 0)  # fmt: skip
+                 not fresh or kk > 0 or (q != 0 and q != HI))  # fmt: skip
 
-    multiply_slice = unrolled(
-        k_step,
-        [(q, kk) for q in range(len(PART_A)) for kk in range(TF32_TILE_K // wgmma_k("tf32"))],
+    k_steps = TF32_TILE_K // wgmma_k("tf32")
+    multiply_corrections = unrolled(
+        k_step, [(q, kk) for q in range(HI) for kk in range(k_steps)],
         "acc, smem, a_parts, b_parts, fresh",
-    )
+    )  # fmt: skip
+    multiply_hi = unrolled(k_step, [(HI, kk) for kk in range(k_steps)],
+                           "acc, smem, a_parts, b_parts, fresh")  # fmt: skip
 
     @cuda.jit(device=True)
     def promote(total, acc, piece):
@@ -838,17 +845,20 @@ def _converting_kernel(config: WgmmaConfig, preset: Preset, out_dtype, a_mode: t
             total[piece * 4 + e] += acc[piece * 4 + e]
 
     promote_all = unrolled(promote, ACC_SIZE // 4, "total, acc")
+    add_corrections = unrolled(correction_adder(), ACC_SIZE // 4, "total, corrections")
 
     @kernel_jit(THREADS)
     def wgmma_converting_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk,
                                 stride_bn, c, stride_cb, stride_cm, stride_cn, M, N,
                                 K):  # fmt: skip
         smem = cuda.shared.array(0, FLOAT32)
-        acc = cuda.local.array(ACC_SIZE, np.float32)
+        acc = cuda.local.array(ACC_SIZE, np.float32)  # one part: the product; else corrections
+        acc_hi = cuda.local.array(TOTAL_SIZE, np.float32)  # a split's hi x hi
         total = cuda.local.array(TOTAL_SIZE, np.float32)
         values = cuda.local.array(8, np.float32)  # the conversion's registers
         zero_all(acc)
         if PROMOTE:
+            zero_all(acc_hi)
             zero_all(total)
         base = aligned_start(smem)  # the tiles start at a 1024-byte boundary
 
@@ -874,10 +884,14 @@ def _converting_kernel(config: WgmmaConfig, preset: Preset, out_dtype, a_mode: t
             # -- multiply slice t (its parts in buffer t % 2) ---------------------------------
             buffer = t % PART_BUFFERS
             wgmma_fence()
-            multiply_slice(acc, smem,
-                           base + A_PARTS + buffer * PARTS * A_TILE + warpgroup * A_WARPGROUP,
-                           base + B_PARTS + buffer * PARTS * B_TILE,
-                           PROMOTE and t % PROMOTE_SLICES == 0)  # fmt: skip
+            a_parts = base + A_PARTS + buffer * PARTS * A_TILE + warpgroup * A_WARPGROUP
+            b_parts = base + B_PARTS + buffer * PARTS * B_TILE
+            fresh = PROMOTE and t % PROMOTE_SLICES == 0
+            if PROMOTE:
+                multiply_corrections(acc, smem, a_parts, b_parts, False)
+                multiply_hi(acc_hi, smem, a_parts, b_parts, fresh)
+            else:
+                multiply_hi(acc, smem, a_parts, b_parts, fresh)
             wgmma_commit()
 
             # -- load slice t + stages - 1; convert slice t + 1 meanwhile ---------------------
@@ -895,9 +909,11 @@ def _converting_kernel(config: WgmmaConfig, preset: Preset, out_dtype, a_mode: t
                 async_proxy_fence()
             if PROMOTE and (t % PROMOTE_SLICES == PROMOTE_SLICES - 1 or t + 1 == k_tiles):
                 wgmma_done()
-                promote_all(total, acc)
+                promote_all(total, acc_hi)
             cuda.syncthreads()
         wgmma_done()
+        if PROMOTE:
+            add_corrections(total, acc)
 
         # -- epilogue ------------------------------------------------------------------------
         write_c(c, batch * stride_cb, stride_cm, stride_cn, M, N, m0, n0, smem,
