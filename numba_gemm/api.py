@@ -23,9 +23,11 @@ from .launch import (
     KernelLaunch,
     allocate_array,
     allocate_output,
+    checked_stream,
     compute_capability,
     copy_to_host,
     device_operand,
+    fresh_device_output,
     launch_kernel,
     serialised_on_simulator,
     simulated,
@@ -50,6 +52,7 @@ __all__ = [
     "check_inner",
     "check_current_device",
     "check_output",
+    "check_output_memory",
     "describe_matmul",
     "describe_product",
     "fill_zeros",
@@ -151,6 +154,19 @@ def check_output(out, shape: tuple, dtype, on_device: bool, inputs: tuple) -> No
         raise ValueError(
             f"out is on GPU {out.device} but {inputs[0].name} is on GPU {inputs[0].device}"
         )
+    check_output_memory(out)
+    for x in inputs:
+        if out.overlaps(x):
+            raise ValueError(
+                f"out overlaps {x.name} in memory (their address ranges intersect); the "
+                f"kernels read {x.name} while writing out, so pass a separate output"
+            )
+
+
+def check_output_memory(out) -> None:
+    """``ValueError`` unless every element of ``out`` (a :class:`MatrixDesc` or
+    :class:`ArrayDesc`) is its own memory (no stride 0, no two indices on one element) and may
+    be written."""
     if out.span:  # an empty out has no element to share (NumPy gives those odd strides)
         broadcast = [i for i, (n, s) in enumerate(zip(out.shape, out.strides)) if n > 1 and s == 0]
         if broadcast:
@@ -164,12 +180,6 @@ def check_output(out, shape: tuple, dtype, on_device: bool, inputs: tuple) -> No
             )
     if out.readonly:
         raise ValueError(READ_ONLY_OUT)
-    for x in inputs:
-        if out.overlaps(x):
-            raise ValueError(
-                f"out overlaps {x.name} in memory (their address ranges intersect); the "
-                f"kernels read {x.name} while writing out, so pass a separate output"
-            )
 
 
 def check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -343,7 +353,8 @@ def matmul(
     this device, dtype, layout and shape class: :func:`numba_gemm.tuned_configs.config_for`), or
     the mma kernel's ``MmaConfig``, or the wgmma kernel's ``WgmmaConfig``.
 
-    ``stream``: the Numba stream the kernel runs on (default: the default stream). Foreign
+    ``stream``: the stream the kernel runs on: a Numba stream, a raw ``CUstream`` handle (an
+    int), or 0 (default: the legacy default stream). Foreign
     device arrays offering DLPack are ordered before it; device results are not synchronised, as
     with any kernel launch. A new device result comes from the library's stream-ordered pool and
     goes back to it on ``stream`` once dropped (``launch.new_device_array``).
@@ -354,6 +365,7 @@ def matmul(
     """
     check_algorithm(algorithm, config)
     precision = normalise(precision)
+    stream = checked_stream(stream)
     operands = (a, b)
     key = _CALLS.key(operands, out, (precision, algorithm, config), stream)
     if key is not None and (result := _CALLS.run(key, operands, out, stream)) is not None:
@@ -410,11 +422,12 @@ def positive_host(x):
 
 
 def through_fresh_out(out: np.ndarray, compute: Callable[[np.ndarray], Any]) -> np.ndarray:
-    """``compute(fresh)`` into a fresh array of ``out``'s shape and dtype (where every check of
-    an output runs), then copied into ``out``, a NumPy view with negative strides."""
+    """``compute(fresh)`` into a fresh array of ``out``'s shape and dtype (where the checks of
+    shape, dtype and inputs run), then copied into ``out``, a NumPy view with negative strides:
+    checked first to be writable with every element its own memory, seen with those axes
+    flipped (:func:`check_output_memory`)."""
     flipped = [axis for axis, stride in enumerate(out.strides) if stride < 0]
-    if describe_array(np.flip(out, flipped), "out").readonly:
-        raise ValueError(READ_ONLY_OUT)
+    check_output_memory(describe_array(np.flip(out, flipped), "out"))
     out[...] = compute(np.empty(out.shape, out.dtype))
     return out
 
@@ -600,16 +613,24 @@ def run_in_memory_space(
     stream: Any = 0,
 ) -> None:
     """Run ``launches(*inputs, out)`` in order: on the GPU (or the simulator) in place; host
-    operands on a GPU on device copies of their spans, the result copied back into ``out``."""
+    operands on a GPU on device copies of their spans, the result computed into a fresh
+    device matrix and copied into ``out``'s own elements only (memory between its rows, which
+    another thread may be writing, is never written)."""
     if out.on_device or simulated():
         for launch in launches(*inputs, out):
             launch_kernel(launch, stream)
         return
-    # Host operands on a GPU: device copies of every span, out's too, so that copying its
-    # span back leaves the elements between its rows as they were.
-    device_out = device_operand(out, stream)
+    device_out = fresh_device_output(out, stream)
     for launch in launches(*(device_operand(x, stream) for x in inputs), device_out):
         launch_kernel(launch, stream)
-    copy_to_host(device_out.data, out.data, stream=stream)
+    result = copy_to_host(device_out.data, stream=stream)
     if stream:
         stream.synchronize()  # an asynchronous copy must land before NumPy reads it
+    batch, (rows, cols) = out.batch, out.shape
+    item = out.dtype.itemsize
+    elements = np.lib.stride_tricks.as_strided(
+        out.buffer(),
+        shape=(batch, rows, cols),
+        strides=(out.batch_stride * item, out.strides[0] * item, out.strides[1] * item),
+    )
+    elements[...] = result.reshape(batch, rows, cols)

@@ -500,6 +500,8 @@ def _device_desc(
     name: str, cai, source: Any, readonly: bool = False, dtype: np.dtype | None = None
 ) -> ArrayDesc:
     fields = read_cuda_array_interface(name, cai)
+    if cuda.config.ENABLE_CUDASIM:
+        _refuse_on_the_simulator(name, source)
     if fields.dtype.kind == "V":
         # A type the interface cannot name (bfloat16 is "<V2"): the one DLPack named
         # (``dtype``), or the producer's own where it is a NumPy dtype of the same size.
@@ -527,6 +529,17 @@ def _device_desc(
     return replace(desc, data=flat)
 
 
+def _refuse_on_the_simulator(name: str, source: Any) -> None:
+    """``TypeError``: the simulator's device memory is its own arrays' host memory, so a
+    pointer from anywhere else (another library's CUDA array, a hand-written interface) is
+    nothing it can read."""
+    raise TypeError(
+        f"{name} is a CUDA array of {type(source).__module__}.{type(source).__qualname__}, "
+        "but Numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1) runs the kernels on host memory: "
+        "pass a NumPy array or one of the simulator's own device arrays (numba.cuda.to_device)"
+    )
+
+
 def _dlpack_stream(stream) -> int:
     """The DLPack ``stream`` value for a Numba stream (1: the legacy default stream)."""
     handle = getattr(stream, "handle", stream)
@@ -539,26 +552,60 @@ def _immutable(x) -> bool:
     return type(x).__module__.split(".")[0] in ("jax", "jaxlib")
 
 
-def _dlpack_desc(name: str, x: Any, stream) -> ArrayDesc:
-    device_type, _ = x.__dlpack_device__()
-    if device_type == _DLPACK_CPU:
-        desc = _host_desc(name, np.from_dlpack(x), x)
-        return replace(desc, readonly=desc.readonly or _immutable(x))
-    if device_type != _DLPACK_CUDA:
-        raise TypeError(
-            f"{name} lives on DLPack device type {device_type}; only CUDA and CPU are supported"
-        )
-    from cuda.core.utils import StridedMemoryView
-
-    # The producer orders its pending writes before our stream (DLPack's stream protocol).
-    view = StridedMemoryView.from_dlpack(x, stream_ptr=_dlpack_stream(stream))
+def _view_dtype(view, x) -> np.dtype:
+    """The dtype of a DLPack ``view`` of ``x``: bfloat16, which NumPy has no code for, comes as
+    2 bytes of void where the producer (PyTorch, JAX) names it."""
     dtype = np.dtype(view.dtype)
     if (
         dtype.kind == "V"
         and dtype.itemsize == 2
         and str(getattr(x, "dtype", "")).endswith("bfloat16")
     ):
-        dtype = np.dtype(ml_dtypes.bfloat16)  # a type NumPy has no code for (PyTorch's, JAX's)
+        dtype = np.dtype(ml_dtypes.bfloat16)
+    return dtype
+
+
+def _host_array(x) -> np.ndarray:
+    """The NumPy array over a CPU DLPack producer's memory: ``np.from_dlpack``, or where NumPy
+    cannot read the dtype (bfloat16 from JAX or PyTorch) an array built on the exported
+    pointer, shape and strides (``x`` stays alive with the descriptor)."""
+    try:
+        return np.from_dlpack(x)
+    except (RuntimeError, BufferError, TypeError):
+        from cuda.core.utils import StridedMemoryView
+
+        view = StridedMemoryView.from_dlpack(x, stream_ptr=-1)  # -1: host memory, no stream
+        dtype = _view_dtype(view, x)
+        if dtype not in SUPPORTED_DTYPES:
+            raise  # NumPy's own refusal: not a dtype this library computes either
+        shape = tuple(view.shape)
+        strides = view.strides  # in elements; None: C-contiguous
+        if strides is None:
+            strides = tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))
+        nbytes = _span(shape, strides) * dtype.itemsize
+        memory = (ctypes.c_char * max(nbytes, 1)).from_address(view.ptr)
+        byte_strides = tuple(s * dtype.itemsize for s in strides)
+        array = np.ndarray(shape, dtype, buffer=memory, strides=byte_strides)
+        array.flags.writeable = not getattr(view, "readonly", False)
+        return array
+
+
+def _dlpack_desc(name: str, x: Any, stream) -> ArrayDesc:
+    device_type, _ = x.__dlpack_device__()
+    if device_type == _DLPACK_CPU:
+        desc = _host_desc(name, _host_array(x), x)
+        return replace(desc, readonly=desc.readonly or _immutable(x))
+    if device_type != _DLPACK_CUDA:
+        raise TypeError(
+            f"{name} lives on DLPack device type {device_type}; only CUDA and CPU are supported"
+        )
+    if cuda.config.ENABLE_CUDASIM:
+        _refuse_on_the_simulator(name, x)
+    from cuda.core.utils import StridedMemoryView
+
+    # The producer orders its pending writes before our stream (DLPack's stream protocol).
+    view = StridedMemoryView.from_dlpack(x, stream_ptr=_dlpack_stream(stream))
+    dtype = _view_dtype(view, x)
     itemsize = dtype.itemsize
     cai = {
         "shape": tuple(view.shape),

@@ -17,7 +17,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numba import cuda
 
-from .descriptor import ArrayDesc, MatrixDesc, context_handle, describe_array
+from .descriptor import (
+    ArrayDesc,
+    DeviceNDArray,
+    MatrixDesc,
+    context_handle,
+    describe_array,
+    is_int,
+)
 
 __all__ = [
     "cdiv",
@@ -25,6 +32,7 @@ __all__ = [
     "SIMULATOR_LOCK",
     "serialised_on_simulator",
     "device_operand",
+    "fresh_device_output",
     "to_device",
     "copy_to_host",
     "allocate_output",
@@ -42,6 +50,7 @@ __all__ = [
     "kernel_signature",
     "numba_parameters",
     "stream_handle",
+    "checked_stream",
     "STATIC_SHARED_LIMIT",
     "MAX_GRID_YZ",
     "OVERLAP_LAUNCHES",
@@ -138,6 +147,15 @@ def device_operand(desc: MatrixDesc, stream=0) -> MatrixDesc:
         return desc
     data = to_device(desc.buffer(), stream=stream)  # the span: a contiguous 1-D view
     return replace(desc, data=data, on_device=True, address=data.device_ctypes_pointer.value)
+
+
+def fresh_device_output(out: MatrixDesc, stream=0) -> MatrixDesc:
+    """A fresh device matrix for ``out`` (host memory): its shape and batch, row-major and
+    packed, for the kernels to write what is then copied into ``out``'s own elements."""
+    batch, (rows, cols) = out.batch, out.shape
+    array = new_device_array((batch * rows * cols,), out.dtype, stream)
+    return replace(out, strides=(cols, 1), batch_stride=rows * cols, data=array, on_device=True,
+                   address=array.device_ctypes_pointer.value, source=array)  # fmt: skip
 
 
 def allocate_output(
@@ -492,6 +510,42 @@ def _checked(result: tuple, what: str):
     return value[0] if value else None
 
 
+@functools.cache
+def _numba_stream_class() -> type:
+    """Numba's stream class (the simulator's on the simulator), imported on first use."""
+    if simulated():
+        from numba.cuda.simulator.api import stream as simulated_stream
+
+        return simulated_stream
+    from numba.cuda.cudadrv.driver import Stream
+
+    return Stream
+
+
+def checked_stream(stream):
+    """``stream`` as the launches and Numba's copies take it: 0 (the legacy default stream)
+    for 0 or None, a Numba stream as it is, and on a GPU a raw ``CUstream`` handle (an int)
+    as a Numba external stream on it. ``TypeError`` or ``ValueError`` naming ``stream`` for
+    anything else, before any launch."""
+    if stream is None or (is_int(stream) and stream == 0):
+        return 0
+    if isinstance(stream, _numba_stream_class()):
+        return stream
+    if not is_int(stream):
+        raise TypeError(
+            "stream must be 0, a Numba stream (numba.cuda.stream()) or a CUstream handle (an "
+            f"int); got {type(stream).__name__} {stream!r}"
+        )
+    if stream < 0:
+        raise ValueError(f"stream must be a non-negative CUstream handle; got {stream}")
+    if simulated():
+        raise TypeError(
+            f"stream={stream}: the CUDA simulator has no CUDA streams to name by handle; pass 0 "
+            "or one of its numba.cuda.stream() objects"
+        )
+    return cuda.external_stream(int(stream))
+
+
 def stream_handle(stream) -> int:
     """The CUstream handle (as an int) of a Numba stream, or 0 for the default stream."""
     handle = getattr(stream, "handle", stream)
@@ -521,14 +575,14 @@ def launch_kernel(launch: KernelLaunch, stream=0) -> None:
 
 
 def _simulated_argument(x):
-    """A launch argument for the simulator, which copies host arrays back after the kernel:
-    a read-only buffer (an input such as a broadcast view) goes in as a copy."""
+    """A launch argument for the simulator: a matrix's buffer as a simulated device array over
+    the same memory. A NumPy array would be copied in and its whole span copied back after the
+    kernel, over memory between a view's rows that the kernel never writes (and that another
+    thread may be writing)."""
     if not isinstance(x, MatrixDesc):
         return x
     buffer = x.buffer()
-    if isinstance(buffer, np.ndarray) and not buffer.flags.writeable:
-        return buffer.copy()
-    return buffer
+    return DeviceNDArray(buffer) if isinstance(buffer, np.ndarray) else buffer
 
 
 class PreparedLaunch:

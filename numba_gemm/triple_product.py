@@ -41,6 +41,7 @@ from .launch import (
     KernelLaunch,
     allocate_output,
     cdiv,
+    checked_stream,
     multiprocessors,
     programmatic_launch,
     serialised_on_simulator,
@@ -530,6 +531,7 @@ def triple(
     """
     check_triple_arguments(algorithm, order, config)
     precision = normalise(precision)
+    stream = checked_stream(stream)
     if flipped_host(out):
         return through_fresh_out(
             out,

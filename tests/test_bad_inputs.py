@@ -51,6 +51,13 @@ def _cai(base=None, **changes):
 _KEEP = np.zeros((3, 4), F32)  # the buffer the interfaces above point at, kept alive
 
 
+def _strided_out(shape, byte_strides):
+    """A float32 view of ``shape`` with ``byte_strides`` (negative ones step back from the
+    middle of its buffer)."""
+    base = np.zeros(64, F32)
+    return np.lib.stride_tricks.as_strided(base[32:], shape, byte_strides)
+
+
 def _masked():
     return np.ma.masked_array(A, mask=np.zeros_like(A, bool))
 
@@ -189,6 +196,21 @@ REFUSALS = [
         ),
         (ValueError, "distinct elements share memory"),
     ),
+    (
+        "out flipped broadcast",
+        lambda: numba_gemm.matmul(A, B, _strided_out((3, 4), (-4, 0))),
+        (ValueError, "out has stride 0 on axis 1"),
+    ),
+    (
+        "out flipped self-overlap",
+        lambda: numba_gemm.matmul(A, B, _strided_out((3, 4), (-4, 4))),
+        (ValueError, "distinct elements share memory"),
+    ),
+    (
+        "triple out flipped self-overlap",
+        lambda: numba_gemm.triple(A, B, _rand(4, 2), _strided_out((3, 2), (-4, 4))),
+        (ValueError, "distinct elements share memory"),
+    ),
     ("out overlaps a", lambda: numba_gemm.matmul(A, B, A[:, :4]), (ValueError, "out overlaps a")),
     ("out read-only", lambda: numba_gemm.matmul(A, B, _read_only()), (ValueError, "read-only")),
     (
@@ -220,7 +242,33 @@ REFUSALS = [
     (
         "out read-only interface",
         lambda: numba_gemm.matmul(_device(A), _device(B), _read_only_interface()),
-        (ValueError, "read-only"),
+        (TypeError, "runs the kernels on host memory")
+        if simulated()
+        else (ValueError, "read-only"),
+    ),
+    (
+        "foreign interface",
+        lambda: numba_gemm.matmul(Interface(**_cai(_KEEP)), _device(np.zeros((4, 3), F32))),
+        (TypeError, "a is a CUDA array of") if simulated() else (ValueError, "not device memory"),
+    ),
+    (
+        "made-up pointer",
+        lambda: numba_gemm.matmul(_device(A), Interface(**_cai(data=(4096, False)))),
+        (TypeError, "b is a CUDA array of") if simulated() else (ValueError, "not device memory"),
+    ),
+    (
+        "foreign dlpack",
+        lambda: numba_gemm.matmul(_CudaDLPack(), _device(B)),
+        (TypeError, "a is a CUDA array of") if simulated() else (BufferError, "nothing to export"),
+    ),
+    ("stream str", lambda: numba_gemm.matmul(A, B, stream="garbage"), (TypeError, "stream must")),
+    ("stream float", lambda: numba_gemm.matmul(A, B, stream=-1.5), (TypeError, "stream must")),
+    ("stream bool", lambda: numba_gemm.matmul(A, B, stream=True), (TypeError, "stream must")),
+    ("stream negative", lambda: numba_gemm.matmul(A, B, stream=-3), (ValueError, "non-negative")),
+    (
+        "triple stream str",
+        lambda: numba_gemm.triple(A, B, B.T, stream="garbage"),
+        (TypeError, "stream must"),
     ),
     # -- describe: the CUDA array interface ---------------------------------------------
     ("cai not dict", lambda: describe(_NotDict()), (TypeError, "must be a dict")),
@@ -406,6 +454,16 @@ REFUSALS = [
 ]
 
 
+class _CudaDLPack:
+    """An object that says it is a CUDA DLPack producer (it has no memory to export)."""
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+    def __dlpack__(self, **kwargs):
+        raise BufferError("nothing to export")
+
+
 class _NotDict:
     __cuda_array_interface__ = [("shape", (3, 4))]
 
@@ -520,3 +578,61 @@ def test_describe_reads_a_valid_interface():
 def test_unknown_device_pointer_is_refused():
     with pytest.raises(ValueError, match="not device memory CUDA knows"):
         describe(Interface(**_cai(_KEEP)))
+
+
+@pytest.mark.parametrize("call", ["matmul", "triple"])
+def test_host_out_is_written_only_at_its_elements(call, monkeypatch):
+    """``out`` is the left half of ``x``; another thread writes the right half while the kernels
+    run. Only out's elements are the call's to write: the other thread's last values stay (a
+    copy of out's whole span, in and back, would put older ones back)."""
+    x = np.zeros((3, 8), F32)
+    out = x[:, :4]
+    written = [0.0]
+
+    def other_thread_writes():  # a new value each time, so that the last one must stay
+        written.append(written[-1] + 1)
+        x[:, 4:] = written[-1]
+
+    if simulated():  # while the simulator runs a kernel's blocks
+        from numba.cuda.simulator import kernel
+
+        run = kernel.BlockManager.run
+
+        def run_while_writing(self, *args):
+            other_thread_writes()
+            return run(self, *args)
+
+        monkeypatch.setattr(kernel.BlockManager, "run", run_while_writing)
+    else:  # after the operands went to the GPU, as the kernel is launched
+        from numba_gemm import api
+
+        launch = api.launch_kernel
+
+        def launch_while_writing(*args):
+            other_thread_writes()
+            return launch(*args)
+
+        monkeypatch.setattr(api, "launch_kernel", launch_while_writing)
+    if call == "matmul":
+        numba_gemm.matmul(A, B, out)
+        expected = A.astype(np.float64) @ B
+    else:
+        c = _rand(4, 4)
+        numba_gemm.triple(A, B, c, out, algorithm="unfused")
+        expected = A.astype(np.float64) @ B @ c
+    assert len(written) > 1 and (x[:, 4:] == written[-1]).all(), "out's span was written"
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_jax_bfloat16_arrays_on_the_cpu():
+    """NumPy's DLPack has no bfloat16: such JAX arrays (CPU) are read through their exported
+    pointer, and the result is a bfloat16 NumPy array, as for ml_dtypes operands."""
+    jnp = _jnp()
+    import ml_dtypes
+
+    rng = np.random.default_rng(3)
+    a, b = (rng.integers(-4, 5, s).astype(ml_dtypes.bfloat16) for s in ((3, 5), (5, 4)))
+    with _jax().default_device(_jax_cpu()):
+        out = numba_gemm.matmul(jnp.asarray(a), jnp.asarray(b))
+    assert isinstance(out, np.ndarray) and out.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(out.astype(F32), a.astype(F32) @ b.astype(F32))  # exact
