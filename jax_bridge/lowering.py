@@ -35,7 +35,7 @@ from jax.interpreters import mlir
 from jax.interpreters.mlir import ir
 
 from .mapping import StridedGemm, strided_gemm
-from .primitive import gemm_p, platform_preset
+from .primitive import check_options, gemm_p, platform_preset
 
 __all__ = ["kernel_call", "kernel_call_lowering", "callback_lowering", "ptx_for", "xla_ptx"]
 
@@ -313,6 +313,7 @@ def _lowering(platform: str):
             return _zeros(out_aval)(ctx, lhs, rhs)
         gemm = strided_gemm(lhs_shape, ctx.avals_in[1].shape, dimension_numbers)
         preset = platform_preset(precision, ctx.avals_in[0].dtype, platform)
+        check_options(preset, algorithm, config, ctx.avals_in[0].dtype)  # before any launch
         options = (gemm, algorithm, config, preset, _dtypes(ctx))
         if platform == "cpu":
             _check_host_backend()

@@ -30,7 +30,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching
 
 from numba_gemm.descriptor import SUPPORTED_DTYPES
-from numba_gemm.precision import normalise, output_dtypes, resolve
+from numba_gemm.precision import FLOAT32, normalise, output_dtypes, resolve
 
 from .mapping import free_axes, output_shape, strided_gemm
 
@@ -41,6 +41,7 @@ __all__ = [
     "make_dot_general",
     "lax_precision",
     "platform_preset",
+    "check_options",
     "LOWERINGS",
 ]
 
@@ -124,12 +125,15 @@ def _check(lhs, rhs, dimension_numbers) -> None:
     strided_gemm(lhs.shape, rhs.shape, dimension_numbers)  # NotImplementedError if not one GEMM
 
 
+PLATFORM_PRECISIONS = ("DEFAULT", "HIGH")  # float32: TF32 on a GPU, exact on the CPU
+
+
 def platform_preset(precision, dtype, platform: str):
     """The preset a product of ``dtype`` operands at ``precision`` (a normalised name, or None)
     runs on ``platform``, as XLA decides for ``lax.dot_general``: on a GPU DEFAULT and HIGH
     mean TF32 for float32 (:func:`numba_gemm.precision.resolve`); XLA:CPU computes float32
     exactly at every ``lax.Precision``, and so do these kernels on the simulator there."""
-    if platform == "cpu" and precision in ("DEFAULT", "HIGH"):
+    if platform == "cpu" and precision in PLATFORM_PRECISIONS:
         precision = "HIGHEST"
     return resolve(precision, dtype)
 
@@ -146,13 +150,23 @@ def _abstract_eval(
             f"{dtype} operands cannot give a {out_dtype} result; numba-gemm writes "
             + " or ".join(map(str, output_dtypes(preset, dtype)))
         )
-    if config is not None and precision not in ("DEFAULT", "HIGH"):  # those: per platform
-        from numba_gemm.api import check_preset
-        from numba_gemm.kernels.mma import storage_dtype
-
-        check_preset(preset, algorithm, config)  # at trace time, not as a failed launch
-        config.check(storage_dtype(dtype) if preset.tensor_cores else dtype)
+    # Whether algorithm and config can compute the preset: here, at trace time, wherever the
+    # preset is the same on every platform; float32 at DEFAULT or HIGH is TF32 on a GPU and
+    # exact on the CPU, so there the lowering checks (check_options), before any launch.
+    if dtype != FLOAT32 or precision not in PLATFORM_PRECISIONS:
+        check_options(preset, algorithm, config, dtype)
     return jax.core.ShapedArray(output_shape(lhs.shape, rhs.shape, dimension_numbers), out_dtype)
+
+
+def check_options(preset, algorithm: str, config, dtype) -> None:
+    """``ValueError``/``TypeError`` unless ``algorithm`` and ``config`` compute ``preset`` on
+    ``dtype`` operands (``numba_gemm.matmul``'s own checks)."""
+    from numba_gemm.api import check_preset
+    from numba_gemm.kernels.mma import storage_dtype
+
+    check_preset(preset, algorithm, config)
+    if config is not None:
+        config.check(storage_dtype(dtype) if preset.tensor_cores else dtype)
 
 
 @functools.partial(
@@ -219,16 +233,8 @@ def _transpose_lhs(ct, x, y, *, dimension_numbers, swap_ans=False, **params):
         if axes == identity:
             return gemm_p.bind(*operands, dimension_numbers=dims, **params)
         fallback = fallback or (operands, dims, axes)
-    if fallback is None:  # no strided product at all: let lax compute this cotangent
-        operands, dims, axes = candidates[0]
-        return lax.transpose(
-            lax.dot_general(*operands, dims, precision=lax.Precision.HIGHEST).astype(x_aval.dtype),
-            tuple(np.argsort(axes)),
-        )
-    operands, dims, axes = fallback
-    return lax.transpose(
-        gemm_p.bind(*operands, dimension_numbers=dims, **params), tuple(np.argsort(axes))
-    )
+    operands, dims, axes = fallback or candidates[0]  # none strided: laid out anew (bind)
+    return lax.transpose(bind(*operands, dims, **params), tuple(np.argsort(axes)))
 
 
 def _transpose_rhs(ct, x, y, *, dimension_numbers, **params):
@@ -268,10 +274,54 @@ def _batch(args, dims, *, dimension_numbers, **params):
             + free_axes(np.ndim(rhs), rhs_contract, rhs_batch).index(rhs_dim)
         )
     dims = ((lhs_contract, rhs_contract), (lhs_batch, rhs_batch))
-    return gemm_p.bind(lhs, rhs, dimension_numbers=dims, **params), out_dim
+    return bind(lhs, rhs, dims, **params), out_dim
 
 
 batching.primitive_batchers[gemm_p] = _batch
+
+
+# -- laying operands out anew where a contraction does not fold ------------------------------
+
+
+def _canonical(shape, contract, batch, lhs: bool):
+    """How to lay an operand out anew: (the axis permutation, where its contracting axes and
+    its batch axes then are): batch, free, contracting axes for ``lhs``, batch, contracting,
+    free for rhs, each group in its order, so that every group folds into one strided axis."""
+    free = free_axes(len(shape), contract, batch)
+    n_batch, n_contract = len(batch), len(contract)
+    if lhs:
+        axes, first = (*batch, *free, *contract), n_batch + len(free)
+    else:
+        axes, first = (*batch, *contract, *free), n_batch
+    return axes, tuple(range(first, first + n_contract)), tuple(range(n_batch))
+
+
+def bind(lhs, rhs, dimension_numbers, **params):
+    """``gemm_p`` on ``lhs`` and ``rhs``, for any contraction ``lax.dot_general`` takes. Where
+    its loops do not fold into one strided, batched GEMM (``mapping.strided_gemm``), the
+    operands in the way (the fewest first) are laid out anew (``lax.transpose``: a copy each,
+    as XLA inserts for its own dots) by :func:`_canonical`; the result's axes are the same."""
+    (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
+    layouts = (  # per operand: as given (no permutation), laid out anew
+        ((None, lhs_contract, lhs_batch), _canonical(np.shape(lhs), lhs_contract, lhs_batch, True)),
+        (
+            (None, rhs_contract, rhs_batch),
+            _canonical(np.shape(rhs), rhs_contract, rhs_batch, False),
+        ),
+    )
+    for lhs_moved, rhs_moved in ((0, 0), (0, 1), (1, 0), (1, 1)):
+        (lhs_axes, lc, lb), (rhs_axes, rc, rb) = layouts[0][lhs_moved], layouts[1][rhs_moved]
+        operands = [(x, axes) for x, axes in ((lhs, lhs_axes), (rhs, rhs_axes))]
+        shapes = [np.shape(x) if axes is None else tuple(np.shape(x)[a] for a in axes)
+                  for x, axes in operands]  # fmt: skip
+        dims = ((lc, rc), (lb, rb))
+        try:
+            strided_gemm(*shapes, dims)
+        except NotImplementedError:
+            continue
+        laid_out = [x if axes is None else lax.transpose(x, axes) for x, axes in operands]
+        return gemm_p.bind(*laid_out, dimension_numbers=dims, **params)
+    raise AssertionError("operands laid out as _canonical says always fold")
 
 
 # -- user-facing functions ---------------------------------------------------------------
@@ -325,7 +375,7 @@ def lax_precision(precision):
 def _bind(lhs, rhs, dimension_numbers, options: dict):
     lhs, rhs = jax.numpy.asarray(lhs), jax.numpy.asarray(rhs)
     dims = _normalise(dimension_numbers, lhs.ndim, rhs.ndim)
-    return gemm_p.bind(lhs, rhs, dimension_numbers=dims, **options)
+    return bind(lhs, rhs, dims, **options)
 
 
 def matmul(
@@ -376,9 +426,11 @@ def make_dot_general(
     (:func:`lax_precision`): with neither given nor ``jax_default_matmul_precision`` set,
     float32 runs at DEFAULT precision, which on a GPU is TF32 on the tensor cores (on the
     CPU, exact), as lax's does; pass ``precision=lax.Precision.HIGHEST`` for float32.
-    Contractions that are not one strided GEMM (``jax_bridge.mapping``), mixed operand
-    dtypes and result dtypes the kernels do not write raise ``NotImplementedError``; with
-    ``fallback=True`` they run through ``lax.dot_general`` instead.
+    Every contraction ``lax.dot_general`` takes runs on the kernels: where its loops do not fold
+    into one strided GEMM (``jax_bridge.mapping``), the operands in the way are laid out anew
+    first (:func:`bind`: a transpose copy each). Mixed operand dtypes and result dtypes the
+    kernels do not write raise ``NotImplementedError``; with ``fallback=True`` they run through
+    ``lax.dot_general`` instead.
     """
     options = _options(algorithm, lowering, config)
     _flag("fallback", fallback)
@@ -402,11 +454,7 @@ def make_dot_general(
                         f"kernels write {' or '.join(map(str, allowed))}"
                     )
             dims = _normalise(dimension_numbers, lhs.ndim, rhs.ndim)
-            if fallback:
-                strided_gemm(lhs.shape, rhs.shape, dims)
-            return gemm_p.bind(
-                lhs, rhs, dimension_numbers=dims, precision=name, out_dtype=out_dtype, **options
-            )
+            return bind(lhs, rhs, dims, precision=name, out_dtype=out_dtype, **options)
         except NotImplementedError:
             if not fallback:
                 raise

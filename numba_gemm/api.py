@@ -557,13 +557,14 @@ def _zero_element(dtype: np.dtype, on_device: bool, stream: Any = 0) -> ArrayDes
 
 
 def describe_product(
-    operands: tuple, out: Any, stream: Any = 0
-) -> tuple[list[MatrixDesc], MatrixDesc]:
+    operands: tuple, out: Any, stream: Any = 0, precision: Any = None
+) -> tuple[list[MatrixDesc], MatrixDesc, Preset]:
     """Describe and check the matrices of a product ``operands[0] @ operands[1] @ ...``
     (``(name, object)`` pairs) and its output: each neighbouring pair must multiply
-    (:func:`check_pair`, :func:`check_inner`); ``out`` is checked (:func:`check_output`), or
-    allocated in the operands' memory space when None. Returns (operand descriptors, output
-    descriptor)."""
+    (:func:`check_pair`, :func:`check_inner`); ``precision`` is resolved for their dtype;
+    ``out`` is checked (:func:`check_output`: the dtypes the preset writes, as ``matmul``'s),
+    or allocated in the operands' memory space when None. Returns (operand descriptors,
+    output descriptor, preset)."""
     descs = [describe(x, name, stream) for name, x in operands]
     for left, right in zip(descs, descs[1:]):
         check_pair(left, right)
@@ -573,11 +574,12 @@ def describe_product(
         descs[0].dtype,
         descs[0].on_device,
     )
+    preset = resolve(precision, dtype)
     if out is None:
-        return descs, allocate_output(shape, dtype, on_device, stream=stream)
+        return descs, allocate_output(shape, dtype, on_device, stream=stream), preset
     out_desc = describe(out, "out", stream)
-    check_output(out_desc, shape, dtype, on_device, tuple(descs))
-    return descs, out_desc
+    check_output(out_desc, shape, output_dtypes(preset, dtype), on_device, tuple(descs))
+    return descs, out_desc, preset
 
 
 def fill_zeros(out: MatrixDesc, stream: Any = 0) -> list:

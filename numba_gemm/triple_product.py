@@ -49,7 +49,6 @@ from .launch import (
     stream_handle,
 )
 from .precision import Preset, default_preset, normalise
-from .precision import resolve as resolve_precision
 from .prepared import PreparedCalls
 from .tuned_configs import SEARCH_SPACE, config_for_shape
 
@@ -548,11 +547,10 @@ def triple(
     )
     if key is not None and (result := _CALLS.run(key, operands, out, stream)) is not None:
         return result
-    (a_desc, b_desc, c_desc), out_desc = describe_product(
-        (("a", a), ("b", b), ("c", c)), out, stream
+    (a_desc, b_desc, c_desc), out_desc, preset = describe_product(
+        (("a", a), ("b", b), ("c", c)), out, stream, precision
     )
     dtype = a_desc.dtype
-    preset = resolve_precision(precision, dtype)
     if config is not None:
         if preset.tensor_cores:
             raise ValueError(

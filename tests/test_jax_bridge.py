@@ -260,13 +260,48 @@ def test_dot_general_matches_lax(case, rng, poisoned_outputs):
         assert_close(got, want, 7)
 
 
-def test_dot_general_refuses_or_falls_back(rng):
-    lhs, rhs = random(rng, 3, 4, 5), random(rng, 5, 6, 4)
-    dims = (((1, 2), (2, 0)), ((), ()))
-    with pytest.raises(NotImplementedError, match="contracting axes"):
-        jax_bridge.dot_general(lhs, rhs, dims)
+# (lhs shape, rhs shape, dimension numbers) whose loops fold into no single strided GEMM as the
+# operands lie: the bridge lays them out anew (jax_bridge.primitive.bind). The first is from
+# JAX's own lax tests; the last needs two batch loops.
+UNFOLDED = [
+    ((5, 3, 2), (5, 2, 4), (((0, 2), (0, 1)), ((), ()))),
+    ((3, 4, 5), (5, 6, 4), (((1, 2), (2, 0)), ((), ()))),
+    ((2, 3, 4, 5), (2, 5, 3, 6), (((3,), (1,)), ((1, 0), (2, 0)))),
+]
+
+
+@pytest.mark.parametrize("lhs_shape, rhs_shape, dims", UNFOLDED, ids=str)
+def test_dot_general_computes_what_does_not_fold(lhs_shape, rhs_shape, dims, rng):
+    """Every contraction lax.dot_general takes, with its gradients: where the loops do not
+    fold into one strided GEMM, the operands are laid out anew (a transpose copy each)."""
+    lhs, rhs = random(rng, *lhs_shape), random(rng, *rhs_shape)
+    K = int(np.prod([lhs_shape[a] for a in dims[0][0]]))
+    out = jax.jit(lambda x, y: jax_bridge.dot_general(x, y, dims, precision=HIGHEST))(lhs, rhs)
+    assert_close(out, lax.dot_general(f64(lhs), f64(rhs), dims, precision=HIGHEST), K)
+    grads = jax.grad(
+        lambda x, y: jnp.sum(jax_bridge.dot_general(x, y, dims, precision=HIGHEST) ** 2), (0, 1)
+    )
+    expected = jax.grad(
+        lambda x, y: jnp.sum(lax.dot_general(x, y, dims, precision=HIGHEST) ** 2), (0, 1)
+    )
+    for got, want in zip(grads(lhs, rhs), expected(lhs, rhs)):
+        assert_close(got, want, 4 * K)
+
+
+def test_vmap_over_the_last_axes_of_a_batched_dot_general(rng):
+    """A vmap over the last axes of a dot_general that has batch axes already: two batch
+    loops no single stride describes, laid out anew."""
+    lhs, rhs = random(rng, 3, 4, 5, 2), random(rng, 3, 5, 6, 2)
+    dims = (((2,), (1,)), ((0,), (0,)))
+    ours = jax.vmap(
+        lambda x, y: jax_bridge.dot_general(x, y, dims, precision=HIGHEST), in_axes=(3, 3)
+    )(lhs, rhs)
+    theirs = jax.vmap(lambda x, y: lax.dot_general(x, y, dims), in_axes=(3, 3))(f64(lhs), f64(rhs))
+    assert_close(ours, theirs, 5)
+
+
+def test_dot_general_falls_back_for_dtypes(rng):
     fallback = jax_bridge.make_dot_general(fallback=True)
-    assert_close(fallback(lhs, rhs, dims), lax.dot_general(f64(lhs), f64(rhs), dims), 20)
     a, b = random(rng, 3, 4), random(rng, 4, 2)
     dims = (((1,), (0,)), ((), ()))
     with pytest.raises(NotImplementedError, match="preferred_element_type"):
@@ -312,6 +347,44 @@ def test_errors_name_the_argument(rng):
         jax_bridge.dot_general(a, b, (((2,), (0,)), ((), ())))
     with pytest.raises(TypeError, match="dimension_numbers must be"):
         jax_bridge.dot_general(a, b, ((1,), (0,)))
+
+
+@pytest.mark.parametrize(
+    "dtype, kwargs",
+    [
+        (jnp.bfloat16, {"algorithm": "mnk"}),  # bf16 runs on the tensor cores on every platform
+        (jnp.float16, {"algorithm": "tiled"}),
+        (jnp.float32, {"algorithm": "wgmma", "precision": "highest"}),
+        (jnp.float32, {"algorithm": "mma", "precision": "F32_F32_F32"}),
+    ],
+)
+def test_algorithm_and_precision_are_checked_at_trace_time(dtype, kwargs, rng):
+    """Without a config too: an algorithm that cannot compute the preset is refused while
+    tracing, not when XLA runs the program (an INTERNAL error wrapping it)."""
+    a, b = (x.astype(dtype) for x in (random(rng, 3, 4), random(rng, 4, 2)))
+    with pytest.raises(ValueError, match="cannot compute precision"):
+        jax.jit(lambda x, y: jax_bridge.matmul(x, y, **kwargs)).trace(a, b)
+
+
+def test_float32_at_default_precision_is_checked_when_lowered(rng):
+    """float32 at DEFAULT precision is TF32 on a GPU and exact on the CPU: the algorithm is
+    checked for the platform when the program is lowered, before it runs."""
+    a, b = random(rng, 3, 4), random(rng, 4, 2)
+    on_the_gpu = jax.default_backend() != "cpu"
+
+    def product(algorithm):
+        return lambda x, y: jax_bridge.matmul(x, y, precision="default", algorithm=algorithm)
+
+    ffma, tensor_cores = product("mnk"), product("mma")
+    refused, accepted = (ffma, tensor_cores) if on_the_gpu else (tensor_cores, ffma)
+    with pytest.raises(ValueError, match="cannot compute precision"):
+        jax.jit(refused).lower(a, b)
+    from numba_gemm.precision import PRESETS
+    from numba_gemm.precision import tolerance as preset_tolerance
+
+    preset = PRESETS["TF32_TF32_F32" if on_the_gpu else "F32_F32_F32"]
+    error = relative_error(jax.jit(accepted)(a, b), f64(a) @ f64(b))
+    assert error <= preset_tolerance(preset, np.float32, 4)
 
 
 def test_cpu_without_the_simulator_says_how_to_enable_it():

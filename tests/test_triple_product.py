@@ -55,6 +55,25 @@ def _ids(shape):
     return "x".join(map(str, shape))
 
 
+@pytest.mark.parametrize("out_dtype", ["bfloat16", "float32"])
+def test_16_bit_operands_may_write_float32(out_dtype, rng):
+    """As ``matmul``: bfloat16 operands on the tensor cores, D in their dtype or float32 (the
+    intermediate in theirs)."""
+    import ml_dtypes
+
+    from numba_gemm.precision import PRESETS, tolerance
+
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    a, b, c = make_triple_operands(7, 20, 9, 6, bf16, "row", rng)
+    out = poisoned((7, 6), np.dtype(out_dtype))
+    assert numba_gemm.triple(a, b, c, out) is out
+    preset = PRESETS["BF16_BF16_F32"]
+    bound = tolerance(preset, bf16, 20, bf16) + tolerance(preset, bf16, 9, out.dtype)
+    expected = (a.astype(np.float64) @ b.astype(np.float64)) @ c.astype(np.float64)
+    error = np.linalg.norm(out.astype(np.float64) - expected) / np.linalg.norm(expected)
+    assert error <= bound, f"relative error {error:.3e} > {bound:.3e}"
+
+
 @pytest.mark.parametrize("order", ["left", "right"])
 @pytest.mark.parametrize("precision", ["TF32_TF32_F32_X3", "BF16_BF16_F32_X6"])
 def test_split_presets_keep_infinities(precision, order, rng):
