@@ -70,13 +70,13 @@ def demo(args) -> int:
     M, N, K = size, size + 3, size - 5 if size > 8 else size  # non-square, odd: edges are exercised
     rng = np.random.default_rng(args.seed)
     layouts = ("row", "col", "a_col", "b_col")
+    rate = "" if simulated else f" {'TFLOP/s':>8}"  # the simulator's times measure Python
     header = (
-        f"{'algorithm':12} {'M x N x K':>16} {'layout':7} {'rel. error':>10} {'time':>10} "
-        f"{'TFLOP/s':>8}"
+        f"{'algorithm':12} {'M x N x K':>16} {'layout':7} {'rel. error':>10} {'time':>10}{rate}"
     )
     print(header)
     print("-" * len(header))
-    failures = 0
+    checks, failures = 0, 0
     # (algorithm, operand dtype, precision): the FFMA algorithms in float32, the tensor cores
     # in bfloat16 and at float32 accuracy from TF32 products (also on wgmma on Hopper and the
     # simulator)
@@ -101,11 +101,10 @@ def demo(args) -> int:
             else:
                 name = algorithm
             ok = error <= preset_tolerance(preset, dtype, K)
-            failures += not ok
+            checks, failures = checks + 1, failures + (not ok)
             print(
                 f"{name:12} {f'{M} x {N} x {K}':>16} {layout:7} {error:10.2e} "
-                f"{seconds * 1e3:8.3f}ms {2 * M * N * K / seconds / 1e12:8.3g}"
-                f"{'' if ok else '  FAILED'}"
+                f"{_rate(seconds, M, N, K, simulated)}{'' if ok else '  FAILED'}"
             )
     print(
         "layouts: row = A, B, C row-major; col = all column-major (transposed views); "
@@ -113,14 +112,27 @@ def demo(args) -> int:
         "operands on the tensor cores through mma.sync / Hopper's wgmma, mma:3xtf32 / "
         "wgmma:3xtf32 = float32 accuracy from three TF32 products"
     )
-    failures += _demo_triple(size, rng, simulated, reps)
-    failures += _demo_bridge(M, N, K, rng, simulated, reps)
+    for more_checks, more_failures in (
+        _demo_triple(size, rng, simulated, reps),
+        _demo_bridge(M, N, K, rng, simulated, reps),
+    ):
+        checks, failures = checks + more_checks, failures + more_failures
+    if failures:
+        print(f"\nFAILED: {failures} of {checks} results outside their tolerance (marked above)")
+    else:
+        print(f"\nPASSED: all {checks} results within their tolerance of float64 NumPy")
     return 1 if failures else 0
 
 
-def _demo_triple(size: int, rng, simulated: bool, reps: int) -> int:
+def _rate(seconds: float, M: int, N: int, K: int, simulated: bool) -> str:
+    """The time column, and on a GPU the TFLOP/s column, of a demo row."""
+    time = f"{seconds * 1e3:8.3f}ms"
+    return time if simulated else f"{time} {2 * M * N * K / seconds / 1e12:8.3g}"
+
+
+def _demo_triple(size: int, rng, simulated: bool, reps: int) -> tuple[int, int]:
     """Seed 003's triple product D = A @ B @ C, every algorithm and order, on a rectangular
-    chain; returns the failures."""
+    chain; returns (results checked, failures)."""
     import numpy as np
 
     from . import triple
@@ -142,7 +154,7 @@ def _demo_triple(size: int, rng, simulated: bool, reps: int) -> int:
     header = f"{'algorithm':12} {'order':6} {'layout':7} {'rel. error':>10} {'time':>10}"
     print(header)
     print("-" * len(header))
-    failures = 0
+    checks, failures = 0, 0
     for algorithm in TRIPLE_ALGORITHMS:
         for order in ("left", "right"):
             for layout in ("row", "mixed"):
@@ -162,7 +174,7 @@ def _demo_triple(size: int, rng, simulated: bool, reps: int) -> int:
                     continue
                 error = relative_error(out, triple_reference(a, b, c))
                 ok = error <= tolerance(np.float32, K1) + tolerance(np.float32, K2)
-                failures += not ok
+                checks, failures = checks + 1, failures + (not ok)
                 sizes = (M, K1, K2, N) if order == "left" else (N, K2, K1, M)
                 name = (
                     f"auto:{choose_triple_algorithm(*sizes)}" if algorithm == "auto" else algorithm
@@ -172,11 +184,12 @@ def _demo_triple(size: int, rng, simulated: bool, reps: int) -> int:
                     f"{seconds * 1e3:8.3f}ms{'' if ok else '  FAILED'}"
                 )
     print("layouts: row = all row-major; mixed = A column-major, B strided, C row-major")
-    return failures
+    return checks, failures
 
 
-def _demo_bridge(M: int, N: int, K: int, rng, simulated: bool, reps: int) -> int:
-    """The same products through ``jax_bridge`` inside ``jax.jit``; returns the failures."""
+def _demo_bridge(M: int, N: int, K: int, rng, simulated: bool, reps: int) -> tuple[int, int]:
+    """The same products through ``jax_bridge`` inside ``jax.jit``; returns (results checked,
+    failures)."""
     import jax
     import numpy as np
 
@@ -190,13 +203,11 @@ def _demo_bridge(M: int, N: int, K: int, rng, simulated: bool, reps: int) -> int
         f"\njax_bridge.matmul inside jax.jit (JAX on {jax.default_backend()}; transposes are "
         "flags, read through strides)"
     )
-    header = (
-        f"{'lowering':9} {'M x N x K':>16} {'flags':7} {'rel. error':>10} {'time':>10} "
-        f"{'TFLOP/s':>8}"
-    )
+    rate = "" if simulated else f" {'TFLOP/s':>8}"
+    header = f"{'lowering':9} {'M x N x K':>16} {'flags':7} {'rel. error':>10} {'time':>10}{rate}"
     print(header)
     print("-" * len(header))
-    failures = 0
+    checks, failures = 0, 0
     for lowering in lowerings:
         for transpose_a, transpose_b in (
             (False, False),
@@ -220,15 +231,14 @@ def _demo_bridge(M: int, N: int, K: int, rng, simulated: bool, reps: int) -> int
             ref = (a.T if transpose_a else a).astype(np.float64) @ (b.T if transpose_b else b)
             error = relative_error(fn(x, y), ref)
             ok = error <= tolerance(np.float32, K)
-            failures += not ok
+            checks, failures = checks + 1, failures + (not ok)
             flags = f"{'T' if transpose_a else 'N'}{'T' if transpose_b else 'N'}"
             print(
                 f"{lowering:9} {f'{M} x {N} x {K}':>16} {flags:7} {error:10.2e} "
-                f"{seconds * 1e3:8.3f}ms {2 * M * N * K / seconds / 1e12:8.3g}"
-                f"{'' if ok else '  FAILED'}"
+                f"{_rate(seconds, M, N, K, simulated)}{'' if ok else '  FAILED'}"
             )
     print("flags: N / T = a, b as stored / transposed (transpose_a, transpose_b)")
-    return failures
+    return checks, failures
 
 
 def _blocked(fn, *args):
@@ -236,10 +246,23 @@ def _blocked(fn, *args):
     return fn(*args).block_until_ready()
 
 
+# model --simulate executes every loop nest over a simulated cache, in Python: its time grows
+# faster than M N K (16^3 takes about a second, 24^3 ten), so larger problems are refused.
+SIMULATE_MAX_MACS = 16**3
+
+
 def model(args) -> int:
     from .model import format_table, simulate, traffic
     from .model.traffic import CACHES, ORDERS
 
+    if args.simulate and args.M * args.N * args.K > SIMULATE_MAX_MACS:
+        print(
+            f"--simulate executes every loop nest in Python, which at {args.M} x {args.N} x "
+            f"{args.K} would take hours: give M N K <= {SIMULATE_MAX_MACS} (e.g. --M 16 --N 16 "
+            "--K 16); the table alone needs no --simulate",
+            file=sys.stderr,
+        )
+        return 2
     print(format_table(args.M, args.N, args.K))
     if args.simulate:
         for order in ORDERS:
@@ -293,7 +316,8 @@ def main(argv=None) -> int:
     p_model.add_argument(
         "--simulate",
         action="store_true",
-        help="also execute each loop nest and check the closed forms (small sizes only)",
+        help="also execute each loop nest and check the closed forms (M N K up to 16^3, e.g. "
+        "--M 16 --N 16 --K 16)",
     )
     p_model.set_defaults(func=model)
     p_tune = sub.add_parser("tune", help="autotune the tiled kernel for one shape on this GPU")

@@ -29,6 +29,7 @@ from .launch import (
     device_operand,
     fresh_device_output,
     launch_kernel,
+    require_gpu,
     serialised_on_simulator,
     simulated,
     to_device,
@@ -622,6 +623,7 @@ def run_in_memory_space(
         for launch in launches(*inputs, out):
             launch_kernel(launch, stream)
         return
+    require_gpu()
     device_out = fresh_device_output(out, stream)
     for launch in launches(*(device_operand(x, stream) for x in inputs), device_out):
         launch_kernel(launch, stream)

@@ -34,9 +34,11 @@ __all__ = [
     "device_operand",
     "fresh_device_output",
     "to_device",
+    "require_gpu",
     "copy_to_host",
     "allocate_output",
     "allocate_array",
+    "zero_fill",
     "new_device_array",
     "POOL_RELEASE_THRESHOLD",
     "shared_memory_limit",
@@ -115,6 +117,24 @@ def _initialise_driver() -> None:
 _initialise_driver()
 
 
+def require_gpu() -> None:
+    """``RuntimeError`` saying how to run without one, unless Numba sees a CUDA GPU (or runs the
+    simulator): host operands are copied to a GPU, and there is none to copy them to."""
+    if simulated() or _gpu_found():
+        return
+    raise RuntimeError(
+        "numba-gemm runs its kernels on a CUDA GPU, and Numba finds none here. To run them on "
+        "Numba's CUDA simulator instead (slow: sizes up to ~64), set NUMBA_ENABLE_CUDASIM=1 "
+        "in the environment before Python imports numba, e.g. `NUMBA_ENABLE_CUDASIM=1 python "
+        "script.py`"
+    )
+
+
+@functools.cache
+def _gpu_found() -> bool:
+    return cuda.is_available()
+
+
 def to_device(array: np.ndarray, stream=0):
     """``cuda.to_device(array)`` for every supported dtype: Numba copies through Python's
     buffer protocol, which has no code for ml_dtypes' bfloat16, so such arrays travel as their
@@ -156,6 +176,18 @@ def fresh_device_output(out: MatrixDesc, stream=0) -> MatrixDesc:
     array = new_device_array((batch * rows * cols,), out.dtype, stream)
     return replace(out, strides=(cols, 1), batch_stride=rows * cols, data=array, on_device=True,
                    address=array.device_ctypes_pointer.value, source=array)  # fmt: skip
+
+
+def zero_fill(desc: MatrixDesc, stream=0) -> None:
+    """Every element of device matrix ``desc``'s buffer 0, in order on ``stream``: for scratch
+    of which kernels read more than they write (the fused triple product's padded T)."""
+    buffer = desc.buffer()
+    if isinstance(buffer, np.ndarray):  # the simulator's device memory
+        buffer[...] = 0
+        return
+    from numba.cuda.cudadrv.driver import device_memset
+
+    device_memset(buffer, 0, desc.span * desc.dtype.itemsize, stream=stream)
 
 
 def allocate_output(

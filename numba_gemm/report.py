@@ -16,11 +16,14 @@ Plots need matplotlib (``pip install 'numba-gemm[plot]'``).
 from __future__ import annotations
 
 import json
+import re
+import sys
 from pathlib import Path
 
 __all__ = [
     "FP32_PEAK_TFLOPS",
     "load_rows",
+    "device_matches",
     "format_table",
     "plot",
     "latest_run",
@@ -40,9 +43,24 @@ def _shape(row: dict) -> tuple[int, int, int]:
     return row.get("M", size), row.get("N", size), row.get("K", size)
 
 
+def _words(text: str) -> str:
+    """``text`` lower-cased with every run of other characters than letters and digits one
+    space: "NVIDIA H200" and "nvidia-h200" read alike."""
+    return " ".join(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def device_matches(name: str, wanted: str) -> bool:
+    """Whether the device ``name`` is the one a user means by ``wanted``: its words, as
+    :func:`_words` reads them, appear in ``name``'s ("H200", "h100", "nvidia-h200")."""
+    return f" {_words(wanted)} " in f" {_words(name)} "
+
+
 def load_rows(source: str | Path | None = None, device: str | None = None) -> list[dict]:
-    """Rows of every results file under ``source`` (a file or a folder), newest per key."""
+    """Rows of every results file under ``source`` (a file or a folder), newest per key;
+    with ``device``, only those of devices it matches (:func:`device_matches`)."""
     source = Path(source) if source else DEFAULT_RESULTS
+    if not source.exists():
+        raise FileNotFoundError(f"no results file or folder {source}")
     files = sorted(source.rglob("*.json")) if source.is_dir() else [source]
     if not files:
         raise FileNotFoundError(
@@ -56,7 +74,7 @@ def load_rows(source: str | Path | None = None, device: str | None = None) -> li
         ):
             continue  # not a benchmark run (e.g. the ncu L2 measurements beside them)
         name = data["device"].get("name", "unknown")
-        if device and name != device:
+        if device and not device_matches(name, device):
             continue
         for row in data["rows"]:
             row = {**row, "device": name, "date": data["date"], "file": path.name}
@@ -84,27 +102,53 @@ def load_rows(source: str | Path | None = None, device: str | None = None) -> li
 
 
 def format_table(rows: list[dict]) -> str:
-    """One line per row: algorithm, layout, variant, M x N x K, ms, TFLOP/s, x cuBLAS, % of peak."""
-    header = (
-        f"{'algorithm':12} {'layout':7} {'variant':10} {'M x N x K':>18} {'ms':>9} "
-        f"{'TFLOP/s':>8} {'x cuBLAS':>8} {'% peak':>7}"
-    )
+    """One line per row: algorithm, layout, variant, M x N x K, ms, TFLOP/s, x cuBLAS, % of peak;
+    each text column as wide as its widest entry."""
+    cells = [
+        (
+            r["device"],
+            r["algorithm"],
+            r["layout"],
+            r.get("variant", ""),
+            "x".join(map(str, _shape(r))),
+            f"{r['median_s'] * 1e3:.3f}",
+            f"{r['tflops']:.2f}",
+            f"{r['vs_peer']:.3f}" if r.get("vs_peer") else "",
+            f"{100 * r['tflops'] / FP32_PEAK_TFLOPS:.1f}%",
+        )
+        for r in rows
+    ]
+    titles = ("algorithm", "layout", "variant", "M x N x K", "ms", "TFLOP/s", "x cuBLAS", "% peak")
+    widths = [max([len(t)] + [len(c[i + 1]) for c in cells]) for i, t in enumerate(titles)]
+
+    def line(values) -> str:  # text columns to the left, numbers to the right
+        return " ".join(
+            f"{v:<{w}}" if i < 3 else f"{v:>{w}}" for i, (v, w) in enumerate(zip(values, widths))
+        )
+
+    header = line(titles)
     lines = []
-    for device in dict.fromkeys(r["device"] for r in rows):
+    for device in dict.fromkeys(c[0] for c in cells):
         lines += [
             f"{device} (fp32 peak {FP32_PEAK_TFLOPS} TFLOP/s; cuBLAS = jnp.matmul "
             f"precision='highest', same run)",
             header,
             "-" * len(header),
         ]
-        for r in (r for r in rows if r["device"] == device):
-            ratio = f"{r['vs_peer']:8.3f}" if r.get("vs_peer") else f"{'':8}"
-            lines.append(
-                f"{r['algorithm']:12} {r['layout']:7} {r.get('variant', ''):10} "
-                f"{'x'.join(map(str, _shape(r))):>18} {r['median_s'] * 1e3:9.3f} "
-                f"{r['tflops']:8.2f} {ratio} {100 * r['tflops'] / FP32_PEAK_TFLOPS:6.1f}%"
-            )
+        lines += [line(c[1:]) for c in cells if c[0] == device]
     return "\n".join(lines)
+
+
+def _plotting():
+    """matplotlib's pyplot on the Agg backend, or a ``RuntimeError`` saying how to install it."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise RuntimeError("plotting needs matplotlib: pip install 'numba-gemm[plot]'") from None
+    return plt
 
 
 def draw(
@@ -120,13 +164,7 @@ def draw(
     """A plot of ``(label, [(x, y), ...], emphasised)`` lines, x on a log2 axis labelled with
     its values, y on a log axis (``log_y``) or a linear one from 0, with an optional horizontal
     ``(label, y)`` line, saved to ``path``."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise RuntimeError("plotting needs matplotlib: pip install 'numba-gemm[plot]'") from None
+    plt = _plotting()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for label, points, emphasised in lines:
         ax.plot(*zip(*points), marker="o", label=label, linewidth=2.5 if emphasised else 1)
@@ -410,16 +448,24 @@ def readme_plot(path: str | Path, results: str | Path | None = None) -> Path:
 
 
 def main(args) -> int:
-    if args.readme:
-        print(readme_table(args.results))
+    """``python -m numba_gemm bench``: 0, or 1 where no row matches; a missing results file or
+    folder, or a plot without matplotlib, is one line on stderr and exit status 2."""
+    try:
         if args.plot:
-            print(f"plot: {readme_plot(args.plot, args.results)}")
-        return 0
-    rows = load_rows(args.results, args.device)
+            _plotting()  # before any work, so that the table does not print and then fail
+        if args.readme:
+            print(readme_table(args.results))
+            if args.plot:
+                print(f"plot: {readme_plot(args.plot, args.results)}")
+            return 0
+        rows = load_rows(args.results, args.device)
+    except (FileNotFoundError, RuntimeError) as error:
+        print(f"bench: {error}", file=sys.stderr)
+        return 2
     if args.algorithm:
         rows = [r for r in rows if r["algorithm"] in args.algorithm]
     if not rows:
-        print(f"no rows{' for ' + args.device if args.device else ''}")
+        print(f"no rows{' for ' + args.device if args.device else ''}", file=sys.stderr)
         return 1
     print(format_table(rows))
     if args.plot:

@@ -47,6 +47,7 @@ from .launch import (
     serialised_on_simulator,
     simulated,
     stream_handle,
+    zero_fill,
 )
 from .precision import Preset, default_preset, normalise
 from .prepared import PreparedCalls
@@ -301,7 +302,9 @@ class _Intermediates:
     """Intermediates (T = A @ B) of ``triple`` per (context, stream, host thread), kept between
     calls: kernels on one stream run in order, so a thread's call starts only after its last
     call's kernels are done with T (allocating it per call would cost more host time than a
-    small chain's kernel takes: docs/design/launch-and-timing.md). The buffers of the last
+    small chain's kernel takes: docs/design/launch-and-timing.md). Each is zeroed once when
+    allocated: the fused kernel reads T in whole 16-byte vectors, padding included, which it
+    never writes. The buffers of the last
     INTERMEDIATES_KEPT (context, stream, thread, shape, dtype) are kept; an evicted one goes
     back to the memory pool (``launch.new_device_array``) in order on its stream, once no
     cached call (``numba_gemm.prepared``) holds it."""
@@ -314,6 +317,7 @@ class _Intermediates:
         held = self._buffers.get(key)
         if held is None:
             held = self._buffers[key] = allocate_output(shape, dtype, True, name, stream=stream)
+            zero_fill(held, stream)  # the fused kernel reads T's padding in whole vectors
             if len(self._buffers) > INTERMEDIATES_KEPT:
                 self._buffers.popitem(last=False)
         else:

@@ -32,6 +32,8 @@ def test_demo_on_the_simulator():
     assert result.returncode == 0, result.stdout + result.stderr
     assert "simulator" in result.stdout and "FAILED" not in result.stdout
     lines = result.stdout.splitlines()
+    assert lines[-1] == "PASSED: all 60 results within their tolerance of float64 NumPy"
+    assert not any("TFLOP/s" in line for line in lines)  # the simulator's times measure Python
     assert (
         sum(line.startswith(("auto", "tiled", "mnk", "nmk", "kmn", "knm")) for line in lines) == 28
     )
@@ -41,6 +43,12 @@ def test_demo_on_the_simulator():
         line for line in lines if line.startswith(("auto:fused", "naive", "fused", "unfused"))
     ]
     assert len(triple_rows) == 16  # 4 algorithms x 2 orders x 2 layouts, each checked
+
+
+def test_model_refuses_to_simulate_what_would_take_hours():
+    result = run("model", "--simulate")  # the default 2048^3
+    assert result.returncode == 2 and "give M N K <= 4096" in result.stderr
+    assert result.stdout == ""
 
 
 def test_demo_reports_the_naive_kernels_refusal_past_its_limit(monkeypatch, capsys):
@@ -53,7 +61,7 @@ def test_demo_reports_the_naive_kernels_refusal_past_its_limit(monkeypatch, caps
     from numba_gemm.launch import simulated
 
     monkeypatch.setattr(triple_kernels, "NAIVE_MAX_THREADS", 8)
-    assert _demo_triple(9, np.random.default_rng(0), simulated(), 1) == 0
+    assert _demo_triple(9, np.random.default_rng(0), simulated(), 1) == (12, 0)  # 4 refused
     lines = capsys.readouterr().out.splitlines()
     refused = [line for line in lines if line.startswith("naive") and "refused" in line]
     assert len(refused) == 4, lines  # 2 orders x 2 layouts
@@ -67,12 +75,29 @@ def test_bench_prints_the_committed_results():
     assert "x cuBLAS" in result.stdout and "tiled" in result.stdout and "mnk" not in result.stdout
 
 
+def test_bench_finds_a_device_as_users_type_it_and_aligns_its_columns():
+    for typed in ("H200", "nvidia-h200", "h200"):
+        result = run("bench", "--device", typed)
+        assert result.returncode == 0, result.stderr
+        lines = result.stdout.splitlines()
+        assert lines[0].startswith("NVIDIA H200 ") and len(lines) > 3
+        assert {len(line) for line in lines[1:]} == {len(lines[1])}  # every column aligned
+    assert run("bench", "--device", "H300").returncode == 1
+
+
+def test_bench_on_a_missing_folder_says_so(tmp_path):
+    result = run("bench", "--results", str(tmp_path / "nowhere"))
+    assert result.returncode == 2 and "no results file or folder" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_bench_plot_needs_matplotlib_or_draws(tmp_path):
     import importlib.util
 
     result = run("bench", "--plot", str(tmp_path / "plot.png"))
     if importlib.util.find_spec("matplotlib") is None:
-        assert result.returncode != 0 and "pip install 'numba-gemm[plot]'" in result.stderr
+        assert result.returncode == 2 and "pip install 'numba-gemm[plot]'" in result.stderr
+        assert "Traceback" not in result.stderr and result.stdout == ""
     else:
         assert result.returncode == 0 and (tmp_path / "plot.png").stat().st_size > 0
 

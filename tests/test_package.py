@@ -142,3 +142,24 @@ def test_the_version_is_defined_once():
     except metadata.PackageNotFoundError:  # run from a checkout on PYTHONPATH (the GPU suite)
         installed = numba_gemm.__version__
     assert installed == numba_gemm.__version__
+
+
+def test_without_a_gpu_or_the_simulator_the_error_says_how_to_run():
+    """No GPU and no NUMBA_ENABLE_CUDASIM: one short RuntimeError that says how to switch the
+    simulator on, not Numba's CudaSupportError from deep inside a copy."""
+    import os
+    import subprocess
+    import sys
+
+    from numba import cuda
+
+    if cuda.is_available() and not cuda.config.ENABLE_CUDASIM:
+        pytest.skip("a GPU is present: host operands run on it")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    code = "import numpy as np, numba_gemm; numba_gemm.matmul(np.ones((3, 4)), np.ones((4, 5)))"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1].startswith("RuntimeError: numba-gemm runs")
+    assert "NUMBA_ENABLE_CUDASIM=1" in result.stderr and "CudaSupportError" not in result.stderr

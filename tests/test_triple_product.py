@@ -49,6 +49,7 @@ ALGORITHMS = ["naive", "fused", "unfused"]
 SHAPES = [(1, 1, 1, 1), (5, 7, 9, 3), (20, 35, 3, 16), (19, 9, 20, 17)]
 OUT_LAYOUT = {"row": "row", "col": "col", "sliced": "sliced", "mixed": "col"}
 WIDE, TALL, TALL_TRANSPOSED = H200_TILES, H100_TILES, H100_EDGE_TILES
+F32 = np.dtype(np.float32)
 
 
 def _ids(shape):
@@ -697,6 +698,22 @@ def test_stream_k_plan_errors(workers, partials, message):
     buffer = None if partials is None else describe(np.empty((1, partials), np.float32), "partials")
     with pytest.raises(ValueError, match=message):
         triple_kernels.plan_fused(config, a, b, c, d, t, sync, workers, buffer)
+
+
+@pytest.mark.parametrize("row_major", [False, True])
+def test_the_intermediates_padding_is_zero(row_major, rng, monkeypatch, poisoned_fresh_outputs):
+    """Fresh device memory starts as NaN here: the fused kernel's T, whose rows (or columns)
+    are padded to whole 16-byte vectors that the kernel reads but never writes, is zeroed when
+    allocated (compute-sanitizer's initcheck saw those reads as uninitialised memory)."""
+    from numba_gemm.reference import to_host
+
+    monkeypatch.setattr(triple_product, "intermediate_row_major", lambda *_: row_major)
+    _INTERMEDIATES._buffers.clear()
+    a, b, c = make_triple_operands(19, 9, 21, 17, np.float32, "row", rng)  # 19, 21: padded
+    assert_triple(numba_gemm.triple(a, b, c, algorithm="fused", order="left"), a, b, c, F32)
+    [t] = [held for key, held in _INTERMEDIATES._buffers.items() if key[-1] == "t"]
+    assert t.shape == intermediate_shape(19, 21, F32, row_major)
+    assert np.isfinite(to_host(t.buffer())).all()
 
 
 @pytest.mark.parametrize("algorithm", ["fused", "unfused"])

@@ -1,71 +1,56 @@
 """The triple product D = A @ B @ C of seed 003: the seed's naive kernel and a fused one.
 
 Shapes: A (M x K1), B (K1 x K2), C (K2 x N), D (M x N), T = A @ B (M x K2); each a 1-D buffer
-plus element strides, as in ``tiled``. Any sizes >= 1; float32 or float64. These kernels
-compute the left order, (A @ B) @ C; the right order A @ (B @ C) is the left order of the
-transposed chain, D^T = (C^T @ B^T) @ A^T, which the caller (``numba_gemm.triple``) builds
-from transposed views at no cost. How they perform and why they are built so:
-``docs/design/triple-product.md``.
+plus element strides, as in ``tiled``; any sizes >= 1; float32 or float64. The kernels compute
+the left order, (A @ B) @ C; the right order is the left order of D^T = (C^T @ B^T) @ A^T,
+which ``numba_gemm.triple`` builds from transposed views. Why they are built so, and how they
+perform: ``docs/design/triple-product.md``.
 
-**naive** (seed 003's kernel, with strides and rectangular shapes): one block per row of D,
-one thread per column.
+**naive** (seed 003's kernel): one block per row of D, one thread per column. 1. The block
+computes its row of A @ B (K2 values, one per thread) into shared memory. 2. After a barrier,
+each thread takes the dot product of that row with its column of C. Constraints: max(K2, N)
+threads per block (<= 1024) and K2 elements of shared memory.
 
-1. The block computes its row of A @ B (K2 values, one per thread) into shared memory.
-2. After a barrier, each thread takes the dot product of that row with its column of C.
-
-Constraints: max(K2, N) threads per block (<= 1024) and K2 elements of shared memory.
-
-**fused** (no limit on any size): one launch runs the tiles of both products, each CTA
-through the tiled kernel's main loop (``tiled.mainloop``). T passes through L2 in a scratch
-buffer (``t``): column-major, so that phase 2 copies its tiles with 16-byte ``cp.async``, or
-row-major where :func:`intermediate_row_major` says.
+**fused** (no size limit): one launch runs the tiles of both products, each CTA through the
+tiled kernel's main loop (``tiled.mainloop``). T passes through L2 in a scratch buffer ``t``,
+column-major (phase 2 copies its tiles with 16-byte ``cp.async``), or row-major where
+:func:`intermediate_row_major` says.
 
 1. *Ticket*: thread 0 takes the next ticket from a counter (``sync[0]``, ``atom.inc``, which
-   wraps it to zero as the last ticket is taken) and decodes it: tickets ``< rows x chunks``
-   are T tiles (BLOCK_M x BLOCK_N of T), the rest D tiles, each product in the tiled kernel's
-   grouped order (seed 004), or T column by column (``t_column_order``). The ticket is taken
-   before the kernel waits for the launch ahead (``tiled.overlap_launches``): the counter is
-   written only by atomics whose reply their CTA waited for, so it holds its final zero once
-   the launch ahead has no CTA left, which is when this one starts.
-2. *T tile*: T[m0:, x0:] = A[m0:, :] @ B[:, x0:], stored; then the CTA counts itself into its
-   row block's counter (``sync[2 + pid_m]``) with a release (``ptx.release_add``: a barrier,
-   then one thread's ``fence.acq_rel.gpu`` and add).
+   wraps it to zero as the last ticket is taken): tickets ``< rows x chunks`` are T tiles, the
+   rest D tiles, each product in grouped order (seed 004), or T column by column
+   (``t_column_order``). It is taken before the wait for the launch ahead
+   (``tiled.overlap_launches``): only atomics whose reply their CTA awaited write the
+   counter, so it holds its final zero once the launch ahead has no CTA left.
+2. *T tile*: T[m0:, x0:] = A[m0:, :] @ B[:, x0:], stored; the CTA then counts itself into its
+   row block's counter (``sync[2 + pid_m]``) with a release (``ptx.release_add``).
 3. *D tile*: one thread waits (``ptx.load_acquire``) until the row block's counter holds all
-   its T tiles, a barrier holds the CTA until then; then D[m0:, x0:] = T[m0:, :] @ C[:, x0:],
-   stored with plain stores (D is written once: the same bits on every run). Last, the CTA
-   counts itself out of the counter (``atom.inc`` wrapping at chunks + the row block's D
-   tiles, so the last D tile leaves it zero), with no reply to wait for.
-4. *Split-k* (``TileConfig.split_k``, for small chains): the CTA's threads form groups that
-   each run the k loop over a slice of k with their own pipeline; group 0 sums the partial
-   tiles (``tiled.split_k_parts``).
-5. *Zero again*: steps 1 and 3 leave every counter zero when the launch ends, ready for the
-   next launch on the stream.
+   its T tiles, a barrier holds the CTA; then D[m0:, x0:] = T[m0:, :] @ C[:, x0:], stored
+   once, with plain stores. Last, the CTA counts itself out (``atom.inc`` wrapping at chunks
+   + the row block's D tiles, so the last D tile leaves the counter zero), awaiting no reply.
+4. *Split-k* (``TileConfig.split_k``, small chains): thread groups each run the k loop over a
+   slice of k with their own pipeline; group 0 sums the partial tiles.
+5. *Zero again*: steps 1 and 3 leave every counter zero for the next launch on the stream.
 
-**stream-K** (``plan_fused`` with ``workers``, chosen by
-``numba_gemm.triple_product.fused_workers``): one worker (CTA) per SM per product, each a range
-of the product's k-iterations (tiles x k-tiles in grouped order, cut into equal parts); a range
-may start and end inside a tile.
+**stream-K** (``plan_fused`` with ``workers``: ``triple_product.fused_workers``): one worker
+(CTA) per SM per product, each a range of the product's k-iterations (tiles x k-tiles in
+grouped order, cut into equal parts) that may start and end inside a tile. 1. *Ticket*: as
+above. 2. *Segments*, from the range's last to its first, one tile's k-iterations each (D
+segments first wait for their row block of T). 3. A segment that does not reach its tile's
+last k-iteration leaves its partial tile in ``partials`` and raises its flag; the one that does
+adds the partials of the workers before it (waiting on their flags) and stores the tile. 4.
+*Depart*: the last CTA to depart (``sync[1]`` counts them) resets every counter, since where the
+ranges fall decides how many CTAs read each.
 
-1. *Ticket*: as above; the worker's range follows from it (kept in the ``plan`` slots).
-2. *Segments*, from the range's last to its first, one tile's k-iterations each: T segments
-   sum A @ B over their k-iterations; D segments first wait for their row block of T (step 3
-   above).
-3. A segment that does not reach its tile's last k-iteration leaves its partial tile in
-   ``partials`` and raises its flag; the one that does adds the partial tiles of the workers
-   before it (waiting on their flags) and stores the tile (a T tile then counts itself in).
-4. *Depart*: how many CTAs read each row block's counter depends on where the ranges fall, so
-   the last CTA to depart (``sync[1]`` counts them) resets every counter.
-
-Why no schedule can deadlock: a CTA only waits on tiles (or workers) with smaller tickets, and
-a ticket is only taken by a CTA that is running.
+No schedule can deadlock: a CTA only waits on tiles (or workers) with smaller tickets, and a
+ticket is only taken by a CTA that is running.
 
 Constraints (checked by :func:`plan_fused`): ``sync`` holds :func:`sync_slots` zeroed counters;
-``t`` is M x K2; under stream-K, 1 to (tiles x k-iterations) workers per product and
-:func:`partials_shape` partials; at most :data:`MAX_CTAS_PER_SM` CTAs per SM (the launch asks
-for enough shared memory that no more fit, whatever registers the compile uses). Each product
-compiles without edge code where its tiles are whole (``tiled.whole_tiles``); where both
-products compile to the same tile function with edge code, one call site serves both, halving
-the binary.
+``t`` is M x K2, its padding zeroed once (phase 2 reads whole 16-byte vectors); under stream-K,
+1 to (tiles x k-iterations) workers per product and :func:`partials_shape` partials; at most
+:data:`MAX_CTAS_PER_SM` CTAs per SM (the launch asks for enough shared memory that no more fit).
+Each product compiles without edge code where its tiles are whole (``tiled.whole_tiles``);
+where both compile to the same tile function with edge code, one call site serves both.
 """
 
 from __future__ import annotations
