@@ -5,7 +5,12 @@
 # $SANITIZE_LOGS (default /tmp/sanitize) and the summary table prints last. Exit status: 0 when
 # every tool reports 0 errors and every result is right.
 #
-#   bash tools/sanitize.sh [--quick]      # --quick: one tile config per dtype
+#   bash tools/sanitize.sh [--quick] [--part K/N]
+#
+# --quick: one tile config per dtype; --part K/N: the K-th of N parts of the calls. On a machine
+# of several GPUs the parts run at once, one per GPU, each with its own logs:
+#   for k in 1 2; do CUDA_VISIBLE_DEVICES=$((k-1)) SANITIZE_LOGS=/tmp/sanitize-$k \
+#     bash tools/sanitize.sh --part $k/2 & done; wait
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}

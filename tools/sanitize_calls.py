@@ -1,7 +1,7 @@
 """The calls ``tools/sanitize.sh`` runs under compute-sanitizer: every kernel family and every
 shipped tile config, on shapes with edge tiles and with whole tiles, each result checked.
 
-    python tools/sanitize_calls.py [--quick]
+    python tools/sanitize_calls.py [--quick] [--part K/N] [--list]
 
 1. The tiled GEMM: every config of ``tuned_configs.SEARCH_SPACE`` and ``tiled.DEFAULT_CONFIGS``
    (float32 and float64) on a whole-tile shape and on an edge shape, row-major and with a
@@ -10,18 +10,28 @@ shipped tile config, on shapes with edge tiles and with whole tiles, each result
 3. The triple product: ``naive``, ``unfused`` and ``fused`` in both orders, the fused kernel under
    each of ``SMALL_FUSED_CONFIGS`` and the tuned tiles, with stream-K where ``fused_workers``
    picks it (N = 1536 on a 132-SM GPU), plus an empty inner dimension (zeros, no product).
-4. The tensor-core kernels at their default tiles: ``mma`` (bf16, TF32, 3xTF32, the bf16
-   six-product split) and, on a Hopper GPU, both ``wgmma`` kernels (bf16, f16, TF32, 3xTF32),
-   on an edge shape and a whole-tile shape, row-major and with A column-major.
+4. The tensor-core kernels at their default tiles: ``mma`` under every preset it runs (bf16,
+   f16, TF32, and the float32 splits ``BF16_BF16_F32_X3``/``_X6``/``_X9``, ``TF32_TF32_F32_X3``)
+   and, on a Hopper GPU, the ``wgmma`` kernels (bf16, f16, TF32, 3xTF32), on an edge shape and
+   a whole-tile shape, row-major and with A column-major: their tiles filled by TMA through
+   host-encoded tensor maps where the strides allow, by ``cp.async`` elsewhere. Then the
+   ``wgmma`` kernel through tensor maps it builds itself on the device (XLA's kernel call,
+   launched here on Numba arrays with a workspace), and every split preset on operands with
+   infinite elements.
 
-``--quick`` keeps one config per dtype (for a smoke run). Exits non-zero if any result is wrong;
-compute-sanitizer's own exit code reports what it found.
+Each case is one call whose result is checked. ``--quick`` keeps one tile config per dtype (a
+smoke run); ``--part K/N`` runs the K-th of N contiguous parts of the cases, so that N
+processes (one per GPU) share a run; ``--list`` prints the cases. Exits non-zero if any
+result is wrong; compute-sanitizer's own exit code reports what it found.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import re
 import sys
+from collections.abc import Callable
 
 import numpy as np
 from numba import cuda
@@ -41,6 +51,15 @@ from numba_gemm.triple_product import SMALL_FUSED_CONFIGS
 from numba_gemm.tuned_configs import SEARCH_SPACE
 
 RNG = np.random.default_rng(0)
+SPLIT_PRESETS = [name for name, preset in PRESETS.items() if preset.parts > 1]
+# A case: (what it computes, a thunk that makes the call and returns what is wrong, or None).
+Case = tuple[str, Callable[[], str | None]]
+
+
+def _within(out, expected: np.ndarray, bound: float) -> str | None:
+    """None where ``out`` is ``expected`` (float64) within ``bound`` (relative, Frobenius)."""
+    error = relative_error(out, expected)
+    return None if error <= bound else f"relative error {error:.3g} > {bound:.3g}"
 
 
 def _operand(rows, cols, dtype, transposed=False):
@@ -51,49 +70,48 @@ def _operand(rows, cols, dtype, transposed=False):
     return x, on_device
 
 
-def _check(what: str, result, expected, bound: float, failures: list) -> None:
-    error = relative_error(result, expected)
-    if not error <= bound:
-        failures.append(f"{what}: relative error {error:.3g}")
-    print(f"checked {what}", flush=True)  # progress: a run cut short shows what it covered
-
-
-def tiled(configs_by_dtype, failures: list) -> int:
-    calls = 0
+def tiled(configs_by_dtype) -> list[Case]:
+    cases = []
     for dtype, configs in configs_by_dtype.items():
         for config in configs:
             whole = (config.block_m, config.block_n * 2, config.block_k * 4)
+            assert whole_tiles(config, *whole)
             for M, N, K in (whole, (config.block_m + 3, config.block_n - 1, config.block_k + 5)):
-                assert whole_tiles(config, *whole)
                 for transposed in (False, True):
-                    (a, a_d), (b, b_d) = _operand(M, K, dtype, transposed), _operand(K, N, dtype)
-                    out = numba_gemm.matmul(a_d, b_d, algorithm="tiled", config=config)
-                    what = f"tiled {config.label()} {dtype.name} {M}x{N}x{K} T={transposed}"
-                    _check(what, out, a.astype(np.float64) @ b, tolerance(dtype, K), failures)
-                    calls += 1
-    a = RNG.standard_normal((3, 70, 50)).astype(np.float32)
-    b = RNG.standard_normal((50, 90)).astype(np.float32)
-    out = numba_gemm.matmul(cuda.to_device(a), cuda.to_device(b))  # a batch, b broadcast
-    _check("batched", out, a.astype(np.float64) @ b, tolerance(np.float32, 50), failures)
-    return calls + 1
+
+                    def run(dtype=dtype, config=config, M=M, N=N, K=K, transposed=transposed):
+                        (a, a_d), (b, b_d) = (
+                            _operand(M, K, dtype, transposed),
+                            _operand(K, N, dtype),
+                        )
+                        out = numba_gemm.matmul(a_d, b_d, algorithm="tiled", config=config)
+                        return _within(out, a.astype(np.float64) @ b, tolerance(dtype, K))
+
+                    cases.append((f"tiled {config.label()} {dtype.name} {M}x{N}x{K} T={transposed}",
+                                  run))  # fmt: skip
+
+    def batched():  # a batch, b broadcast
+        a = RNG.standard_normal((3, 70, 50)).astype(np.float32)
+        b = RNG.standard_normal((50, 90)).astype(np.float32)
+        out = numba_gemm.matmul(cuda.to_device(a), cuda.to_device(b))
+        return _within(out, a.astype(np.float64) @ b, tolerance(np.float32, 50))
+
+    return cases + [("tiled batched", batched)]
 
 
-def loop_orders(failures: list) -> int:
-    (a, a_d), (b, b_d) = _operand(45, 37, np.float32), _operand(37, 70, np.float32)
-    for algorithm in ("mnk", "nmk", "kmn", "knm"):
+def loop_orders() -> list[Case]:
+    def run(algorithm):
+        (a, a_d), (b, b_d) = _operand(45, 37, np.float32), _operand(37, 70, np.float32)
         out = numba_gemm.matmul(a_d, b_d, algorithm=algorithm)
-        _check(algorithm, out, a.astype(np.float64) @ b, tolerance(np.float32, 37), failures)
-    return 4
+        return _within(out, a.astype(np.float64) @ b, tolerance(np.float32, 37))
+
+    return [(name, lambda name=name: run(name)) for name in ("mnk", "nmk", "kmn", "knm")]
 
 
-def triple(quick: bool, failures: list) -> int:
-    calls = 0
+def triple(quick: bool) -> list[Case]:
+    cases = []
     shapes = [(130, 70, 90, 33), (512, 512, 512, 512)] + ([] if quick else [(1536,) * 4])
     for M, K1, K2, N in shapes:
-        (a, a_d), (b, b_d), (c, c_d) = (
-            _operand(r, s, np.float32) for r, s in ((M, K1), (K1, K2), (K2, N))
-        )
-        expected = a.astype(np.float64) @ b @ c
         runs = [(algorithm, None) for algorithm in ("fused", "unfused")]
         if max(K2, N) <= 1024:
             runs.append(("naive", None))
@@ -101,29 +119,37 @@ def triple(quick: bool, failures: list) -> int:
             runs += [("fused", config) for config in SMALL_FUSED_CONFIGS[np.dtype(np.float32)]]
         for algorithm, config in runs:
             for order in ("left", "right"):
-                out = numba_gemm.triple(
-                    a_d, b_d, c_d, algorithm=algorithm, order=order, config=config
-                )
-                what = f"triple {algorithm} {order} {config and config.label()} {M}x{K1}x{K2}x{N}"
-                _check(what, out, expected, tolerance(np.float32, K1 + K2), failures)
-                calls += 1
-    zeros = numba_gemm.triple(
-        *(cuda.to_device(np.ones(s, np.float32)) for s in ((5, 0), (0, 3), (3, 4)))
-    )
-    if np.any(zeros.copy_to_host()):
-        failures.append("triple with K1 = 0 is not zeros")
-    return calls + 1
+
+                def run(M=M, K1=K1, K2=K2, N=N, algorithm=algorithm, config=config, order=order):
+                    (a, a_d), (b, b_d), (c, c_d) = (
+                        _operand(r, s, np.float32) for r, s in ((M, K1), (K1, K2), (K2, N))
+                    )
+                    out = numba_gemm.triple(
+                        a_d, b_d, c_d, algorithm=algorithm, order=order, config=config
+                    )
+                    expected = a.astype(np.float64) @ b @ c
+                    return _within(out, expected, tolerance(np.float32, K1 + K2))
+
+                label = config and config.label()
+                cases.append((f"triple {algorithm} {order} {label} {M}x{K1}x{K2}x{N}", run))
+
+    def zeros():  # K1 = 0: every element 0, no product
+        shapes = ((5, 0), (0, 3), (3, 4))
+        out = numba_gemm.triple(*(cuda.to_device(np.ones(s, np.float32)) for s in shapes))
+        return "not zeros" if np.any(out.copy_to_host()) else None
+
+    return cases + [("triple K1 = 0", zeros)]
 
 
-def tensor_cores(failures: list) -> int:
-    cases = [
-        ("mma", BFLOAT16, "BF16_BF16_F32"),
-        ("mma", FLOAT32, "TF32_TF32_F32"),
-        ("mma", FLOAT32, "TF32_TF32_F32_X3"),
-        ("mma", FLOAT32, "BF16_BF16_F32_X6"),
-    ]
-    if cuda.get_current_device().compute_capability[0] == 9:
-        cases += [
+def _hopper() -> bool:
+    return cuda.get_current_device().compute_capability[0] == 9
+
+
+def tensor_cores() -> list[Case]:
+    runs = [("mma", BFLOAT16, "BF16_BF16_F32"), ("mma", FLOAT16, "F16_F16_F32")]
+    runs += [("mma", FLOAT32, preset) for preset in ("TF32_TF32_F32", *SPLIT_PRESETS)]
+    if _hopper():
+        runs += [
             ("wgmma", dtype, preset)
             for dtype, preset in (
                 (BFLOAT16, "BF16_BF16_F32"),
@@ -132,33 +158,108 @@ def tensor_cores(failures: list) -> int:
                 (FLOAT32, "TF32_TF32_F32_X3"),
             )
         ]
-    calls = 0
-    for algorithm, dtype, preset in cases:
-        for M, N, K in ((130, 197, 70), (256, 256, 256)):
+    cases = []
+    for algorithm, dtype, preset in runs:
+        for M, N, K in ((130, 197, 70), (256, 256, 256)):  # cp.async; TMA (host maps)
             for layout in ("row", "a_col"):
-                a, b = make_operands(M, N, K, dtype, layout, RNG, to_device=True)
-                out = poisoned((M, N), dtype, to_device=True)
-                numba_gemm.matmul(a, b, out, precision=preset, algorithm=algorithm)
-                bound = preset_tolerance(PRESETS[preset], dtype, K)
-                what = f"{algorithm} {preset} {M}x{N}x{K} {layout}"
-                _check(what, out, reference(a, b), bound, failures)
-                calls += 1
-    return calls
+
+                def run(algorithm=algorithm, dtype=dtype, preset=preset, shape=(M, N, K),
+                        layout=layout):  # fmt: skip
+                    a, b = make_operands(*shape, dtype, layout, RNG, to_device=True)
+                    out = poisoned(shape[:2], dtype, to_device=True)
+                    numba_gemm.matmul(a, b, out, precision=preset, algorithm=algorithm)
+                    bound = preset_tolerance(PRESETS[preset], dtype, shape[2])
+                    return _within(out, reference(a, b), bound)
+
+                cases.append((f"{algorithm} {preset} {M}x{N}x{K} {layout}", run))
+    if _hopper():
+        for dtype in (BFLOAT16, FLOAT32):
+            for shape in ((136, 200, 72), (256, 256, 256)):  # edges; whole tiles
+                name = f"wgmma device maps {dtype.name} {'x'.join(map(str, shape))}"
+                cases.append((name, functools.partial(_device_maps, shape, dtype)))
+    for preset in SPLIT_PRESETS:
+        algorithms = ("mma", "wgmma") if preset == "TF32_TF32_F32_X3" and _hopper() else ("mma",)
+        for algorithm in algorithms:
+            run = functools.partial(_infinities, preset, algorithm)
+            cases.append((f"{algorithm} {preset} with inf", run))
+    return cases
+
+
+def _device_maps(shape, dtype):
+    """The ``wgmma`` kernel as XLA's kernel call runs it: each CTA completes the tensor-map
+    templates with the operands' addresses and publishes them to its slots of a workspace."""
+    from numba_gemm.api import plan
+    from numba_gemm.descriptor import describe
+    from numba_gemm.kernels.tma import map_workspace
+    from numba_gemm.launch import launch_kernel
+
+    M, N, K = shape
+    preset = PRESETS["TF32_TF32_F32" if dtype == FLOAT32 else "BF16_BF16_F32"]
+    a, b = make_operands(M, N, K, dtype, "row", RNG, to_device=True)
+    out = poisoned((M, N), FLOAT32, to_device=True)
+    workspaces = []
+
+    def workspace(nbytes):
+        workspaces.append(cuda.device_array(nbytes, np.uint8))
+        return map_workspace(nbytes, workspaces[-1])
+
+    launch = plan(describe(a, "a"), describe(b, "b"), describe(out, "out"), "wgmma", None,
+                  preset, "device", workspace)  # fmt: skip
+    launch_kernel(launch)
+    return _within(out, reference(a, b), preset_tolerance(preset, dtype, K, FLOAT32))
+
+
+def _infinities(preset: str, algorithm: str) -> str | None:
+    """A split preset on operands with infinite elements: NaN, +inf and -inf exactly where
+    NumPy's product has them, the finite elements within the preset's tolerance."""
+    a, b = make_operands(70, 130, 96, FLOAT32, "row", RNG)
+    a[1, 3], a[2, 5], b[4, 1] = np.inf, -np.inf, np.inf
+    out = numba_gemm.matmul(cuda.to_device(a), cuda.to_device(b), precision=preset,
+                            algorithm=algorithm).copy_to_host()  # fmt: skip
+    with np.errstate(invalid="ignore"):
+        expected = a.astype(np.float64) @ b
+    special = ~np.isfinite(expected)
+    if not (np.isnan(out) == np.isnan(expected)).all() or not np.array_equal(
+        out[special], expected[special], equal_nan=True
+    ):
+        return "NaN or inf where NumPy's product has none, or none where it has"
+    return _within(
+        out[~special], expected[~special], preset_tolerance(PRESETS[preset], FLOAT32, 96)
+    )
+
+
+def cases(quick: bool) -> list[Case]:
+    configs = {
+        dtype: (DEFAULT_CONFIGS[dtype],) if quick else (*space, DEFAULT_CONFIGS[dtype])
+        for dtype, space in SEARCH_SPACE.items()
+    }
+    return tiled(configs) + loop_orders() + triple(quick) + tensor_cores()
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="one tile config per dtype")
+    parser.add_argument("--part", default="1/1", help="K/N: the K-th of N parts of the cases")
+    parser.add_argument("--list", action="store_true", help="print the cases and stop")
     args = parser.parse_args(argv)
-    configs = {
-        dtype: (DEFAULT_CONFIGS[dtype],) if args.quick else (*space, DEFAULT_CONFIGS[dtype])
-        for dtype, space in SEARCH_SPACE.items()
-    }
-    failures: list = []
-    calls = tiled(configs, failures) + loop_orders(failures) + triple(args.quick, failures)
-    calls += tensor_cores(failures)
+    part = re.fullmatch(r"(\d+)/(\d+)", args.part)
+    if not part or not 1 <= int(part[1]) <= int(part[2]):
+        parser.error(f"--part must be K/N with 1 <= K <= N; got {args.part!r}")
+    every = cases(args.quick)
+    # Contiguous parts: a config's cases, which share its compiled kernels, stay together.
+    size = -(-len(every) // int(part[2]))
+    chosen = every[(int(part[1]) - 1) * size : int(part[1]) * size]
+    if args.list:
+        print("\n".join(name for name, _ in chosen))
+        return 0
+    failures = []
+    for name, run in chosen:
+        wrong = run()
+        if wrong:
+            failures.append(f"{name}: {wrong}")
+        print(f"checked {name}", flush=True)  # progress: a run cut short shows what it covered
     cuda.synchronize()
-    print(f"{calls} calls checked, {len(failures)} wrong")
+    print(f"{len(chosen)} calls checked, {len(failures)} wrong")
     for failure in failures:
         print("  " + failure)
     return 1 if failures else 0
