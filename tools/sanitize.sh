@@ -23,8 +23,11 @@ unset NUMBA_ENABLE_CUDASIM
 TOOLS=(memcheck racecheck synccheck initcheck)
 for tool in "${TOOLS[@]}"; do
   extra=()
-  [ "$tool" = memcheck ] && extra=(--leak-check no)
-  compute-sanitizer --tool "$tool" "${extra[@]}" --print-limit 20 --error-exitcode 3 \
+  # memcheck also reports driver calls that return an error: cuda-bindings' loader probes, at
+  # initialisation, entry points an older driver lacks (cuGetProcAddress_v2 failing), none of
+  # them the library's; every driver call of the library is checked in code and raises.
+  [ "$tool" = memcheck ] && extra=(--leak-check no --report-api-errors no)
+  compute-sanitizer --tool "$tool" "${extra[@]}" --print-limit 100 --error-exitcode 3 \
     "$PY" tools/sanitize_calls.py "$@" > "$LOGS/$tool.log" 2>&1 &
 done
 wait
