@@ -7,7 +7,8 @@
 #
 #   bash tools/sanitize.sh [--quick] [--part K/N]
 #
-# --quick: one tile config per dtype; --part K/N: the K-th of N parts of the calls. On a machine
+# --quick: one tile config per dtype; --part K/N: the K-th of N parts of the calls;
+# SANITIZE_TOOLS="racecheck initcheck" runs only those tools. On a machine
 # of several GPUs the parts run at once, one per GPU, each with its own logs:
 #   for k in 1 2; do CUDA_VISIBLE_DEVICES=$((k-1)) SANITIZE_LOGS=/tmp/sanitize-$k \
 #     bash tools/sanitize.sh --part $k/2 & done; wait
@@ -20,13 +21,10 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 unset NUMBA_ENABLE_CUDASIM
 # Numba's own launches allocate through cuMemAlloc; the library's pool through
 # cuMemAllocFromPoolAsync, which compute-sanitizer tracks too (no pool-specific flag needed).
-TOOLS=(memcheck racecheck synccheck initcheck)
+read -ra TOOLS <<< "${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}"
 for tool in "${TOOLS[@]}"; do
   extra=()
-  # memcheck also reports driver calls that return an error: cuda-bindings' loader probes, at
-  # initialisation, entry points an older driver lacks (cuGetProcAddress_v2 failing), none of
-  # them the library's; every driver call of the library is checked in code and raises.
-  [ "$tool" = memcheck ] && extra=(--leak-check no --report-api-errors no)
+  [ "$tool" = memcheck ] && extra=(--leak-check no)
   compute-sanitizer --tool "$tool" "${extra[@]}" --print-limit 100 --error-exitcode 3 \
     "$PY" tools/sanitize_calls.py "$@" > "$LOGS/$tool.log" 2>&1 &
 done

@@ -200,7 +200,11 @@ def _device_maps(shape, dtype):
     workspaces = []
 
     def workspace(nbytes):
-        workspaces.append(cuda.device_array(nbytes, np.uint8))
+        # Zeroed, though each CTA writes its slots before anything reads them: initcheck does
+        # not count tensormap.cp_fenceproxy's writes as initialising them, and sees the proxy
+        # fence and the TMA unit after it read uninitialised memory (1024 reports of 4-byte
+        # reads by warp 0 of every CTA, every result right).
+        workspaces.append(cuda.to_device(np.zeros(nbytes, np.uint8)))
         return map_workspace(nbytes, workspaces[-1])
 
     launch = plan(describe(a, "a"), describe(b, "b"), describe(out, "out"), "wgmma", None,
