@@ -21,7 +21,8 @@ shipped tile config, on shapes with edge tiles and with whole tiles, each result
 
 Each case is one call whose result is checked. ``--quick`` keeps one tile config per dtype (a
 smoke run); ``--part K/N`` runs the K-th of N contiguous parts of the cases, so that N
-processes (one per GPU) share a run; ``--list`` prints the cases. Exits non-zero if any
+processes (one per GPU) share a run; ``--match REGEX`` keeps the cases whose names match;
+``--list`` prints the cases. Exits non-zero if any
 result is wrong; compute-sanitizer's own exit code reports what it found.
 """
 
@@ -245,6 +246,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="one tile config per dtype")
     parser.add_argument("--part", default="1/1", help="K/N: the K-th of N parts of the cases")
     parser.add_argument("--list", action="store_true", help="print the cases and stop")
+    parser.add_argument("--match", help="only the cases (of the part) whose names match REGEX")
     args = parser.parse_args(argv)
     part = re.fullmatch(r"(\d+)/(\d+)", args.part)
     if not part or not 1 <= int(part[1]) <= int(part[2]):
@@ -253,6 +255,8 @@ def main(argv=None) -> int:
     # Contiguous parts: a config's cases, which share its compiled kernels, stay together.
     size = -(-len(every) // int(part[2]))
     chosen = every[(int(part[1]) - 1) * size : int(part[1]) * size]
+    if args.match:
+        chosen = [case for case in chosen if re.search(args.match, case[0])]
     if args.list:
         print("\n".join(name for name, _ in chosen))
         return 0
