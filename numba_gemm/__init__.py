@@ -15,14 +15,14 @@ __version__ = "0.1.0"  # the one place the version is set (pyproject.toml reads 
 
 
 def _initialise_cuda_driver() -> None:
-    """``cuInit`` once, here, in the importing thread, through cuda.bindings, as Numba calls
-    it (no Numba import, which would fix the simulator choice too early; a ``cuInit`` through
-    the driver library itself made cuda.bindings' own loader fail 34 of its probes later).
-    Numba marks its driver initialised before its own ``cuInit`` returns, so threads that make
-    their first CUDA calls at once (``cuda.to_device`` in each worker of a server) race it: all
-    but one get ``CUDA_ERROR_NOT_INITIALIZED``. With the driver initialised first there is
-    nothing to race. Nothing happens on the simulator or without a driver (errors come at first
-    use)."""
+    """``cuInit`` once, here, in the importing thread, through cuda.bindings as Numba calls it
+    (its loader resolves the driver's entry points on this first call; a ``cuInit`` through
+    libcuda itself before it makes its probes fail, which compute-sanitizer reports), without
+    importing Numba, which would fix the simulator choice too early. Numba marks its driver
+    initialised before its own ``cuInit`` returns, so threads that make their first CUDA calls
+    at once (``cuda.to_device`` in each worker of a server) race it: all but one get
+    ``CUDA_ERROR_NOT_INITIALIZED``. With the driver initialised first there is nothing to race.
+    Nothing happens on the simulator or without a driver (errors come at first use)."""
     if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
         return
     try:
