@@ -302,16 +302,13 @@ def bind(lhs, rhs, dimension_numbers, **params):
     operands in the way (the fewest first) are laid out anew (``lax.transpose``: a copy each,
     as XLA inserts for its own dots) by :func:`_canonical`; the result's axes are the same."""
     (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
-    layouts = (  # per operand: as given (no permutation), laid out anew
-        ((None, lhs_contract, lhs_batch), _canonical(np.shape(lhs), lhs_contract, lhs_batch, True)),
-        (
-            (None, rhs_contract, rhs_batch),
-            _canonical(np.shape(rhs), rhs_contract, rhs_batch, False),
-        ),
-    )
-    for lhs_moved, rhs_moved in ((0, 0), (0, 1), (1, 0), (1, 1)):
-        (lhs_axes, lc, lb), (rhs_axes, rc, rb) = layouts[0][lhs_moved], layouts[1][rhs_moved]
-        operands = [(x, axes) for x, axes in ((lhs, lhs_axes), (rhs, rhs_axes))]
+    lhs_layouts = ((None, lhs_contract, lhs_batch),
+                   _canonical(np.shape(lhs), lhs_contract, lhs_batch, True))  # fmt: skip
+    rhs_layouts = ((None, rhs_contract, rhs_batch),
+                   _canonical(np.shape(rhs), rhs_contract, rhs_batch, False))  # fmt: skip
+    for lhs_moved, rhs_moved in ((0, 0), (0, 1), (1, 0), (1, 1)):  # as given; then anew
+        (lhs_axes, lc, lb), (rhs_axes, rc, rb) = lhs_layouts[lhs_moved], rhs_layouts[rhs_moved]
+        operands = ((lhs, lhs_axes), (rhs, rhs_axes))
         shapes = [np.shape(x) if axes is None else tuple(np.shape(x)[a] for a in axes)
                   for x, axes in operands]  # fmt: skip
         dims = ((lc, rc), (lb, rb))
