@@ -36,7 +36,7 @@ from .launch import (
 )
 from .loops import fold_loops
 from .precision import Preset, default_preset, normalise, output_dtypes, resolve
-from .prepared import PreparedCalls
+from .prepared import Done, PreparedCall, PreparedCalls
 from .tuned_configs import config_for
 
 __all__ = [
@@ -56,7 +56,8 @@ __all__ = [
     "check_output_memory",
     "describe_matmul",
     "describe_product",
-    "fill_zeros",
+    "zero_fill_launches",
+    "prepared_call",
     "flipped_host",
     "positive_host",
     "through_fresh_out",
@@ -312,7 +313,7 @@ def matmul(
     precision: Any = None,
     algorithm: str = "auto",
     config: TileConfig | MmaConfig | WgmmaConfig | None = None,
-    stream: Any = 0,
+    stream: Any = None,
 ) -> Any:
     """``a @ b`` with NumPy's ``matmul`` semantics; float32, float64, bfloat16 or float16; any
     strides.
@@ -354,60 +355,83 @@ def matmul(
     this device, dtype, layout and shape class: :func:`numba_gemm.tuned_configs.config_for`), or
     the mma kernel's ``MmaConfig``, or the wgmma kernel's ``WgmmaConfig``.
 
-    ``stream``: the stream the kernel runs on: a Numba stream, a raw ``CUstream`` handle (an
-    int), or 0 (default: the legacy default stream). Foreign
-    device arrays offering DLPack are ordered before it; device results are not synchronised, as
-    with any kernel launch. A new device result comes from the library's stream-ordered pool and
-    goes back to it on ``stream`` once dropped (``launch.new_device_array``).
+    ``stream``: the stream the kernels run on: a Numba, PyTorch or CuPy stream, or a raw
+    ``CUstream`` handle (an int; 0 is the legacy default stream). ``None`` (default): PyTorch's
+    current stream for PyTorch tensors, CuPy's for CuPy arrays, else the legacy default stream.
+    The launch is ordered after the work PyTorch and CuPy have queued on their current stream
+    and after the computation of a JAX array (and of any DLPack producer); Numba arrays, as with
+    any Numba launch, are the caller's to order. Device results are not synchronised. A new
+    device result comes from the library's stream-ordered pool and goes back to it on the
+    launch's stream once dropped (``launch.new_device_array``).
 
-    Repeated calls with the same Numba device arrays and arguments launch the plan prepared by
-    the first (``numba_gemm.prepared``): one ``cuLaunchKernel`` per launch. Safe from any number
-    of host threads (on the simulator the library serialises launches).
+    The first call with a given signature (the arrays' kinds, dtypes, shapes, strides and
+    alignment, and every other argument, the stream and the device) validates and plans; later
+    calls with that signature, on these arrays or any others, read the arrays' addresses,
+    check what changed and launch the prepared plan (``numba_gemm.prepared``). Safe from any
+    number of host threads (on the simulator the library serialises launches).
     """
+    return _CALLS.call(_prepare_matmul, (a, b), out, (precision, algorithm, config), stream)
+
+
+def _prepare_matmul(operands: tuple, out: Any, options: tuple, stream: Any):
+    """``matmul``'s first call of a signature (``numba_gemm.prepared``): every check, then the
+    plan of each launch as a :class:`PreparedCall`; for host memory, the whole call run here
+    (:class:`Done`)."""
+    (a, b), (precision, algorithm, config) = operands, options
     check_algorithm(algorithm, config)
     precision = normalise(precision)
     stream = checked_stream(stream)
-    operands = (a, b)
-    key = _CALLS.key(operands, out, (precision, algorithm, config), stream)
-    if key is not None and (result := _CALLS.run(key, operands, out, stream)) is not None:
-        return result
     if flipped_host(out):
-        return through_fresh_out(
-            out,
-            lambda fresh: matmul(
-                a, b, fresh, precision=precision, algorithm=algorithm, config=config,
-                stream=stream,
-            ),
+        return Done(
+            through_fresh_out(
+                out,
+                lambda fresh: matmul(
+                    a, b, fresh, precision=precision, algorithm=algorithm, config=config,
+                    stream=stream,
+                ),
+            )
         )  # fmt: skip
     product = describe_matmul(positive_host(a), positive_host(b), out, stream, precision)
     preset = product.preset
     check_preset(preset, algorithm, config)
     if config is not None:
         config.check(storage_dtype(product.dtype) if preset.tensor_cores else product.dtype)
-    parts = product.parts
-    if key is None:
-        for a_desc, b_desc, out_desc in parts:
+    if not product.out.on_device:
+        for a_desc, b_desc, out_desc in product.parts:
             execute(a_desc, b_desc, out_desc, algorithm, config, stream, preset)
-    else:
-        _CALLS.prepare(
-            key,
-            operands,
-            out,
-            [
-                plan(a_desc, b_desc, out_desc, algorithm, config, preset)
-                for a_desc, b_desc, out_desc in parts
-            ],
-            product.keep,
-            product.out.shape,
-            product.out.dtype,
-            stream,
-            product.out.address,
-        )
-    return product.out.source
+        return Done(product.out.source)
+    launches = [plan(*part, algorithm, config, preset) for part in product.parts]
+    return prepared_call(launches, product.inputs, product.out, out is not None, product.keep,
+                         stream)  # fmt: skip
 
 
-# Repeated calls with the same Numba device arrays skip describing, checking and planning
-# (numba_gemm.prepared).
+def prepared_call(
+    launches: list[KernelLaunch],
+    inputs: tuple,
+    out: ArrayDesc | MatrixDesc,
+    out_given: bool,
+    keep: tuple,
+    stream: Any,
+) -> PreparedCall:
+    """The :class:`PreparedCall` of ``launches`` on the validated ``inputs`` (descriptors;
+    None for one the launches never read) and ``out``."""
+    arrays = (*inputs, out) if out_given else inputs
+    return PreparedCall(
+        launches,
+        tuple(None if x is None else x.name for x in arrays),
+        tuple(0 if x is None else x.address for x in arrays),
+        tuple(0 if x is None else x.span * x.dtype.itemsize for x in arrays),
+        out.device,
+        keep,
+        out_given,
+        out.shape,
+        out.dtype,
+        out.address,
+        stream,
+    )
+
+
+# Every call on device arrays goes through its prepared call (numba_gemm.prepared).
 _CALLS = PreparedCalls()
 
 
@@ -437,13 +461,15 @@ class Product(NamedTuple):
     """A validated ``matmul``: ``parts``, the (a, b, out) descriptors of each launch (a batch of
     products each; none for an empty result); ``out``, the whole result; ``dtype``, the
     operands'; ``keep``, buffers the launches read that the caller must hold (the zero operands
-    of K = 0); ``preset``, the precision it is computed at."""
+    of K = 0); ``preset``, the precision it is computed at; ``inputs``, the descriptors of
+    ``a`` and ``b`` (None for those the launches never read: K = 0)."""
 
     parts: list
     out: ArrayDesc
     dtype: np.dtype
     keep: tuple
     preset: Preset
+    inputs: tuple
 
 
 def describe_matmul(a: Any, b: Any, out: Any, stream: Any = 0, precision: Any = None) -> Product:
@@ -517,14 +543,14 @@ def describe_matmul(a: Any, b: Any, out: Any, stream: Any = 0, precision: Any = 
         )
         if n != 1
     ]
-    dtype, keep = a.dtype, ()
+    dtype, keep, inputs = a.dtype, (), (a, b)
     if out.span == 0:  # M, N or a batch extent is 0: nothing to compute
-        return Product([], out, dtype, keep, preset)
+        return Product([], out, dtype, keep, preset, (None, None))
     a_mat = (a, (M, K), tuple(a_strides[-2:]))
     b_mat = (b, (K, N), tuple(b_strides[-2:]))
     if K == 0:  # every element of the result is an empty sum: 0
         zero = _zero_element(dtype, a.on_device, stream)
-        keep = (zero,)
+        keep, inputs = (zero,), (None, None)
         a_mat, b_mat = (zero, (M, 1), (0, 0)), (zero, (1, N), (0, 0))
         loops = [(n, (0, 0, s_out)) for n, (_, _, s_out) in loops]
     loops = fold_loops(loops)
@@ -545,7 +571,7 @@ def describe_matmul(a: Any, b: Any, out: Any, stream: Any = 0, precision: Any = 
                     )
                 )
             )
-    return Product(parts, out, dtype, keep, preset)
+    return Product(parts, out, dtype, keep, preset, inputs)
 
 
 def _zero_element(dtype: np.dtype, on_device: bool, stream: Any = 0) -> ArrayDesc:
@@ -583,14 +609,13 @@ def describe_product(
     return descs, out_desc, preset
 
 
-def fill_zeros(out: MatrixDesc, stream: Any = 0) -> list:
-    """Write 0 to every element of ``out`` (the result of a product with an empty inner
-    dimension) with the product kernels on zero operands; returns what the launches read,
-    for the caller to hold."""
+def zero_fill_launches(out: MatrixDesc, stream: Any = 0) -> tuple[list, list]:
+    """The launches that write 0 to every element of ``out`` (the result of a product with an
+    empty inner dimension): the product kernels on zero operands; and what they read, for the
+    caller to hold."""
     zero = _zero_element(out.dtype, out.on_device, stream)
     M, N = out.shape
-    execute(zero.matrix((M, 1), (0, 0)), zero.matrix((1, N), (0, 0)), out, "auto", None, stream)
-    return [zero]
+    return [plan(zero.matrix((M, 1), (0, 0)), zero.matrix((1, N), (0, 0)), out)], [zero]
 
 
 def execute(

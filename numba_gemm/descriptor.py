@@ -39,6 +39,7 @@ __all__ = [
     "describe",
     "describe_array",
     "scratch_desc",
+    "host_view",
     "read_cuda_array_interface",
     "transpose_view",
     "current_device",
@@ -695,6 +696,14 @@ def scratch_desc(name: str, shape: tuple, dtype, array: Any = None) -> MatrixDes
         address, on_device = array.__cuda_array_interface__["data"][0], True
     return MatrixDesc(name, tuple(shape), (shape[1], 1), np.dtype(dtype), array, on_device,
                       address, array)  # fmt: skip
+
+
+def host_view(address: int, dtype: np.dtype, count: int) -> np.ndarray:
+    """The writable 1-D NumPy array of ``count`` elements of ``dtype`` at host ``address``: on
+    the simulator, whose device memory is host memory, a prepared launch pointed at another
+    array's address (``launch.PreparedLaunch.rebind``) reads and writes it through this."""
+    memory = (ctypes.c_char * max(count * dtype.itemsize, 1)).from_address(address)
+    return np.frombuffer(memory, dtype, count)
 
 
 def transpose_view(x: Any) -> Any:

@@ -23,8 +23,10 @@ from .descriptor import (
     MatrixDesc,
     context_handle,
     describe_array,
+    host_view,
     is_int,
 )
+from .kernels.tma import TensorMapArg
 
 __all__ = [
     "cdiv",
@@ -467,8 +469,9 @@ def numba_parameters(args: tuple) -> list:
     """The kernel parameters of ``args`` in Numba's layout, every one 8 bytes: per array
     meminfo (0), parent (0), item count, item size, data pointer, shape, stride in bytes
     (1-D buffers of ``span`` elements); per int the int. The data pointer is left as the
-    :class:`MatrixDesc` itself, for the launcher to fill in (an address, or XLA's buffer); a
-    tuple's ints one after another (Numba passes a tuple's elements as parameters)."""
+    :class:`MatrixDesc` itself, for the launcher to fill in (an address, or XLA's buffer), and
+    so is a host-encoded tensor map (a ``TensorMapArg``: its address); a tuple's ints one after
+    another (Numba passes a tuple's elements as parameters)."""
     values = []
     for a in args:
         if isinstance(a, MatrixDesc):
@@ -597,33 +600,65 @@ def launch_kernel(launch: KernelLaunch, stream=0) -> None:
     parameter layout (:func:`numba_parameters`) into one buffer and calls ``cuLaunchKernel``
     directly (:class:`PreparedLaunch`). On the simulator it is Numba's launch.
     """
-    if simulated():
-        with SIMULATOR_LOCK:
-            launch.kernel[launch.grid, launch.block, stream, launch.shared](
-                *(_simulated_argument(a) for a in launch.args)
-            )
-        return
     PreparedLaunch(launch, stream)()
 
 
 def _simulated_argument(x):
     """A launch argument for the simulator: a matrix's buffer as a simulated device array over
-    the same memory. A NumPy array would be copied in and its whole span copied back after the
-    kernel, over memory between a view's rows that the kernel never writes (and that another
-    thread may be writing)."""
+    the same memory (a NumPy array would be copied in and its whole span copied back after the
+    kernel, over memory between a view's rows that the kernel never writes and another thread
+    may be writing); a host-encoded tensor map as its twin's key."""
+    if isinstance(x, TensorMapArg):
+        return x.address()
     if not isinstance(x, MatrixDesc):
         return x
     buffer = x.buffer()
     return DeviceNDArray(buffer) if isinstance(buffer, np.ndarray) else buffer
 
 
+def _moved(arg, delta: int):
+    """Simulator: a launch argument (matrix or tensor map) ``delta`` bytes further on, a matrix
+    over the memory there."""
+    if isinstance(arg, TensorMapArg):
+        return arg.moved(delta)
+    address = arg.address + delta
+    return replace(arg, address=address, data=host_view(address, arg.dtype, arg.span))
+
+
 class PreparedLaunch:
-    """A :class:`KernelLaunch` on a GPU with everything resolved once: the compiled function
-    (opted in to its dynamic shared memory), the packed parameter buffer and the stream.
-    Calling it is one ``cuLaunchKernel``: what a repeated call of the same product needs; for a
-    ``programmatic`` launch one ``cuLaunchKernelEx`` with programmatic stream serialization."""
+    """A :class:`KernelLaunch` with everything resolved once: the compiled function (opted in to
+    its dynamic shared memory), the packed parameter buffer and the stream. Calling it is one
+    ``cuLaunchKernel`` (for a ``programmatic`` launch one ``cuLaunchKernelEx`` with
+    programmatic stream serialization): what a repeated call of the same product needs.
+
+    :meth:`rebind` points the arguments of one matrix (its pointers and the tensor maps made
+    for it) elsewhere: a prepared call reused on other arrays of the same signature
+    (``numba_gemm.prepared``). On the simulator the launch is Numba's, on the arguments as
+    rebound."""
 
     def __init__(self, launch: KernelLaunch, stream=0):
+        self.programmatic = launch.programmatic
+        self._stream = stream
+        # matrix name -> (index in the buffer, the planned address or tensor map) of each of
+        # its pointers and maps. Only addresses are kept, never the arrays: whoever launches
+        # this keeps the operands alive.
+        self._slots: dict = {}
+        parameters = numba_parameters(launch.args)
+        values = []
+        for index, value in enumerate(parameters):
+            if isinstance(value, MatrixDesc):
+                self._slots.setdefault(value.name, []).append((index, value.address))
+                value = value.address
+            elif isinstance(value, TensorMapArg):
+                self._slots.setdefault(value.name, []).append((index, value))
+                value = 0 if simulated() else value.address()
+            values.append(value)
+        if simulated():  # Numba's launch, of the arguments without the caller's arrays
+            self._plan = replace(launch, args=tuple(
+                replace(a, source=None, data=None) if isinstance(a, MatrixDesc) else a
+                for a in launch.args))  # fmt: skip
+            self._moves: dict = {}  # matrix name -> bytes its arguments moved
+            return
         # A function belongs to the context it was loaded in: one per device.
         key = (context_handle(), launch.kernel, launch.arg_kinds())
         compiled = _compiled.get(key)
@@ -631,12 +666,6 @@ class PreparedLaunch:
             compiled = _compiled[key] = _Compiled(launch.kernel, kernel_signature(*key[1:]))
         if launch.shared > compiled.shared_allowed:
             compiled.allow_shared(launch.shared)
-        parameters = numba_parameters(launch.args)
-        self._slots: dict = {}  # matrix name -> (index in the buffer, address) of its pointers
-        for index, value in enumerate(parameters):
-            if isinstance(value, MatrixDesc):
-                self._slots.setdefault(value.name, []).append((index, value.address))
-        values = [v.address if isinstance(v, MatrixDesc) else v for v in parameters]
         self._params = ctypes.create_string_buffer(
             struct.pack(f"{len(values)}q", *values), 8 * len(values)
         )
@@ -648,11 +677,8 @@ class PreparedLaunch:
             ctypes.addressof(self._size),
             _END,
         )
-        # Only addresses are kept: whoever holds this keeps the operands alive (and may hold
-        # them weakly, as numba_gemm.triple's cache does).
         from cuda.bindings import driver as cu
 
-        self.programmatic = launch.programmatic
         if launch.programmatic:
             self._launch = cu.cuLaunchKernelEx
             self._arguments = (
@@ -676,15 +702,38 @@ class PreparedLaunch:
             )
         self._success = cu.CUresult.CUDA_SUCCESS  # no import per call
 
-    def rebind(self, name: str, address: int, prepared_address: int) -> None:
-        """Point the arguments named ``name`` (if any) into a matrix of the same shape, strides
-        and dtype as the one this launch was prepared for, elsewhere in memory (a fresh output):
-        each pointer moves from ``prepared_address`` to ``address`` (a part of a batch keeps its
-        offset). CUDA copies the parameters when the kernel is launched, not when it runs."""
-        for index, prepared in self._slots.get(name, ()):
-            struct.pack_into("q", self._params, 8 * index, address + prepared - prepared_address)
+    def names(self) -> set:
+        """The names of the matrices this launch takes (what :meth:`rebind` can move)."""
+        return set(self._slots)
+
+    def rebind(self, name: str, delta: int) -> None:
+        """Point the arguments of the matrix named ``name`` (if any) ``delta`` bytes from where
+        they were planned: its pointers (each part of a batch keeps its offset) and the tensor
+        maps made for it (encoded on first use of an address). The matrix there must have the
+        planned one's shape, strides and dtype. CUDA copies the parameters when the kernel is
+        launched, not when it runs."""
+        if simulated():
+            self._moves[name] = delta
+            return
+        for index, planned in self._slots.get(name, ()):
+            if isinstance(planned, TensorMapArg):
+                value = planned.moved(delta).address() if delta else planned.address()
+            else:
+                value = planned + delta
+            struct.pack_into("q", self._params, 8 * index, value)
 
     def __call__(self) -> None:
+        if simulated():
+            launch, moves = self._plan, self._moves
+            args = tuple(
+                _moved(a, moves.get(a.name, 0)) if isinstance(a, (MatrixDesc, TensorMapArg)) else a
+                for a in launch.args
+            )
+            with SIMULATOR_LOCK:
+                launch.kernel[launch.grid, launch.block, self._stream, launch.shared](
+                    *(_simulated_argument(a) for a in args)
+                )
+            return
         result = self._launch(*self._arguments)
         if result[0] != self._success:
             _checked(result, "cuLaunchKernelEx" if self.programmatic else "cuLaunchKernel")

@@ -14,12 +14,13 @@ from .api import (
     check_choice,
     check_config,
     describe_product,
-    fill_zeros,
     flipped_host,
     plan,
     positive_host,
+    prepared_call,
     run_in_memory_space,
     through_fresh_out,
+    zero_fill_launches,
 )
 from .descriptor import MatrixDesc, context_handle
 from .kernels.tiled import TileConfig, for_edge_tiles, valid_or
@@ -50,7 +51,7 @@ from .launch import (
     zero_fill,
 )
 from .precision import Preset, default_preset, normalise
-from .prepared import PreparedCalls
+from .prepared import Done, PreparedCalls
 from .tuned_configs import SEARCH_SPACE, config_for_shape
 
 __all__ = [
@@ -499,7 +500,7 @@ def triple(
     order: str = "auto",
     config: TileConfig | None = None,
     precision: Any = None,
-    stream: Any = 0,
+    stream: Any = None,
 ) -> Any:
     """D = A @ B @ C for A (M x K1), B (K1 x K2), C (K2 x N): float32, float64, bfloat16 or
     float16, any strides
@@ -528,31 +529,38 @@ def triple(
     :func:`fused_config`; ``split_k`` > 1 runs several thread groups per tile, and two CTAs
     per SM where :func:`fused_ctas_per_sm` says).
 
-    Without ``out``, D is a new row-major array (on the GPU from the library's memory pool:
-    ``launch.new_device_array``). Repeated calls with the same Numba device arrays and
-    arguments launch the plan prepared by the first (``numba_gemm.prepared``).
+    ``stream``: as ``matmul``'s (by default PyTorch's or CuPy's current stream for their
+    arrays). Without ``out``, D is a new row-major array (on the GPU from the library's memory
+    pool: ``launch.new_device_array``). As ``matmul``, the first call of a signature validates
+    and plans, and later ones launch that plan on their arrays (``numba_gemm.prepared``).
     """
+    # The thread is part of the key: a prepared call holds its thread's scratch (_stream_key).
+    options = (algorithm, order, config, precision, threading.get_ident())
+    return _CALLS.call(_prepare_triple, (a, b, c), out, options, stream)
+
+
+def _prepare_triple(operands: tuple, out: Any, options: tuple, stream: Any):
+    """``triple``'s first call of a signature (``numba_gemm.prepared``): every check, then the
+    plan as a :class:`PreparedCall`; for host memory, the whole call run here (:class:`Done`)."""
+    (a, b, c), (algorithm, order, config, precision, _) = operands, options
     check_triple_arguments(algorithm, order, config)
     precision = normalise(precision)
     stream = checked_stream(stream)
     if flipped_host(out):
-        return through_fresh_out(
-            out,
-            lambda fresh: triple(
-                a, b, c, fresh, algorithm=algorithm, order=order, config=config,
-                precision=precision, stream=stream,
-            ),
+        return Done(
+            through_fresh_out(
+                out,
+                lambda fresh: triple(
+                    a, b, c, fresh, algorithm=algorithm, order=order, config=config,
+                    precision=precision, stream=stream,
+                ),
+            )
         )  # fmt: skip
-    a, b, c = positive_host(a), positive_host(b), positive_host(c)
-    operands = (a, b, c)
-    # The thread is part of the key: a cached call holds its thread's scratch (_stream_key).
-    key = _CALLS.key(
-        operands, out, (algorithm, order, config, precision, threading.get_ident()), stream
-    )
-    if key is not None and (result := _CALLS.run(key, operands, out, stream)) is not None:
-        return result
     (a_desc, b_desc, c_desc), out_desc, preset = describe_product(
-        (("a", a), ("b", b), ("c", c)), out, stream, precision
+        (("a", positive_host(a)), ("b", positive_host(b)), ("c", positive_host(c))),
+        out,
+        stream,
+        precision,
     )
     dtype = a_desc.dtype
     if config is not None:
@@ -561,19 +569,19 @@ def triple(
                 f"config sets the fused kernel's tiles; precision {preset.name} runs unfused"
             )
         config.check(dtype)
-    if out_desc.span == 0:  # M or N is 0: an empty result
-        return out_desc.source
-    if 0 in (a_desc.shape[1], c_desc.shape[0]):  # K1 or K2 is 0: every element is 0
-        fill_zeros(out_desc, stream)
-        return out_desc.source
-
-    scratch = []  # the intermediate (a cache entry keeps it alive)
+    inputs, keep = (a_desc, b_desc, c_desc), []  # keep: scratch, or the zeros of K = 0
 
     def allocate_scratch(shape, name):
-        scratch.append(_INTERMEDIATES.get(shape, dtype, stream, name))
-        return scratch[-1]
+        keep.append(_INTERMEDIATES.get(shape, dtype, stream, name))
+        return keep[-1]
 
     def launches(a, b, c, out):
+        if out.span == 0:  # M or N is 0: an empty result
+            return []
+        if 0 in (a.shape[1], c.shape[0]):  # K1 or K2 is 0: every element is 0
+            zero_launches, zeros = zero_fill_launches(out, stream)
+            keep.extend(zeros)
+            return zero_launches
         return plan_triple(
             a,
             b,
@@ -587,23 +595,14 @@ def triple(
             preset=preset,
         )
 
-    if key is None:
-        run_in_memory_space((a_desc, b_desc, c_desc), out_desc, launches, stream)
-    else:
-        _CALLS.prepare(
-            key,
-            operands,
-            out,
-            launches(a_desc, b_desc, c_desc, out_desc),
-            scratch,
-            out_desc.shape,
-            dtype,
-            stream,
-            out_desc.address,
-        )
-    return out_desc.source
+    if not out_desc.on_device:
+        run_in_memory_space(inputs, out_desc, launches, stream)
+        return Done(out_desc.source)
+    planned = launches(*inputs, out_desc)
+    if out_desc.span == 0 or 0 in (a_desc.shape[1], c_desc.shape[0]):
+        inputs = (None, None, None)  # never read
+    return prepared_call(planned, inputs, out_desc, out is not None, tuple(keep), stream)
 
 
-# Repeated calls with the same Numba device arrays skip describing, checking and planning
-# (numba_gemm.prepared).
+# Every call on device arrays goes through its prepared call (numba_gemm.prepared).
 _CALLS = PreparedCalls()

@@ -46,6 +46,7 @@ __all__ = [
     "MAP_BYTES",
     "BARRIER_BYTES",
     "TensorMapSpec",
+    "TensorMapArg",
     "tensor_map",
     "mbarrier_init",
     "mbarrier_expect_bytes",
@@ -108,6 +109,32 @@ class TensorMapSpec:
         """``ValueError`` saying what TMA cannot copy here, if anything."""
         if (problem := self.problem()) is not None:
             raise ValueError(problem)
+
+
+@dataclass(frozen=True)
+class TensorMapArg:
+    """A kernel parameter: the address of ``spec`` encoded by the host (:func:`tensor_map`),
+    for the matrix named ``name``. A prepared call that points that matrix elsewhere
+    (``launch.PreparedLaunch.rebind``) moves the map with it (:meth:`moved`); ``span``: the
+    elements from ``spec.address`` that the simulator's twin map reads."""
+
+    spec: TensorMapSpec
+    name: str
+    span: int
+
+    def moved(self, delta: int) -> TensorMapArg:
+        """The same map for the matrix ``delta`` bytes further on."""
+        return replace(self, spec=replace(self.spec, address=self.spec.address + delta))
+
+    def address(self) -> int:
+        """The encoded map's address (encoded on first use of its spec); on the simulator a
+        fresh twin's key over the memory at ``spec.address``."""
+        if SIMULATED:
+            from ..descriptor import host_view
+
+            dtype = np.dtype(self.spec.dtype)
+            return tensor_map(self.spec, host_view(self.spec.address, dtype, self.span))
+        return tensor_map(self.spec)
 
 
 def tensor_map(spec: TensorMapSpec, buffer=None) -> int:

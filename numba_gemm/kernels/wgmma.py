@@ -91,6 +91,7 @@ from .tiled import check_field_range, int_fields, kernel_jit, unrolled
 from .tma import (
     BARRIER_BYTES,
     MAP_BYTES,
+    TensorMapArg,
     TensorMapSpec,
     mbarrier_done,
     mbarrier_expect_bytes,
@@ -100,7 +101,6 @@ from .tma import (
     tensor_map_template,
     tma_load,
 )
-from .tma import tensor_map as encode_tensor_map
 from .warpgroup import (
     ALIGNMENT,
     OPERAND_BYTES,
@@ -1000,8 +1000,8 @@ def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: Mat
             maps = "none"
     extra = (0, 0, 0)  # the kernel's a_map, b_map, workspace (A's and B's, in the caller's order)
     if maps == "host":
-        extra = (*(encode_tensor_map(spec, desc.buffer() if simulated() else None)
-                   for spec, desc in zip(specs, (x, y))), 0)  # fmt: skip
+        extra = (*(TensorMapArg(spec, desc.name, desc.span) for spec, desc in zip(specs, (x, y))),
+                 0)  # fmt: skip
     elif maps == "device":
         extra = (*map(tensor_map_template, specs), workspace(2 * MAP_BYTES * grid[0] * grid[1]))
     if transposed:
