@@ -4,9 +4,10 @@
         [--config 128,256,4,8] [--out benchmarks/results]
 
 For each case (operand dtype and precision preset) and square size: numba-gemm's launch (the
-plan ``matmul`` makes, launched as its prepared calls launch it) and ``torch.matmul`` on the
-same operands, interleaved rounds of back-to-back calls on the CUDA event clock
-(``numba_gemm.timing``), and each result's relative error against a float64 product. cuBLAS's
+plan ``matmul`` makes, launched as its prepared calls launch it: ``median_s``), the user's call
+(``numba_gemm.matmul`` on the PyTorch tensors: ``call_median_s``) and ``torch.matmul`` on the
+same operands (``cublas_median_s``), interleaved rounds of back-to-back calls on the CUDA event
+clock (``numba_gemm.timing``), and each result's relative error against a float64 product. cuBLAS's
 peer: bf16 and f16 products as they are, TF32 with ``torch.set_float32_matmul_precision("high")``,
 float32 (the peer of the float32-accurate presets) with ``"highest"``. For bf16 and f16 also
 the Triton tutorial's kernel (``triton_peer.py``), autotuned before the timed rounds.
@@ -33,6 +34,7 @@ CASES = {  # name -> (operand dtype, preset, the peer's dtype, the peer's float3
 def measure(case: str, n: int, config=None, tensor_maps: str = "host") -> dict:
     import torch
 
+    import numba_gemm
     from numba_gemm.api import plan
     from numba_gemm.descriptor import describe
     from numba_gemm.kernels.wgmma import fills_with_tma
@@ -56,7 +58,10 @@ def measure(case: str, n: int, config=None, tensor_maps: str = "host") -> dict:
         torch.set_float32_matmul_precision(peer_precision)
         torch.matmul(a, b, out=peer_out)
 
-    calls = {"numba_gemm": ours, "cublas": peer}
+    def call():  # what a user calls: the public function on PyTorch tensors
+        numba_gemm.matmul(a, b, c, precision=preset_name, config=config)
+
+    calls = {"numba_gemm": ours, "call": call, "cublas": peer}
     if dtype_name in ("bfloat16", "float16"):  # the Triton tutorial's kernel, 16-bit only
         from triton_peer import triton_matmul
 
@@ -80,10 +85,12 @@ def measure(case: str, n: int, config=None, tensor_maps: str = "host") -> dict:
         "config": config.label() if config else "default",
         "tma": fills_with_tma(launch),
         "median_s": ours_s,
+        "call_median_s": timed.medians["call"],
         "cublas_median_s": peer_s,
         "numba_gemm_tflops": flops / ours_s / 1e12,
         "cublas_tflops": flops / peer_s / 1e12,
         "ratio": peer_s / ours_s,
+        "call_ratio": peer_s / timed.medians["call"],
         **(
             {
                 "triton_tflops": flops / timed.medians["triton"] / 1e12,
@@ -221,7 +228,8 @@ def main() -> None:
             print(
                 f"{case:7s} {n:5d} {row['kernel'][:5]}{'+tma' if row['tma'] else ''}: "
                 f"{row['numba_gemm_tflops']:7.1f} "
-                f"TFLOP/s, cuBLAS {row['cublas_tflops']:7.1f} ({row['ratio']:.3f}x); "
+                f"TFLOP/s, cuBLAS {row['cublas_tflops']:7.1f} ({row['ratio']:.3f}x; the call "
+                f"{row['call_ratio']:.3f}x); "
                 f"error {row['numba_gemm_error']:.2e} (cuBLAS {row['cublas_error']:.2e})"
                 + (f"; Triton {row['triton_tflops']:.1f}" if "triton_tflops" in row else ""),
                 flush=True,

@@ -401,16 +401,30 @@ def _driver():
 
 def context_handle() -> int:
     """The current thread's CUDA context (an int), made current where none is: what caches of
-    compiled functions, pools and scratch buffers are keyed by (one per device in a process
-    that uses Numba's primary contexts). 0 on the simulator. One driver call where a context
-    is current (Numba's ``current_context`` costs ~7 us)."""
+    compiled functions, pools, scratch buffers and prepared calls are keyed by (one per device
+    in a process that uses Numba's primary contexts). 0 on the simulator. One driver call
+    through ctypes where a context is current (Numba's ``current_context`` costs ~7 us,
+    cuda.bindings' ``cuCtxGetCurrent`` ~1 us)."""
     if cuda.config.ENABLE_CUDASIM:
         return 0
-    driver = _driver()
-    error, handle = driver.cuCtxGetCurrent()
-    if error != driver.CUresult.CUDA_SUCCESS or not int(handle):
+    get_current, handle = _context_getter()
+    if get_current() or not handle.value:
         return int(cuda.current_context().handle)
-    return int(handle)
+    return handle.value
+
+
+@functools.cache
+def _context_getter():
+    """The driver's ``cuCtxGetCurrent`` through ctypes, bound to the pointer it writes, and
+    that pointer: called holding the GIL (``PyDLL``), which its caller holds until it has read
+    the pointer, so no other thread's call comes between."""
+    from numba.cuda.cudadrv.driver import driver
+
+    function = ctypes.PyDLL(driver.lib._name).cuCtxGetCurrent
+    function.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+    function.restype = ctypes.c_int
+    handle = ctypes.c_void_p()
+    return functools.partial(function, ctypes.byref(handle)), handle
 
 
 def current_device() -> int:

@@ -229,19 +229,24 @@ def new_device_array(shape: tuple[int, ...], dtype, stream=0):
     if simulated():
         return cuda.device_array(shape, dtype=dtype, stream=stream)
     driver, array_class, memory_class, success, out_of_memory = _pool_api()
-    context, pool = _current_pool(driver)
+    context, pool, pool_handle = _current_pool(driver)
     handle = stream_handle(stream)
     nbytes = dtype.itemsize
     for extent in shape:
         nbytes *= extent
-    error, pointer = driver.cuMemAllocFromPoolAsync(max(nbytes, 1), pool, handle)
-    if error != success:  # the error's text (and _checked's import) only when there is one
+    address = ctypes.c_uint64()
+    error = _allocate_from_pool()(ctypes.byref(address), max(nbytes, 1), pool_handle, handle)
+    if error:  # the error's text (and _checked's import) only when there is one
         if error == out_of_memory:
             # Memory held elsewhere: Numba's pending frees, and what this pool keeps unused.
             context.deallocations.clear()
             _checked(driver.cuMemPoolTrimTo(pool, 0), "cuMemPoolTrimTo")
-            error, pointer = driver.cuMemAllocFromPoolAsync(max(nbytes, 1), pool, handle)
-        _checked((error, pointer), f"allocating {nbytes} bytes (cuMemAllocFromPoolAsync)")
+            error = _allocate_from_pool()(ctypes.byref(address), max(nbytes, 1), pool_handle,
+                                          handle)  # fmt: skip
+        if error:
+            _checked((driver.CUresult(error),), f"allocating {nbytes} bytes "
+                     "(cuMemAllocFromPoolAsync)")  # fmt: skip
+    pointer = driver.CUdeviceptr(address.value)
     strides = []
     step = dtype.itemsize
     for extent in reversed(shape):
@@ -308,21 +313,34 @@ def _pool_api():
         DeviceNDArray,
         PooledMemory,
         driver.CUresult.CUDA_SUCCESS,
-        driver.CUresult.CUDA_ERROR_OUT_OF_MEMORY,
+        int(driver.CUresult.CUDA_ERROR_OUT_OF_MEMORY),
     )
 
 
-_POOLS: dict = {}  # CUcontext handle -> (Numba context, this library's pool on its device)
+@functools.cache
+def _allocate_from_pool():
+    """The driver's ``cuMemAllocFromPoolAsync`` through ctypes (cuda.bindings' wrapper costs
+    a few microseconds a call): (CUdeviceptr*, bytes, pool, stream) -> CUresult."""
+    from numba.cuda.cudadrv.driver import driver
+
+    function = ctypes.CDLL(driver.lib._name).cuMemAllocFromPoolAsync
+    function.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t, ctypes.c_void_p,
+                         ctypes.c_void_p]  # fmt: skip
+    function.restype = ctypes.c_int
+    return function
+
+
+_POOLS: dict = {}  # CUcontext handle -> (Numba context, pool, the pool's handle as an int)
 
 
 def _current_pool(driver) -> tuple:
-    """(Numba's current context, this library's pool on its device), by the current context's
-    handle (``cuda.current_context()`` costs 7 us a call)."""
-    error, handle = driver.cuCtxGetCurrent()
-    entry = _POOLS.get(int(handle)) if error == driver.CUresult.CUDA_SUCCESS else None
+    """(Numba's current context, this library's pool on its device, the pool's handle), by
+    the current context's handle (``cuda.current_context()`` costs 7 us a call)."""
+    entry = _POOLS.get(context_handle())
     if entry is None:
         context = cuda.current_context()  # makes one current where none is
-        entry = _POOLS[int(context.handle)] = (context, _memory_pool(context.device.id))
+        pool = _memory_pool(context.device.id)
+        entry = _POOLS[int(context.handle)] = (context, pool, int(pool))
     return entry
 
 
@@ -677,30 +695,25 @@ class PreparedLaunch:
             ctypes.addressof(self._size),
             _END,
         )
-        from cuda.bindings import driver as cu
-
+        # The driver's entry points are called through ctypes on arguments converted once:
+        # cuda.bindings' wrappers convert every argument (its CUlaunchConfig above all) on
+        # every call, several microseconds a launch.
+        driver = _driver_functions()
+        function = ctypes.c_void_p(int(compiled.function))
+        extra = ctypes.c_void_p(ctypes.addressof(self._extra))
         if launch.programmatic:
-            self._launch = cu.cuLaunchKernelEx
-            self._arguments = (
-                _launch_config(launch, stream_handle(stream)),
-                compiled.function,
-                None,
-                ctypes.addressof(self._extra),
-            )
+            self._config = _launch_config(launch, stream_handle(stream))  # kept: C memory
+            self._launch = driver.cuLaunchKernelEx
+            self._arguments = (ctypes.c_void_p(self._config.getPtr()), function, None, extra)
         else:
-            self._launch = cu.cuLaunchKernel
+            self._launch = driver.cuLaunchKernel
             self._arguments = (
-                compiled.function,
-                *launch.grid,
-                launch.block,
-                1,
-                1,
-                launch.shared,
-                stream_handle(stream),
+                function,
+                *map(ctypes.c_uint, (*launch.grid, launch.block, 1, 1, launch.shared)),
+                ctypes.c_void_p(stream_handle(stream)),
                 None,
-                ctypes.addressof(self._extra),
+                extra,
             )
-        self._success = cu.CUresult.CUDA_SUCCESS  # no import per call
 
     def names(self) -> set:
         """The names of the matrices this launch takes (what :meth:`rebind` can move)."""
@@ -734,9 +747,27 @@ class PreparedLaunch:
                     *(_simulated_argument(a) for a in args)
                 )
             return
-        result = self._launch(*self._arguments)
-        if result[0] != self._success:
-            _checked(result, "cuLaunchKernelEx" if self.programmatic else "cuLaunchKernel")
+        error = self._launch(*self._arguments)
+        if error:
+            from cuda.bindings import driver as cu
+
+            what = "cuLaunchKernelEx" if self.programmatic else "cuLaunchKernel"
+            _checked((cu.CUresult(error),), what)
+
+
+@functools.cache
+def _driver_functions():
+    """The driver library Numba loaded (libcuda), with the argument types of the entry points
+    :class:`PreparedLaunch` calls."""
+    from numba.cuda.cudadrv.driver import driver
+
+    library = ctypes.CDLL(driver.lib._name)
+    pointer, uint = ctypes.c_void_p, ctypes.c_uint
+    library.cuLaunchKernel.argtypes = [pointer, *[uint] * 7, pointer, pointer, pointer]
+    library.cuLaunchKernelEx.argtypes = [pointer, pointer, pointer, pointer]
+    for function in (library.cuLaunchKernel, library.cuLaunchKernelEx):
+        function.restype = ctypes.c_int
+    return library
 
 
 def _launch_config(launch: KernelLaunch, stream: int):

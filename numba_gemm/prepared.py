@@ -69,7 +69,8 @@ class Operand(NamedTuple):
     ``signature``, what a prepared call depends on (hashable); ``device``, the CUDA device the
     framework says holds it (None: checked by pointer where the address changed);
     ``producer``, the CUstream handle its framework orders work on (None: no stream), or a JAX
-    array not yet computed (ordered through DLPack)."""
+    array not yet computed (ordered through DLPack). Readers return plain tuples of these four
+    (a tuple is built faster); this names their fields."""
 
     address: int
     signature: tuple
@@ -82,12 +83,12 @@ class Operand(NamedTuple):
 
 def _read_numba(x, name, stream):
     address = x.device_ctypes_pointer.value or 0
-    return Operand(address, ("numba", x.dtype, x.shape, x.strides, address % ALIGNMENT), None, None)
+    return address, ("numba", x.dtype, x.shape, x.strides, address % ALIGNMENT), None, None
 
 
 def _read_simulated(x, name, stream):  # the simulator's device arrays: NumPy memory
     address = x._ary.__array_interface__["data"][0]
-    return Operand(address, ("sim", x.dtype, x.shape, x.strides, address % ALIGNMENT), 0, None)
+    return address, ("sim", x.dtype, x.shape, x.strides, address % ALIGNMENT), 0, None
 
 
 def _read_torch(x, name, stream):
@@ -95,13 +96,13 @@ def _read_torch(x, name, stream):
         return None  # host memory
     address, device = x.data_ptr(), x.get_device()
     signature = ("torch", x.dtype, x.shape, x.stride(), address % ALIGNMENT)
-    return Operand(address, signature, device, _torch_stream(device))
+    return address, signature, device, _torch_stream(device)
 
 
 def _read_cupy(x, name, stream):
     address = x.data.ptr
     signature = ("cupy", x.dtype, x.shape, x.strides, address % ALIGNMENT)
-    return Operand(address, signature, x.device.id, _cupy_stream())
+    return address, signature, x.device.id, _cupy_stream()
 
 
 def _read_jax(x, name, stream):
@@ -110,7 +111,7 @@ def _read_jax(x, name, stream):
     except Exception:
         return _read_described(x, name, stream)  # its own refusal, or a host array
     signature = ("jax", x.dtype, x.shape, address % ALIGNMENT)
-    return Operand(address, signature, None, None if x.is_ready() else x)
+    return address, signature, None, None if x.is_ready() else x
 
 
 def _read_described(x, name, stream):
@@ -121,7 +122,7 @@ def _read_described(x, name, stream):
         return None
     signature = (type(x), desc.dtype, desc.shape, desc.strides, desc.readonly,
                  desc.address % ALIGNMENT)  # fmt: skip
-    return Operand(desc.address, signature, desc.device, None)
+    return desc.address, signature, desc.device, None
 
 
 def _reader(kind: type) -> Callable | None:
@@ -155,7 +156,8 @@ _NAMES = {2: ("a", "b", "out"), 3: ("a", "b", "c", "out")}  # the arrays' names,
 
 def read_operand(x, name: str, stream: int = 0) -> Operand | None:
     """``x`` read for the call path (module docstring, step 1), or None for host memory."""
-    return _reader(type(x))(x, name, stream)
+    found = _reader(type(x))(x, name, stream)
+    return None if found is None else Operand(*found)
 
 
 def _torch_stream(device: int) -> int:
@@ -222,7 +224,7 @@ def _checked_value(result, what: str):
 def _order(operands: list, handle: int) -> None:
     """Order the launch on stream ``handle`` after every operand's producer."""
     for operand in operands:
-        producer = operand.producer
+        producer = operand[3]
         if producer is None or producer is handle:
             continue
         if type(producer) is int:
@@ -299,18 +301,15 @@ class PreparedCall:
     def checked(self, operands: list) -> bool:
         """Whether this call's arrays may take the prepared launches (module docstring, step
         4): checked only where an address differs from the last call's."""
-        changed = False
-        for operand, bound in zip(operands, self.bound):
-            if operand.address != bound:
-                changed = True
-                device = operand.device
-                if (device if device is not None else _device_of(operand.address)) != self.device:
+        for (address, _, device, _), bound in zip(operands, self.bound):
+            if address != bound:
+                if (device if device is not None else _device_of(address)) != self.device:
                     return False
-        if changed and self.out_given:
-            lo = operands[-1].address
+        if self.out_given:
+            lo = operands[-1][0]
             hi = lo + self.nbytes[-1]
-            for operand, nbytes in zip(operands[:-1], self.nbytes):
-                if operand.address < hi and lo < operand.address + nbytes:
+            for (address, *_), nbytes in zip(operands[:-1], self.nbytes):
+                if address < hi and lo < address + nbytes:
                     return False
         return True
 
@@ -370,19 +369,21 @@ class PreparedCalls:
         if stream is None or type(stream) is int or not hasattr(stream, "handle"):
             stream = handle  # a PyTorch or CuPy stream, or the framework's current one
         reads = []
+        readers = _READERS
         for x, name in zip(arrays, _NAMES[len(operands)]):
-            operand = read_operand(x, name, handle)
+            reader = readers.get(type(x)) or _reader(type(x))
+            operand = reader(x, name, handle)
             if operand is None:  # host memory: copied to the GPU and back, never kept
                 return self._prepared(prepare, operands, out, options, stream, None, None)
             reads.append(operand)
         try:
-            key = (*(r.signature for r in reads), options, handle, context_handle())
+            key = (*[r[1] for r in reads], options, handle, context_handle())
             entry = self._entries.get(key)
         except TypeError:  # an unhashable argument: prepare says what is wrong with it
             key = entry = None
         _order(reads, handle)
-        addresses = tuple(r.address for r in reads)
-        if entry is not None and entry.checked(reads):
+        addresses = tuple([r[0] for r in reads])
+        if entry is not None and (addresses == entry.bound or entry.checked(reads)):
             try:
                 self._entries.move_to_end(key)
             except KeyError:  # another thread evicted it since: the entry in hand still runs

@@ -358,8 +358,9 @@ def test_an_allocation_too_large_says_so():
 def test_repeated_matmul_calls_launch_a_prepared_plan(
     algorithm, with_out, rng, monkeypatch, poisoned_fresh_outputs
 ):
-    from numba_gemm import api
+    from numba_gemm import api, prepared
 
+    prepared.forget_prepared_calls()  # calls of the same signatures in the tests before
     a, b = make_operands(300, 100, 200, np.float32, "sliced", rng, to_device=True)
     plans = []
     plan = api.plan
@@ -374,10 +375,14 @@ def test_repeated_matmul_calls_launch_a_prepared_plan(
     assert len(plans) == 1  # planned once, then launched from the cache
     addresses = {c.device_ctypes_pointer.value for c in results}
     assert len(addresses) == (1 if with_out else 3)
-    # Another operand object (even a view of the same memory) or argument plans again.
-    numba_gemm.matmul(a[:, :], b, out, algorithm=algorithm)
+    # Other arrays of the same signature (a view of the same memory, new operands elsewhere)
+    # take the same plan; another argument plans again.
+    other, _ = make_operands(300, 100, 200, np.float32, "sliced", rng, to_device=True)
+    for x in (a[:, :], other):
+        assert_product(numba_gemm.matmul(x, b, out, algorithm=algorithm), x, b, np.float32)
+    assert len(plans) == 1
     numba_gemm.matmul(a, b, out, algorithm="nmk")
-    assert len(plans) == 3
+    assert len(plans) == 2
 
 
 def test_new_tuning_results_replace_prepared_plans(rng, tmp_path, monkeypatch):

@@ -240,6 +240,7 @@ def test_jax_bridge_grad_and_right_order(rng):
 @pytest.mark.parametrize("algorithm", ["fused", "unfused"])
 def test_repeated_calls_reuse_a_prepared_launch(algorithm, rng, monkeypatch):
     import gc
+    import weakref
 
     from numba_gemm import triple_product
 
@@ -257,8 +258,8 @@ def test_repeated_calls_reuse_a_prepared_launch(algorithm, rng, monkeypatch):
         assert numba_gemm.triple(a, b, c, out, algorithm=algorithm) is out
         assert_triple(out, a, b, c, np.float32)
     assert len(plans) == 1  # planned once, then launched from the cache
-    # The cache holds the operands weakly: once they are gone, the entry can never match.
-    refs = next(entry.refs for entry in triple_product._CALLS.entries() if entry.refs[3]() is out)
+    # The prepared call holds no array: once the caller drops them, they are gone.
+    refs = [weakref.ref(x) for x in (a, b, c, out)]
     del a, b, c, out
     gc.collect()
     assert all(ref() is None for ref in refs)
