@@ -12,6 +12,15 @@ def rng(request):
     return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
 
+@pytest.fixture(autouse=True)
+def fresh_prepared_calls():
+    """Each test starts with no prepared call (``numba_gemm.prepared``): tests that count plans
+    must not meet the calls of the same signatures made by the tests before them."""
+    from numba_gemm import prepared
+
+    prepared.forget_prepared_calls()
+
+
 @pytest.fixture
 def poisoned_fresh_outputs(monkeypatch):
     """Every fresh device result (``launch.new_device_array``, from ``allocate_output`` and

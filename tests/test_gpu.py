@@ -358,9 +358,8 @@ def test_an_allocation_too_large_says_so():
 def test_repeated_matmul_calls_launch_a_prepared_plan(
     algorithm, with_out, rng, monkeypatch, poisoned_fresh_outputs
 ):
-    from numba_gemm import api, prepared
+    from numba_gemm import api
 
-    prepared.forget_prepared_calls()  # calls of the same signatures in the tests before
     a, b = make_operands(300, 100, 200, np.float32, "sliced", rng, to_device=True)
     plans = []
     plan = api.plan
