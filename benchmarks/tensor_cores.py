@@ -148,6 +148,7 @@ def measure_bridge(n: int) -> dict:
     return {
         "case": "bridge-bf16",
         "size": n,
+        **{f"{k}_s": v for k, v in times.items()},
         **{f"{k}_tflops": flops / v / 1e12 for k, v in times.items()},
         "bridge_over_direct": times["direct"] / times["bridge"],
     }
@@ -221,10 +222,17 @@ def main() -> None:
         values = tuple(map(int, args.config.split(",")))
         config = (MmaConfig if len(values) == 7 else WgmmaConfig)(*values)
     rows = []
+
+    def write():  # after every row: a run cut short keeps what it measured
+        if args.out:
+            record = {"stack": stack_versions("torch"), "rows": rows}
+            return write_results(args.out, device_name(), "tensor_cores", record)
+
     for case in args.cases:
         for n in args.sizes:
             row = measure(case, n, config if case != "f32" else None, args.tensor_maps)
             rows.append(row)
+            write()
             print(
                 f"{case:7s} {n:5d} {row['kernel'][:5]}{'+tma' if row['tma'] else ''}: "
                 f"{row['numba_gemm_tflops']:7.1f} "
@@ -236,18 +244,13 @@ def main() -> None:
             )
     for n in args.bridge:
         rows.append(measure_bridge(n))
+        write()
         print(rows[-1], flush=True)
     for preset_name in args.triple:
         rows.append(measure_triple(512, preset_name))
         print(rows[-1], flush=True)
     if args.out:
-        path = write_results(
-            args.out,
-            device_name(),
-            "tensor_cores",
-            {"stack": stack_versions("torch"), "rows": rows},
-        )
-        print(f"wrote {path}")
+        print(f"wrote {write()}")
 
 
 if __name__ == "__main__":

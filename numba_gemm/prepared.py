@@ -45,6 +45,7 @@ from .descriptor import DeviceNDArray, context_handle, describe_array
 from .launch import (
     KernelLaunch,
     PreparedLaunch,
+    array_template,
     new_device_array,
     simulated,
 )
@@ -296,6 +297,7 @@ class PreparedCall:
         self.out_shape, self.out_dtype = tuple(out_shape), np.dtype(out_dtype)
         self.out_address, self.stream = out_address, stream
         self.bound = addresses  # the addresses the launches point at now
+        self.template = None  # a fresh result's description, copied for the next
         self.lock = threading.Lock()  # one thread's rebinding never reaches another's launch
 
     def checked(self, operands: list) -> bool:
@@ -317,7 +319,9 @@ class PreparedCall:
         """Launch on the arrays at ``addresses`` (in ``names``' order); the result: ``out``,
         or for a call without one a fresh array."""
         if not self.out_given:
-            out = new_device_array(self.out_shape, self.out_dtype, self.stream)
+            out = new_device_array(self.out_shape, self.out_dtype, self.stream, self.template)
+            if self.template is None:
+                self.template = array_template(out)
         with self.lock:
             if not self.out_given and self.launches:
                 delta = _address(out) - self.out_address

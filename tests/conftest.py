@@ -29,8 +29,8 @@ def poisoned_fresh_outputs(monkeypatch):
 
     new_device_array = launch.new_device_array
 
-    def poisoned_array(shape, dtype, stream=0):
-        array = new_device_array(shape, dtype, stream)
+    def poisoned_array(shape, dtype, stream=0, like=None):
+        array = new_device_array(shape, dtype, stream, like)
         array.copy_to_device(np.full(shape, np.nan, dtype), stream=stream)
         return array
 
