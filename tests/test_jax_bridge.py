@@ -572,3 +572,16 @@ def test_flax_model_trains_through_the_bridge_as_through_lax(dtype):
     bound = 3e-2 if dtype == jnp.bfloat16 else (5e-3 if jax.default_backend() != "cpu" else 1e-5)
     for a, b in zip(ours, theirs):
         assert abs(a - b) <= bound * abs(b), (ours, theirs)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
+def test_the_models_benchmark_trains_alike_through_both(dtype, benchmark_module):
+    """benchmarks/models.py's step (Dense layers as flax calls them, Adam) at a size the
+    simulator finishes: the bridge's losses follow lax's."""
+    models = benchmark_module("models")
+    layers, batch = (12, 16, 5), 8
+    ours, _ = models.train(jax_bridge.dot_general, dtype, 3, layers, batch, timed=False)
+    theirs, _ = models.train(lax.dot_general, dtype, 3, layers, batch, timed=False)
+    bound = 3e-2 if dtype == jnp.bfloat16 else 1e-5
+    for a, b in zip(ours, theirs):
+        assert abs(a - b) <= bound * abs(b), (ours, theirs)
