@@ -3,7 +3,9 @@
 # (gpu-marked tests included), the demo, the benchmarks, the MLP trained through
 # jax_bridge against lax, the triple product against torch and JAX, each pipe's multiply-add
 # rate with few warps (fma_throughput.py), back-to-back calls with programmatic dependent
-# launch on and off (launch_overlap.py), and (where ncu exists) the
+# launch on and off (launch_overlap.py), host time per call (call_overhead.py), a model's
+# training step and its products through the bridge and lax (models.py), and (where ncu
+# exists) the
 # L2 measurement of CTA orders. The results table prints last; results go to
 # $NUMBA_GEMM_RESULTS_DIR (default benchmarks/results/), logs to the same folder
 # (default /tmp). PY selects the interpreter (default: python3 with the tree importable).
@@ -76,6 +78,10 @@ triple=$?
 fma=$?
 "$PY" benchmarks/launch_overlap.py --results "$RESULTS" > "$LOG_DIR/launch_overlap.log" 2>&1
 overlap=$?
+"$PY" benchmarks/call_overhead.py --out "$RESULTS" > "$LOG_DIR/call_overhead.log" 2>&1
+calls=$?
+"$PY" benchmarks/models.py --products --out "$RESULTS" > "$LOG_DIR/models.log" 2>&1
+models=$?
 l2=0
 if command -v ncu > /dev/null; then
   ncu --clock-control none --kernel-name regex:tiled --csv \
@@ -88,7 +94,8 @@ fi
 grep -E "warps per SM|layout|Error" "$LOG_DIR/fma_throughput.log"
 sed -n '/^Back-to-back calls/,$p' "$LOG_DIR/launch_overlap.log"
 sed -n '/^D = A @ B @ C/,$p' "$LOG_DIR/triple_product.log"
+cat "$LOG_DIR/call_overhead.log" "$LOG_DIR/models.log"
 echo "tests exit $tests, benchmarks exit $bench, mlp exit $mlp, triple exit $triple," \
-  "fma exit $fma, overlap exit $overlap, l2 exit $l2"
+  "fma exit $fma, overlap exit $overlap, calls exit $calls, models exit $models, l2 exit $l2"
 [ "$tests" = 0 ] && [ "$bench" = 0 ] && [ "$mlp" = 0 ] && [ "$triple" = 0 ] && [ "$fma" = 0 ] \
-  && [ "$overlap" = 0 ] && [ "$l2" = 0 ]
+  && [ "$overlap" = 0 ] && [ "$calls" = 0 ] && [ "$models" = 0 ] && [ "$l2" = 0 ]
