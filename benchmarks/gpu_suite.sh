@@ -5,8 +5,7 @@
 # rate with few warps (fma_throughput.py), back-to-back calls with programmatic dependent
 # launch on and off (launch_overlap.py), host time per call (call_overhead.py), a model's
 # training step and its products through the bridge and lax (models.py), and (where ncu
-# exists) the
-# L2 measurement of CTA orders. The results table prints last; results go to
+# exists) the L2 measurement of CTA orders. The results table prints last; results go to
 # $NUMBA_GEMM_RESULTS_DIR (default benchmarks/results/), logs to the same folder
 # (default /tmp). PY selects the interpreter (default: python3 with the tree importable).
 # SKIP_TESTS=1 skips the test suite (to re-run only the measurements), ONLY_TESTS=1 stops
