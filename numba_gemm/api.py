@@ -136,7 +136,8 @@ def check_inner(a: MatrixDesc, b: MatrixDesc) -> None:
 
 READ_ONLY_OUT = (
     "out is a read-only array (its producer forbids writes: a read-only NumPy array, a JAX "
-    "array, a read-only CUDA array interface); pass a writable one"
+    "array, a PyTorch tensor that requires grad, a read-only CUDA array interface); pass a "
+    "writable one"
 )
 
 

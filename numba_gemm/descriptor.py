@@ -605,11 +605,20 @@ def _host_array(x) -> np.ndarray:
         return array
 
 
+def _tracked(x) -> bool:
+    """A PyTorch tensor that autograd tracks (``requires_grad``): PyTorch exports it only
+    detached (the same memory), and a kernel must not write into it behind autograd's back."""
+    return type(x).__module__.split(".")[0] == "torch" and bool(getattr(x, "requires_grad", 0))
+
+
 def _dlpack_desc(name: str, x: Any, stream) -> ArrayDesc:
-    device_type, _ = x.__dlpack_device__()
+    tracked = _tracked(x)
+    exported = x.detach() if tracked else x  # a view of the same memory
+    readonly = tracked or _immutable(x)
+    device_type, _ = exported.__dlpack_device__()
     if device_type == _DLPACK_CPU:
-        desc = _host_desc(name, _host_array(x), x)
-        return replace(desc, readonly=desc.readonly or _immutable(x))
+        desc = _host_desc(name, _host_array(exported), x)
+        return replace(desc, readonly=desc.readonly or readonly)
     if device_type != _DLPACK_CUDA:
         raise TypeError(
             f"{name} lives on DLPack device type {device_type}; only CUDA and CPU are supported"
@@ -619,7 +628,7 @@ def _dlpack_desc(name: str, x: Any, stream) -> ArrayDesc:
     from cuda.core.utils import StridedMemoryView
 
     # The producer orders its pending writes before our stream (DLPack's stream protocol).
-    view = StridedMemoryView.from_dlpack(x, stream_ptr=_dlpack_stream(stream))
+    view = StridedMemoryView.from_dlpack(exported, stream_ptr=_dlpack_stream(stream))
     dtype = _view_dtype(view, x)
     itemsize = dtype.itemsize
     cai = {
@@ -629,7 +638,7 @@ def _dlpack_desc(name: str, x: Any, stream) -> ArrayDesc:
         "strides": None if view.strides is None else tuple(s * itemsize for s in view.strides),
         "version": 3,
     }
-    return _device_desc(name, cai, x, readonly=_immutable(x), dtype=dtype)
+    return _device_desc(name, cai, x, readonly=readonly, dtype=dtype)
 
 
 def describe_array(x: Any, name: str = "x", stream: Any = 0) -> ArrayDesc:

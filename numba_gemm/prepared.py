@@ -96,7 +96,7 @@ def _read_torch(x, name, stream):
     if not x.is_cuda:
         return None  # host memory
     address, device = x.data_ptr(), x.get_device()
-    signature = ("torch", x.dtype, x.shape, x.stride(), address % ALIGNMENT)
+    signature = ("torch", x.dtype, x.shape, x.stride(), x.requires_grad, address % ALIGNMENT)
     return address, signature, device, _torch_stream(device)
 
 

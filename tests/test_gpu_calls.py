@@ -273,3 +273,18 @@ def test_a_tensor_on_another_device_meets_the_first_calls_check(plans):
     numba_gemm.matmul(a, b)
     with pytest.raises(ValueError, match="GPU 1"):
         numba_gemm.matmul(a.to("cuda:1"), b.to("cuda:1"))
+
+
+def test_tensors_that_require_grad_are_read_but_never_written(plans):
+    """Parameters (``requires_grad``) are operands as they are (PyTorch exports them only
+    detached: the same memory); as ``out`` they are refused, as PyTorch refuses in-place writes
+    to them."""
+    torch = torch_or_skip()
+    weight = torch.nn.Parameter(torch.randn(64, 32, device="cuda"))
+    for _ in range(2):  # the first call and the prepared one
+        x = torch.randn(16, 64, device="cuda")
+        assert_matmul(numba_gemm.matmul(x, weight), x, weight)
+    with pytest.raises(ValueError, match="requires grad"):
+        numba_gemm.matmul(
+            torch.randn(64, 16, device="cuda"), x, torch.nn.Parameter(weight.T @ weight)
+        )
