@@ -111,7 +111,9 @@ def _read_jax(x, name, stream):
         address = x.unsafe_buffer_pointer()  # one buffer; raises for sharded or deleted arrays
     except Exception:
         return _read_described(x, name, stream)  # its own refusal, or a host array
-    signature = ("jax", x.dtype, x.shape, address % ALIGNMENT)
+    # The layout stands for strides, which a JAX array does not show (a custom layout, set
+    # with jax.device_put(x, Format(...)), orders the same shape otherwise).
+    signature = ("jax", x.dtype, x.shape, x.format.layout, address % ALIGNMENT)
     return address, signature, None, None if x.is_ready() else x
 
 
