@@ -109,11 +109,12 @@ def _read_cupy(x, name, stream):
 def _read_jax(x, name, stream):
     try:
         address = x.unsafe_buffer_pointer()  # one buffer; raises for sharded or deleted arrays
+        # The layout stands for strides, which a JAX array does not show (a custom layout,
+        # set with jax.device_put(x, Format(...)), orders the same shape otherwise).
+        layout = x.format.layout
     except Exception:
         return _read_described(x, name, stream)  # its own refusal, or a host array
-    # The layout stands for strides, which a JAX array does not show (a custom layout, set
-    # with jax.device_put(x, Format(...)), orders the same shape otherwise).
-    signature = ("jax", x.dtype, x.shape, x.format.layout, address % ALIGNMENT)
+    signature = ("jax", x.dtype, x.shape, layout, address % ALIGNMENT)
     return address, signature, None, None if x.is_ready() else x
 
 
