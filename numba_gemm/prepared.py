@@ -3,7 +3,7 @@
 Every call on device arrays (Numba, PyTorch, CuPy, JAX, or anything with
 ``__cuda_array_interface__`` or DLPack) takes the same path, :meth:`PreparedCalls.call`:
 
-1. **Read** each array (:func:`read_operand`): its address and a *signature* (kind, dtype,
+1. **Read** each array (its class's reader): its address and a *signature* (kind, dtype,
    shape, strides, read-only, the address modulo 16, which decides vector and TMA copies),
    from the framework's own attributes where it has them (``data_ptr()``, ``data.ptr``), else
    through :func:`~numba_gemm.descriptor.describe_array`.
@@ -53,8 +53,7 @@ from .launch import (
 __all__ = [
     "PreparedCalls",
     "PreparedCall",
-    "Operand",
-    "read_operand",
+    "Done",
     "launch_stream",
     "PREPARED_CAPACITY",
     "forget_prepared_calls",
@@ -65,21 +64,12 @@ PREPARED_CAPACITY = 64
 ALIGNMENT = 16  # bytes: the widest vector and TMA copies; an address's residue is in its key
 
 
-class Operand(NamedTuple):
-    """One array as :func:`read_operand` reads it: ``address`` of element (0, ..., 0);
-    ``signature``, what a prepared call depends on (hashable); ``device``, the CUDA device the
-    framework says holds it (None: checked by pointer where the address changed);
-    ``producer``, the CUstream handle its framework orders work on (None: no stream), or a JAX
-    array not yet computed (ordered through DLPack). Readers return plain tuples of these four
-    (a tuple is built faster); this names their fields."""
-
-    address: int
-    signature: tuple
-    device: int | None
-    producer: Any
-
-
-# -- reading arrays ---------------------------------------------------------------------------
+# -- reading arrays: a reader returns (address, signature, device, producer) or None ---------
+#
+# address: of element (0, ..., 0); signature: what a prepared call depends on (hashable);
+# device: the CUDA device the framework says holds the memory (None: checked by pointer where
+# the address changed); producer: the CUstream handle its framework orders work on (None: no
+# stream), or a JAX array not yet computed (ordered through DLPack). None: host memory.
 
 
 def _read_numba(x, name, stream):
@@ -156,12 +146,6 @@ def _read_host(x, name, stream):
 
 _READERS: dict = {}  # array class -> its reader
 _NAMES = {2: ("a", "b", "out"), 3: ("a", "b", "c", "out")}  # the arrays' names, by operands
-
-
-def read_operand(x, name: str, stream: int = 0) -> Operand | None:
-    """``x`` read for the call path (module docstring, step 1), or None for host memory."""
-    found = _reader(type(x))(x, name, stream)
-    return None if found is None else Operand(*found)
 
 
 def _torch_stream(device: int) -> int:
