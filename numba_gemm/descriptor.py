@@ -40,6 +40,7 @@ __all__ = [
     "describe_array",
     "scratch_desc",
     "host_view",
+    "device_ordinal",
     "read_cuda_array_interface",
     "transpose_view",
     "current_device",
@@ -443,15 +444,25 @@ def _pointer_device(name: str, pointer: int) -> int:
     if cuda.config.ENABLE_CUDASIM:
         return 0
     context_handle()  # the driver is initialised and a context current in this thread
-    ordinal = ctypes.c_int(-1)
-    error = _pointer_attribute()(ctypes.byref(ordinal), _DEVICE_ORDINAL, pointer)
+    error, ordinal = device_ordinal(pointer)
     if error:
         driver = _driver()
         raise ValueError(
             f"{name}'s data pointer {pointer:#x} is not device memory CUDA knows "
             f"({driver.cuGetErrorName(driver.CUresult(error))[1].decode()})"
         )
-    return ordinal.value
+    return ordinal
+
+
+def device_ordinal(pointer: int) -> tuple[int, int]:
+    """(the driver's error code, the ordinal of the device whose memory ``pointer`` points
+    into): ``cuPointerGetAttribute`` once, in a thread where the driver is initialised and a
+    context current. (0, 0) on the simulator."""
+    if cuda.config.ENABLE_CUDASIM:
+        return 0, 0
+    ordinal = ctypes.c_int(-1)
+    error = _pointer_attribute()(ctypes.byref(ordinal), _DEVICE_ORDINAL, pointer)
+    return error, ordinal.value
 
 
 _DEVICE_ORDINAL = 9  # CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL

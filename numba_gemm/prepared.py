@@ -32,7 +32,6 @@ path too (their memory is host memory; launches are Numba's).
 
 from __future__ import annotations
 
-import ctypes
 import sys
 import threading
 from collections import OrderedDict
@@ -41,10 +40,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .descriptor import DeviceNDArray, context_handle, describe_array
+from .descriptor import DeviceNDArray, context_handle, describe_array, device_ordinal
 from .launch import (
     KernelLaunch,
     PreparedLaunch,
+    _checked,
     array_template,
     new_device_array,
     simulated,
@@ -198,15 +198,9 @@ def _order_after(producer: int, consumer: int) -> None:
     event = _EVENTS.get(context)
     if event is None:
         flags = cu.CUevent_flags.CU_EVENT_DISABLE_TIMING
-        event = _EVENTS[context] = _checked_value(cu.cuEventCreate(flags), "cuEventCreate")
-    _checked_value(cu.cuEventRecord(event, producer), "cuEventRecord")
-    _checked_value(cu.cuStreamWaitEvent(consumer, event, 0), "cuStreamWaitEvent")
-
-
-def _checked_value(result, what: str):
-    from .launch import _checked
-
-    return _checked(result, what)
+        event = _EVENTS[context] = _checked(cu.cuEventCreate(flags), "cuEventCreate")
+    _checked(cu.cuEventRecord(event, producer), "cuEventRecord")
+    _checked(cu.cuStreamWaitEvent(consumer, event, 0), "cuStreamWaitEvent")
 
 
 def _order(operands: list, handle: int) -> None:
@@ -227,14 +221,8 @@ def _order(operands: list, handle: int) -> None:
 
 def _device_of(address: int) -> int:
     """The ordinal of the device holding ``address``; -1 where CUDA knows no such memory."""
-    if simulated():
-        return 0
-    from .descriptor import _DEVICE_ORDINAL, _pointer_attribute
-
-    ordinal = ctypes.c_int(-1)
-    if _pointer_attribute()(ctypes.byref(ordinal), _DEVICE_ORDINAL, address):
-        return -1
-    return ordinal.value
+    error, ordinal = device_ordinal(address)
+    return -1 if error else ordinal
 
 
 def _address(array) -> int:
