@@ -26,17 +26,9 @@ CALLS, RUNS = 200, 9
 
 
 def _check(result, a, b, bound: float) -> None:
-    def host(x):
-        if hasattr(x, "detach"):
-            return x.detach().double().cpu().numpy()
-        if hasattr(x, "get"):
-            return x.get().astype(np.float64)
-        if hasattr(x, "copy_to_host"):
-            return x.copy_to_host().astype(np.float64)
-        return np.asarray(x).astype(np.float64)
+    from numba_gemm.reference import reference, relative_error
 
-    ref = host(a) @ host(b)
-    error = np.linalg.norm(host(result) - ref) / np.linalg.norm(ref)
+    error = relative_error(result, reference(a, b))
     if not error <= bound:
         raise AssertionError(f"relative error {error:.2e} > {bound:.2e}")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 
 from .descriptor import transpose_view
@@ -106,11 +107,21 @@ def poisoned(shape, dtype, to_device: bool = False, layout: str = "row"):
 
 
 def to_host(x) -> np.ndarray:
-    """``x`` as a NumPy array (device arrays are copied to the host)."""
+    """``x`` as a NumPy array: Numba's, CuPy's and PyTorch's device arrays copied to the host
+    (bfloat16 as ``ml_dtypes.bfloat16``), anything else through ``np.asarray``."""
     if hasattr(x, "copy_to_host"):
         from .launch import copy_to_host
 
         return copy_to_host(x)
+    if type(x).__module__.split(".")[0] == "cupy":
+        return x.get()
+    if hasattr(x, "detach"):  # PyTorch
+        x = x.detach().cpu()
+        if str(x.dtype) == "torch.bfloat16":  # NumPy has no bfloat16: its bits, viewed
+            import torch
+
+            return x.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        return x.numpy()
     return np.asarray(x)
 
 
