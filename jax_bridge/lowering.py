@@ -6,9 +6,12 @@ tile config, grid, shared memory), on descriptors built from the strides of
 ``numba_gemm.matmul``'s own.
 
 - **GPU, ``lowering="native"``** (default): the kernel's PTX goes into XLA's
-  kernel-call custom call (``triton_kernel_call_ffi``, jaxlib's, the one
-  jax-triton and Pallas use). XLA loads and launches it on its own stream; no
-  Python runs per call and the launch is captured in XLA's command buffers.
+  kernel-call custom call: jaxlib's handler (``triton_kernel_call_ffi``, the one
+  jax-triton and Pallas use), registered once more under ``KERNEL_CALL_TARGET``
+  with the command-buffer trait (jaxlib registers it without one). XLA loads and
+  launches the kernel on its own stream; no Python runs per call, and XLA
+  captures the launch into the CUDA graphs (command buffers) it runs a jitted
+  program's kernels in, as it does its own GEMMs.
   Numba passes an array argument as 7 parameters (meminfo, parent, item
   count, item size, data pointer, shape, stride in bytes): the data pointer
   is an XLA buffer (inputs, then the output), the rest are constants. The
@@ -39,7 +42,11 @@ from .primitive import check_options, gemm_p, platform_preset
 
 __all__ = ["kernel_call", "kernel_call_lowering", "callback_lowering", "ptx_for", "xla_ptx"]
 
-KERNEL_CALL_TARGET = "triton_kernel_call_ffi"
+# jaxlib's kernel-call handler, registered under a name of the bridge's own with the
+# COMMAND_BUFFER_COMPATIBLE trait: the handler's one cuLaunchKernel on XLA's stream (the tensor
+# maps are built on the device, scratch zeroed by cuMemsetAsync) is safe to capture and replay.
+KERNEL_CALL_TARGET = "numba_gemm_kernel_call"
+JAXLIB_KERNEL_CALL = "triton_kernel_call_ffi"
 # XLA aligns every buffer to at least 16 bytes; the kernel call checks the pointers.
 BUFFER_ALIGNMENT = 16
 
@@ -205,13 +212,31 @@ def kernel_call(launch, zeroed: tuple[str, ...] = ()) -> tuple[object, str]:
     return gpu_triton.TritonKernelCall(kernel, *launch.grid, params), name
 
 
+@functools.cache
+def kernel_call_target() -> str:
+    """The custom-call target the native lowering names: jaxlib's kernel-call handler
+    registered once, for CUDA, under ``KERNEL_CALL_TARGET`` with the command-buffer trait."""
+    from jax._src.lib import gpu_triton
+    from jaxlib.xla_client import CustomCallTargetTraits
+
+    handler = gpu_triton._cuda_triton.registrations()[JAXLIB_KERNEL_CALL]
+    jax.ffi.register_ffi_target(
+        KERNEL_CALL_TARGET,
+        handler,
+        platform="CUDA",
+        api_version=1,
+        traits=CustomCallTargetTraits.COMMAND_BUFFER_COMPATIBLE,
+    )
+    return KERNEL_CALL_TARGET
+
+
 def kernel_call_lowering(launch, zeroed: tuple[str, ...] = ()):
     """The lowering rule ``rule(ctx, *operands)`` of XLA's kernel call for ``launch`` (see
     :func:`kernel_call`): its results are the launch's outputs, in order."""
     call, name = kernel_call(launch, zeroed)
     opaque = zlib.compress(call.to_proto(name, b""))
     return jax.ffi.ffi_lowering(
-        KERNEL_CALL_TARGET,
+        kernel_call_target(),
         backend_config={"name": ir.StringAttr.get(name), "opaque": ir.StringAttr.get(opaque)},
     )
 

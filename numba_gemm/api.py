@@ -10,7 +10,7 @@ import numpy as np
 
 from .descriptor import ArrayDesc, MatrixDesc, current_device, describe, describe_array
 from .kernels.loop_orders import LOOP_ORDERS, plan_loop_order
-from .kernels.mma import MmaConfig, default_mma_config, plan_mma, storage_dtype
+from .kernels.mma import MmaConfig, default_mma_config, plan_mma, shape_mma_config, storage_dtype
 from .kernels.tiled import TileConfig, plan_tiled
 from .kernels.wgmma import (
     WGMMA_CC,
@@ -237,18 +237,23 @@ def check_preset(preset: Preset, algorithm: str, config) -> None:
         )
 
 
-def tensor_core_algorithm(algorithm: str, config, preset: Preset, a: MatrixDesc) -> str:
-    """``"wgmma"`` or ``"mma"``: the tensor-core kernel for ``preset`` on ``a``'s dtype. ``"auto"``
+def tensor_core_algorithm(algorithm: str, config, preset: Preset, a: MatrixDesc,
+                          b: MatrixDesc) -> str:  # fmt: skip
+    """``"wgmma"`` or ``"mma"``: the tensor-core kernel for ``preset`` on ``a @ b``. ``"auto"``
     (with no config to say) takes wgmma where it computes the preset (16-bit operands at their
     own precision, float32 ones as TF32 or 3xTF32: ``kernels.wgmma.wgmma_takes``) on a GPU of
-    compute capability 9.0 (Hopper), mma otherwise (the bf16 splits of float32, other GPUs, the
-    simulator). ``ValueError`` where wgmma is asked for and cannot run."""
+    compute capability 9.0 (Hopper) and the product's shape suits its tiles (not a narrow
+    output or a short k: ``kernels.mma.shape_mma_config``), mma otherwise (the bf16 splits of
+    float32, other GPUs, the simulator, those shapes). ``ValueError`` where wgmma is asked for
+    and cannot run."""
     if algorithm == "auto" and config is not None:
         algorithm = "wgmma" if isinstance(config, WgmmaConfig) else "mma"
     cc = compute_capability()
     takes = wgmma_takes(preset, a.dtype)
     if algorithm == "auto":
-        return "wgmma" if takes and cc is not None and cc[0] == WGMMA_CC[0] else "mma"
+        hopper = cc is not None and cc[0] == WGMMA_CC[0]
+        suits = shape_mma_config(b.shape[1], a.shape[1]) is None
+        return "wgmma" if takes and hopper and suits else "mma"
     if algorithm == "wgmma":
         if not takes:
             raise ValueError(
@@ -290,9 +295,10 @@ def plan(
     preset = default_preset(a.dtype) if preset is None else preset
     check_preset(preset, algorithm, config)
     if preset.tensor_cores:
-        if tensor_core_algorithm(algorithm, config, preset, a) == "wgmma":
+        if tensor_core_algorithm(algorithm, config, preset, a, b) == "wgmma":
             return plan_wgmma(config, preset, a, b, out, tensor_maps, workspace)
-        config = config or default_mma_config(storage_dtype(a.dtype), preset)
+        (k, n), storage = b.shape, storage_dtype(a.dtype)
+        config = config or default_mma_config(storage, preset, n, k)
         return plan_mma(config, preset, a, b, out)
     if config is not None:
         config.check(a.dtype)

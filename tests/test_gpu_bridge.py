@@ -10,6 +10,7 @@ jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 
 import jax_bridge  # noqa: E402
+from jax_bridge.lowering import KERNEL_CALL_TARGET  # noqa: E402
 from numba_gemm.reference import relative_error, tolerance  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -60,7 +61,7 @@ def test_native_hlo_is_a_kernel_call_and_grad_has_no_transpose(rng):
 
     grad = jax.jit(jax.grad(loss, argnums=(0, 1)))
     hlo = grad.lower(a, b).compile().as_text()
-    assert hlo.count('custom_call_target="triton_kernel_call_ffi"') == 3
+    assert hlo.count(f'custom_call_target="{KERNEL_CALL_TARGET}"') == 3
     # No transpose instruction (op names in metadata say "transpose(jvp(...))": AD's transpose).
     assert not re.search(r"=\s*\S+\s+transpose\(", hlo) and "callback" not in hlo
     expected = jax.grad(
@@ -79,14 +80,14 @@ def test_native_chain_is_captured_in_a_command_buffer(rng):
         return x
 
     hlo = jax.jit(chain).lower(x).compile().as_text()
-    assert hlo.count("triton_kernel_call_ffi") == 10 and "command_buffer" in hlo
+    assert hlo.count(KERNEL_CALL_TARGET) == 10 and "command_buffer" in hlo
 
 
 def test_vmap_on_gpu_is_one_kernel_call(rng):
     a = jnp.asarray(rng.standard_normal((16, 300, 200), dtype=np.float32))
     b = jnp.asarray(rng.standard_normal((16, 200, 100), dtype=np.float32))
     fn = jax.jit(jax.vmap(jax_bridge.matmul))
-    assert fn.lower(a, b).compile().as_text().count("triton_kernel_call_ffi") == 1
+    assert fn.lower(a, b).compile().as_text().count(KERNEL_CALL_TARGET) == 1
     assert relative_error(fn(a, b), np.matmul(f64(a), f64(b))) <= tolerance(np.float32, 200)
 
 

@@ -274,5 +274,5 @@ def test_tensors_that_require_grad_are_read_but_never_written(plans):
         assert_matmul(numba_gemm.matmul(x, weight), x, weight)
     with pytest.raises(ValueError, match="requires grad"):
         numba_gemm.matmul(
-            torch.randn(64, 16, device="cuda"), x, torch.nn.Parameter(weight.T @ weight)
+            torch.randn(64, 16, device="cuda"), x, torch.nn.Parameter(weight @ weight.T)
         )

@@ -333,8 +333,8 @@ def test_auto_picks_the_kernel_that_takes_the_preset(cc, dtype, preset, layout, 
     from numba_gemm.descriptor import describe
 
     monkeypatch.setattr(api, "compute_capability", lambda: cc)
-    a, b = make_operands(8, 8, 8, dtype, layout, rng)
-    launch = api.plan(describe(a), describe(b), describe(np.empty((8, 8), dtype)),
+    a, b = make_operands(8, 24, 40, dtype, layout, rng)  # N > 16, K > 32: wgmma's shape
+    launch = api.plan(describe(a), describe(b), describe(np.empty((8, 24), dtype)),
                       "auto", None, PRESETS[preset])  # fmt: skip
     assert launch.kernel.py_func.__name__ == kernel
 
@@ -356,6 +356,33 @@ def test_default_tiles_halve_for_small_problems(monkeypatch):
     assert wgmma.default_wgmma_config(1024, 1024) == wgmma.SMALL_WGMMA_CONFIG  # 32 big tiles
     assert wgmma.default_wgmma_config(2048, 2048) == wgmma.DEFAULT_WGMMA_CONFIG  # 128
     assert wgmma.default_wgmma_config(1024, 1024, batch=4) == wgmma.DEFAULT_WGMMA_CONFIG
+    assert wgmma.default_wgmma_config(1024, 512) == wgmma.TINY_WGMMA_CONFIG  # 32 small tiles
+    assert wgmma.default_wgmma_config(1024, 1024) != wgmma.TINY_WGMMA_CONFIG  # 64
+
+
+@pytest.mark.parametrize(
+    "m, n, k, algorithm, config",
+    [
+        (1024, 10, 512, "mma", "NARROW_MMA_CONFIG"),  # a 10-class layer
+        (512, 16, 1024, "mma", "NARROW_MMA_CONFIG"),
+        (1024, 512, 10, "mma", "SHORT_K_MMA_CONFIG"),  # its input gradient
+        (1024, 17, 33, "wgmma", None),
+        (10, 1024, 512, "wgmma", None),  # narrow rows: the shape issue's
+    ],
+)
+def test_auto_runs_narrow_and_short_k_products_on_mma(monkeypatch, m, n, k, algorithm, config):
+    from numba_gemm import api
+    from numba_gemm.descriptor import describe
+    from numba_gemm.kernels import mma
+
+    monkeypatch.setattr(api, "compute_capability", lambda: (9, 0))
+    monkeypatch.setattr(mma, "simulated", lambda: False)
+    a, b = (describe(np.ones(shape, BF16), name) for shape, name in (((m, k), "a"), ((k, n), "b")))
+    preset = PRESETS["BF16_BF16_F32"]
+    assert api.tensor_core_algorithm("auto", None, preset, a, b) == algorithm
+    assert api.tensor_core_algorithm("wgmma", None, preset, a, b) == "wgmma"  # asked for: kept
+    if config:
+        assert mma.default_mma_config(np.uint16, preset, n, k) == getattr(mma, config)
 
 
 def test_copies_refuse_a_tile_they_cannot_step_through(rng):
@@ -417,5 +444,29 @@ def test_gpu_wgmma_default_config(dtype, precision, out_dtype, shape, layout, rn
     a, b = make_operands(M, N, K, dtype, layout, rng, to_device=True)
     out = poisoned((M, N), out_dtype or dtype, to_device=True, layout=layout)
     numba_gemm.matmul(a, b, out, precision=precision, algorithm="wgmma")
+    cuda.synchronize()
+    check(out, a, b, dtype, out_dtype, preset=precision)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize(
+    "shape",
+    [(1024, 10, 512), (512, 10, 1024), (1024, 512, 10), (1024, 512, 512), (129, 16, 33),
+     (67, 17, 32), (3, 1, 200)],
+    ids=str,
+)  # fmt: skip
+@pytest.mark.parametrize("dtype, precision, out_dtype", [(BF16, None, F32), (F32, TF32, None)])
+def test_gpu_auto_on_narrow_short_k_and_small_products(dtype, precision, out_dtype, shape,
+                                                         layout, rng):  # fmt: skip
+    """ "auto" on a model's small products and the edges of its shape rules (N <= 16 and K <= 32
+    run on mma, small outputs in wgmma's 64 x 64 tiles)."""
+    from numba import cuda
+
+    skip_unless_hopper()
+    M, N, K = shape
+    a, b = make_operands(M, N, K, dtype, layout, rng, to_device=True)
+    out = poisoned((M, N), out_dtype or dtype, to_device=True, layout=layout)
+    numba_gemm.matmul(a, b, out, precision=precision)
     cuda.synchronize()
     check(out, a, b, dtype, out_dtype, preset=precision)
