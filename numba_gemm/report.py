@@ -276,7 +276,8 @@ def readme_rows(results: str | Path | None = None) -> list[dict]:
     against cuBLAS, ``triple(algorithm="auto")`` against PyTorch eager and ``jax.jit``, and the
     bridge inside ``jax.jit`` against the same kernel launched directly. Each row: what, peer,
     size, seconds, TFLOP/s, ratio (peer time / time), where (device, date), parameters, and
-    the results file it comes from."""
+    the results file it comes from; and a model's training step through the bridge against the
+    same step through ``lax``."""
     out = []
 
     def add(what, peers, size, seconds, peer_seconds, flops, where, parameters, path):
@@ -395,6 +396,22 @@ def readme_rows(results: str | Path | None = None) -> list[dict]:
             _where(data),
             "float32, row-major, a chain of products in one jit, per product; "
             "`jnp.matmul` at precision highest",
+            path,
+        )
+    path, data = latest_run("models", results)
+    for row in data["rows"]:
+        layers = tuple(int(x) for x in row["model"].split()[1].split("-"))
+        batch = int(row["model"].split()[3])
+        add(
+            "`jax_bridge.dot_general`, an MLP's training step",
+            ["`lax.dot_general`, same step"],
+            f"batch {batch}",
+            row["bridge_step_s"],
+            [row["lax_step_s"]],
+            6 * batch * sum(m * n for m, n in zip(layers, layers[1:])),  # forward and backward
+            _where(data),
+            f"{row['dtype']}, Dense {'-'.join(map(str, layers))}, Adam, default precision; "
+            f"losses within {row['loss_max_rel_diff']:.0e} of lax",
             path,
         )
     return out
