@@ -32,9 +32,10 @@ LOSS_TOLERANCE = 1e-4  # relative, at every step
 DENSE = (((1,), (0,)), ((), ()))  # x (batch, in) . W (in, out), as flax.linen.Dense calls it
 
 
-def init(key):
+def init(key, layers=LAYERS):
+    """Float32 parameters, as flax's Dense initialises them (lecun normal, zero bias)."""
     params = []
-    for fan_in, fan_out in zip(LAYERS[:-1], LAYERS[1:]):
+    for fan_in, fan_out in zip(layers[:-1], layers[1:]):
         key, sub = jax.random.split(key)
         params.append(
             (jax.random.normal(sub, (fan_in, fan_out)) / np.sqrt(fan_in), jnp.zeros(fan_out))

@@ -29,8 +29,8 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
+from mlp_training import DENSE, init  # a sibling script: benchmarks/ is on the path
 
 import jax_bridge
 
@@ -38,19 +38,7 @@ LAYERS = (256, 512, 512, 10)
 BATCH = 1024
 LEARNING_RATE = 1e-3
 STEP_CALLS, RUNS = 20, 7
-DENSE = (((1,), (0,)), ((), ()))  # x (batch, in) . W (in, out): flax.linen.Dense's call
 DOT_GENERALS = {"bridge": jax_bridge.dot_general, "lax": lax.dot_general}
-
-
-def init(key, layers=LAYERS):
-    """Float32 parameters, as flax's Dense initialises them (lecun normal, zero bias)."""
-    params = []
-    for fan_in, fan_out in zip(layers[:-1], layers[1:]):
-        key, sub = jax.random.split(key)
-        params.append(
-            (jax.random.normal(sub, (fan_in, fan_out)) / np.sqrt(fan_in), jnp.zeros(fan_out))
-        )
-    return params
 
 
 def forward(params, x, dot_general, dtype):
@@ -133,6 +121,8 @@ def step_rows(steps: int, layers=LAYERS, batch=BATCH) -> list[dict]:
         rows.append(
             {
                 "model": f"mlp {'-'.join(map(str, layers))} batch {batch} adam",
+                "layers": list(layers),
+                "batch": batch,
                 "dtype": jnp.dtype(dtype).name,
                 "steps": steps,
                 "bridge_step_s": ours_s,

@@ -400,8 +400,7 @@ def readme_rows(results: str | Path | None = None) -> list[dict]:
         )
     path, data = latest_run("models", results)
     for row in data["rows"]:
-        layers = tuple(int(x) for x in row["model"].split()[1].split("-"))
-        batch = int(row["model"].split()[3])
+        layers, batch = row["layers"], row["batch"]
         add(
             "`jax_bridge.dot_general`, an MLP's training step",
             ["`lax.dot_general`, same step"],

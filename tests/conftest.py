@@ -1,4 +1,5 @@
 import importlib.util
+import sys
 import zlib
 from pathlib import Path
 
@@ -43,8 +44,12 @@ def benchmark_module():
     """``load(name)``: the module ``benchmarks/<name>.py`` (the benchmarks are scripts, not a
     package), imported from its file."""
 
+    folder = Path(__file__).parents[1] / "benchmarks"
+    if str(folder) not in sys.path:  # as when run as a script: siblings import each other
+        sys.path.insert(0, str(folder))
+
     def load(name):
-        path = Path(__file__).parents[1] / "benchmarks" / f"{name}.py"
+        path = folder / f"{name}.py"
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)

@@ -359,23 +359,26 @@ def _element_loader(threads: int, block_k: int, storage: np.dtype, extent_x: int
     runs = block_k if along_k else extent_x
     copies = extent_x * block_k // threads
     zero = storage.type(0)
+
+    def position(tid, r):
+        """(x, k) of copy r of thread ``tid``: consecutive threads along the stored rows."""
+        v = tid + r * threads
+        row, column = v // runs, v % runs
+        return (row, column) if along_k else (column, row)
+
     if not simulated():
-        slot = cuda.jit(device=True)(slot)
+        slot, position = cuda.jit(device=True)(slot), cuda.jit(device=True)(position)
 
     @cuda.jit(device=True)
     def load_elements(smem, dst, src, src0, stride_x, stride_k, x_left, k_left, tid):
         values = cuda.local.array(copies, storage)
         for r in range(copies):  # 1. every load, none waited for
-            v = tid + r * threads
-            row, column = v // runs, v % runs
-            x, k = (row, column) if along_k else (column, row)
+            x, k = position(tid, r)
             values[r] = (
                 src[src0 + x * stride_x + k * stride_k] if x < x_left and k < k_left else zero
             )
         for r in range(copies):  # 2. the stores, as the values arrive
-            v = tid + r * threads
-            row, column = v // runs, v % runs
-            x, k = (row, column) if along_k else (column, row)
+            x, k = position(tid, r)
             smem[dst + slot(x, k)] = values[r]
 
     return load_elements
