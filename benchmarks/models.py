@@ -14,7 +14,9 @@ out so that the benchmark needs JAX alone. Each jitted step is timed as the medi
 
 **Products** (``--products``): each distinct product of that model's step, 16 of them summed in
 one jitted program (bf16 operands, float32 result, as the backward asks), per product, for
-both ``dot_general``s.
+both ``dot_general``s. Each of the 16 has operands of its own: XLA merges products that share
+an operand into one larger product (its dot merger), which would time one product of 16x
+the work for lax and 16 for the bridge.
 
 Writes ``<out>/models/<device>.json``: rows ``{"model", "dtype", "bridge_step_s",
 "lax_step_s", "loss_max_rel_diff"}`` and, with ``--products``, ``product_rows``
@@ -151,12 +153,12 @@ PRODUCTS_PER_PROGRAM = 16
 def product_seconds(dot_general, lhs_shape, rhs_shape, dims, copies=PRODUCTS_PER_PROGRAM):
     """Seconds per product of ``copies`` products summed in one jitted program."""
     lhs = jax.random.normal(jax.random.key(2), (copies, *lhs_shape), jnp.bfloat16)
-    rhs = jax.random.normal(jax.random.key(3), rhs_shape, jnp.bfloat16)
+    rhs = jax.random.normal(jax.random.key(3), (copies, *rhs_shape), jnp.bfloat16)
 
     @jax.jit
     def program(lhs, rhs):
         return sum(
-            dot_general(lhs[i], rhs, dims, preferred_element_type=jnp.float32)
+            dot_general(lhs[i], rhs[i], dims, preferred_element_type=jnp.float32)
             for i in range(copies)
         )
 

@@ -16,7 +16,14 @@ import numba_gemm
 from checks import assert_split_keeps_infinities, check_layouts
 from numba_gemm.kernels.mma import SIMULATOR_MMA_CONFIG, MmaConfig, operand_mode
 from numba_gemm.precision import PRESETS, resolve, tolerance
-from numba_gemm.reference import LAYOUTS, make_operands, poisoned, reference, relative_error
+from numba_gemm.reference import (
+    LAYOUTS,
+    make_operands,
+    poisoned,
+    reference,
+    relative_error,
+    to_host,
+)
 
 BF16, F16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
 # (operand dtype, preset) of every tensor-core algorithm
@@ -205,13 +212,64 @@ def test_operand_modes_pick_the_contiguous_axis(rng):
     from numba_gemm.descriptor import describe
 
     a, b = make_operands(32, 48, 16, BF16, "a_col", rng)
-    assert operand_mode(describe(a), True) == ("x", True)  # column-major A: m contiguous
-    assert operand_mode(describe(b), False) == ("x", True)  # row-major B: n contiguous
+    assert operand_mode(describe(a), True) == ("x", 16)  # column-major A: m contiguous
+    assert operand_mode(describe(b), False) == ("x", 16)  # row-major B: n contiguous
     a, b = make_operands(32, 48, 16, BF16, "b_col", rng)
-    assert operand_mode(describe(a), True) == ("k", True)
-    assert operand_mode(describe(b), False) == ("k", True)
+    assert operand_mode(describe(a), True) == ("k", 16)
+    assert operand_mode(describe(b), False) == ("k", 16)
     a, b = make_operands(17, 19, 23, BF16, "row", rng)  # rows of 23 elements: misaligned
-    assert operand_mode(describe(a), True) == ("k", False)
+    assert operand_mode(describe(a), True) == ("k", 0)
+
+
+# (operand dtype, row stride in elements, the cp.async copy that rows so aligned take)
+COPY_CASES = [
+    (BF16, 24, 16),
+    (BF16, 12, 8),
+    (BF16, 10, 4),  # a model's 10-class layer
+    (BF16, 11, 0),  # element copies
+    (F32, 12, 16),
+    (F32, 10, 8),
+    (F32, 11, 4),
+]
+
+
+def strided_operands(dtype, stride, rng, to_device=False):
+    """A (19 x K) and B (K x N) whose rows are ``stride`` elements apart and one element
+    shorter (K = N = stride - 1): every row ends in a partial copy."""
+    from numba_gemm.launch import to_device as copy_to_device
+
+    K = N = stride - 1
+    bases = [rng.standard_normal(shape).astype(dtype) for shape in ((19, stride), (K, stride))]
+    if to_device:
+        bases = [copy_to_device(base) for base in bases]
+    return bases[0][:, :K], bases[1][:, :N]
+
+
+@pytest.mark.parametrize("dtype, stride, copy_bytes", COPY_CASES, ids=str)
+def test_copies_as_wide_as_the_rows_align(dtype, stride, copy_bytes, rng):
+    from numba_gemm.descriptor import describe
+
+    a, b = strided_operands(dtype, stride, rng, to_device=True)
+    assert operand_mode(describe(a), True) == ("k", copy_bytes)
+    assert operand_mode(describe(b), False) == ("x", copy_bytes)
+    preset = "TF32_TF32_F32" if dtype == F32 else "BF16_BF16_F32"
+    out = poisoned((a.shape[0], b.shape[1]), F32, to_device=True)
+    numba_gemm.matmul(a, b, out, precision=preset, config=SMALL)
+    check(to_host(out), to_host(a), to_host(b), preset, dtype, F32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("algorithm", ["auto", "mma", "wgmma"])
+@pytest.mark.parametrize("dtype, stride, copy_bytes", COPY_CASES, ids=str)
+def test_gpu_copies_as_wide_as_the_rows_align(dtype, stride, copy_bytes, algorithm, rng):
+    from numba import cuda
+
+    a, b = strided_operands(dtype, stride, rng, to_device=True)
+    preset = "TF32_TF32_F32" if dtype == F32 else "BF16_BF16_F32"
+    out = poisoned((a.shape[0], b.shape[1]), F32, to_device=True)
+    numba_gemm.matmul(a, b, out, precision=preset, algorithm=algorithm)
+    cuda.synchronize()
+    check(to_host(out), to_host(a), to_host(b), preset, dtype, F32)
 
 
 @pytest.mark.gpu

@@ -169,13 +169,14 @@ SIMULATOR_MMA_CONFIG = MmaConfig(32, 32, 16, 2, 1, 2, 1)
 
 # Products whose shape the wgmma tiles (64 columns and a 64-k slice at the least) fit badly run
 # on mma where "auto" chooses (``numba_gemm.api.tensor_core_algorithm``), in tiles of their
-# shape: a narrow output (N <= NARROW_N, a model's 10-class layer) in 64 x 16 tiles, four times
-# the CTAs of 64 x 64 and no empty columns to load; a short k (K <= SHORT_K) in 64 x 64 tiles
-# and one 32-k slice. At 1024 x 10 x 512, 1024 x 512 x 10 and 512 x 10 x 1024 bf16 on an H200:
-# 11.5, 7.2 and 18 us against wgmma's 55, 19 and 107.
+# shape: a narrow output (N <= NARROW_N, a model's 10-class layer) in 32 x 16 tiles, eight times
+# the CTAs of 64 x 64 and no empty columns to load, with 64-k slices four deep so that each CTA's
+# short k loop has few, long steps; a short k (K <= SHORT_K) in 64 x 32 tiles and one 32-k slice.
+# At 1024 x 10 x 512, 512 x 10 x 1024 and 1024 x 512 x 10 bf16 on an H200: 5.2, 7.8 and 4.6 us
+# against wgmma's 55, 107 and 19 (cuBLAS: 5.7, 5.5, 4.0).
 NARROW_N, SHORT_K = 16, 32
-NARROW_MMA_CONFIG = MmaConfig(64, 16, 32, 2, 1, 3, 8)
-SHORT_K_MMA_CONFIG = MmaConfig(64, 64, 32, 2, 2, 3, 8)
+NARROW_MMA_CONFIG = MmaConfig(32, 16, 64, 2, 1, 4, 8)
+SHORT_K_MMA_CONFIG = MmaConfig(64, 32, 32, 2, 2, 2, 8)
 
 
 def shape_mma_config(n: int, k: int) -> MmaConfig | None:
@@ -254,8 +255,11 @@ def _operand_axis(stride_x: int, stride_k: int, extent_x: int, extent_k: int) ->
     return "k"
 
 
-def operand_mode(desc: MatrixDesc, x_first: bool) -> tuple[str, bool]:
-    """(contiguous axis, 16-byte copies allowed) of A (``x_first``: m is axis 0) or B."""
+def operand_mode(desc: MatrixDesc, x_first: bool) -> tuple[str, int]:
+    """(contiguous axis, bytes per ``cp.async`` copy: 16, 8 or 4, or 0 for element copies) of
+    A (``x_first``: m is axis 0) or B. A copy of n bytes needs the axis contiguous and every
+    run of it (the address, the other stride, the batch stride) n-byte aligned: rows of 10
+    bf16 (20 bytes) take 4-byte copies, float32 with a contiguous axis at least 4-byte ones."""
     extents, strides = desc.shape, desc.strides
     if x_first:
         (extent_x, extent_k), (stride_x, stride_k) = extents, strides
@@ -263,14 +267,18 @@ def operand_mode(desc: MatrixDesc, x_first: bool) -> tuple[str, bool]:
         (extent_k, extent_x), (stride_k, stride_x) = extents, strides
     axis = _operand_axis(stride_x, stride_k, extent_x, extent_k)
     contiguous, other = (stride_k, stride_x) if axis == "k" else (stride_x, stride_k)
-    vec = VECTOR_BYTES // desc.dtype.itemsize
-    vectorised = (
-        contiguous == 1
-        and desc.address % VECTOR_BYTES == 0
-        and other % vec == 0
-        and desc.batch_stride % vec == 0
-    )
-    return axis, vectorised
+    itemsize = desc.dtype.itemsize
+    for nbytes in (VECTOR_BYTES, 8, 4):
+        vec = nbytes // itemsize
+        if (
+            contiguous == 1
+            and vec >= 1
+            and desc.address % nbytes == 0
+            and other % vec == 0
+            and desc.batch_stride % vec == 0
+        ):
+            return axis, nbytes
+    return axis, 0
 
 
 def linear_slot(tile: _TileShape):
@@ -289,45 +297,75 @@ def tile_loader(threads: int, block_k: int, storage: np.dtype, extent_x: int, mo
     thread ``tid``'s copies (of ``threads``) of one operand tile,
     ``src[src0 + x * stride_x + k * stride_k]`` for x < ``extent_x``, k < ``block_k``, into
     ``smem[dst + slot(x, k)]`` (``slot``: a plain function of ints). Elements past ``x_left``
-    rows or ``k_left`` columns are zeros. 16-byte ``cp.async`` copies run along the contiguous
-    axis where ``mode`` allows them, else element copies do.
+    rows or ``k_left`` columns are zeros. ``cp.async`` copies of ``mode``'s width (16, 8 or 4
+    bytes) run along the contiguous axis; narrower ones where the tile does not split into
+    copies that wide (below), element copies where ``mode`` allows none.
 
     Copy r of a thread is its first plus r whole stored rows (``threads`` copies fill
     ``row_step`` rows), so its addresses are the first's plus r constant steps: the k loop
     spends a few integer instructions per copy, not a position and a swizzle each.
-    ``ValueError`` where a tile cannot be split that way (a row of copies wider than the CTA,
-    or a slot that is not linear in rows, such as a swizzle period the step does not cover)."""
-    axis, vectorised = mode
-    width = VECTOR_BYTES // storage.itemsize if vectorised else 1
+    ``ValueError`` where 16-byte copies cannot split a tile that way (a row of copies wider
+    than the CTA, or a slot that is not linear in rows, such as a swizzle period the step does
+    not cover)."""
+    axis, copy_bytes = mode
     along_k = axis == "k"
+    for nbytes in (16, 8, 4):
+        if nbytes > copy_bytes or nbytes < storage.itemsize:
+            continue
+        width = nbytes // storage.itemsize
+        problem = _split_problem(threads, block_k, extent_x, along_k, width, slot)
+        if problem is None:
+            return _vector_loader(threads, block_k, extent_x, along_k, width, slot)
+        if nbytes == VECTOR_BYTES:
+            raise ValueError(problem)
+    return _element_loader(threads, block_k, storage, extent_x, along_k, slot)
+
+
+def _vector_split(threads: int, block_k: int, extent_x: int, along_k: bool, width: int):
+    """(copies per thread, stored rows a CTA's copies fill, first(tid) -> (x, k)) of a tile cut
+    into copies of ``width`` elements, consecutive threads on consecutive runs along the
+    stored rows."""
     runs = (block_k if along_k else extent_x) // width  # copies per stored row
-    copies = extent_x * block_k // (width * threads)
-    copy = cp_async(width) if width > 1 else None
-    if width == 1:
-        return _element_loader(threads, block_k, storage, extent_x, along_k, slot)
-    if threads % runs:
-        raise ValueError(
-            f"a {extent_x} x {block_k} tile stored {'k' if along_k else 'm/n'}-contiguous has "
-            f"{runs} copies per row, which the CTA's {threads} threads cannot split evenly"
-        )
-    row_step = threads // runs
-    step_x, step_k = (row_step, 0) if along_k else (0, row_step)
 
     def first(tid):
-        """(x, k) of the thread's first copy: consecutive threads take consecutive runs of
-        ``width`` elements along the stored rows."""
+        """(x, k) of the thread's first copy."""
         row, column = tid // runs, (tid % runs) * width
         return (row, column) if along_k else (column, row)
 
+    return extent_x * block_k // (width * threads), threads // runs, first
+
+
+def _split_problem(threads: int, block_k: int, extent_x: int, along_k: bool, width: int, slot
+                   ) -> str | None:  # fmt: skip
+    """Why copies of ``width`` elements cannot fill the tile in constant steps (None: they
+    can; see :func:`tile_loader`)."""
+    runs = (block_k if along_k else extent_x) // width
+    if threads % runs or (extent_x * block_k) % (width * threads):
+        return (
+            f"a {extent_x} x {block_k} tile stored {'k' if along_k else 'm/n'}-contiguous has "
+            f"{runs} copies per row, which the CTA's {threads} threads cannot split evenly"
+        )
+    copies, row_step, first = _vector_split(threads, block_k, extent_x, along_k, width)
+    step_x, step_k = (row_step, 0) if along_k else (0, row_step)
     slot_step = slot(step_x, step_k) - slot(0, 0)
     for tid in range(threads):
         x, k = first(tid)
         for r in range(copies):
             if slot(x + r * step_x, k + r * step_k) != slot(x, k) + r * slot_step:
-                raise ValueError(
+                return (
                     f"the shared-memory layout of a {extent_x} x {block_k} tile is not linear "
                     f"in steps of {row_step} rows: use more threads per CTA or another tile"
                 )
+    return None
+
+
+def _vector_loader(threads: int, block_k: int, extent_x: int, along_k: bool, width: int, slot):
+    """:func:`tile_loader` with ``cp.async`` copies of ``width`` elements (a split that
+    :func:`_split_problem` passed)."""
+    copies, row_step, first = _vector_split(threads, block_k, extent_x, along_k, width)
+    step_x, step_k = (row_step, 0) if along_k else (0, row_step)
+    slot_step = slot(step_x, step_k) - slot(0, 0)
+    copy = cp_async(width)
     if not simulated():
         first, slot = cuda.jit(device=True)(first), cuda.jit(device=True)(slot)
 

@@ -635,7 +635,7 @@ def _c_writer(config: WgmmaConfig, out_dtype: np.dtype, c_mode: tuple):
     ROWS, COLS = (BLOCK_N, BLOCK_M) if ALONG_M else (BLOCK_M, BLOCK_N)  # of the staged tile
     C_ROW = COLS + 4  # a staged row, padded by 16 bytes (bank conflicts)
     C_VECTORS = ROWS * COLS // C_VEC // THREADS  # 16-byte stores per thread
-    C_VECTORS_OK = c_mode[1]
+    C_VECTORS_OK = c_mode[1] == VECTOR_BYTES  # C's lines take 16-byte stores
 
     @cuda.jit(device=True)
     def stage(c_tile, start, acc, row, col, j):
