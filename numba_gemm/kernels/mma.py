@@ -12,11 +12,12 @@ Algorithm (one CTA of ``warps_m x warps_n`` warps per BLOCK_M x BLOCK_N tile of 
 1. *Which tile*: program id -> ``(pid_m, pid_n)`` through seed 004's grouped order
    (``ordering.tile_of``); grid y is the product of the batch.
 2. *Pipeline*: ``STAGES`` shared-memory buffers of one BLOCK_K slice of A and of B, filled
-   by ``cp.async`` (16-byte vectors along the operand's contiguous axis, zero-filled past the
-   matrix); ``STAGES - 1`` slices are in flight while the CTA multiplies the oldest. A tile
-   is stored as the operand lies in memory: k-contiguous operands as ``[m or n][k]``,
-   m/n-contiguous ones as ``[k][m or n]``, rows padded so that fragment loads hit distinct
-   banks. Operands with neither axis contiguous (or misaligned) are copied element by element.
+   by ``cp.async`` (16-, 8- or 4-byte vectors along the operand's contiguous axis, as wide as
+   its runs align, zero-filled past the matrix); ``STAGES - 1`` slices are in flight while
+   the CTA multiplies the oldest. A tile is stored as the operand lies in memory:
+   k-contiguous operands as ``[m or n][k]``, m/n-contiguous ones as ``[k][m or n]``, rows
+   padded so that fragment loads hit distinct banks. Operands with neither axis contiguous
+   (or 2-byte-aligned runs) are copied element by element.
 3. *Warp tiles*: each warp owns a (BLOCK_M / warps_m) x (BLOCK_N / warps_n) piece of C as
    float32 accumulators in registers, in the ``mma`` layout (``fragments.mma``). Per k step
    (16 for bf16/f16, 8 for TF32) it loads its B blocks (16 n x k each; ``ldmatrix`` for
