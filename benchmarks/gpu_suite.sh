@@ -4,10 +4,11 @@
 # jax_bridge against lax, the triple product against torch and JAX, each pipe's multiply-add
 # rate with few warps (fma_throughput.py), back-to-back calls with programmatic dependent
 # launch on and off (launch_overlap.py), host time per call (call_overhead.py), a model's
-# training step and its products through the bridge and lax (models.py), and (where ncu
-# exists) the L2 measurement of CTA orders. The results table prints last; results go to
-# $NUMBA_GEMM_RESULTS_DIR (default benchmarks/results/), logs to the same folder
-# (default /tmp). PY selects the interpreter (default: python3 with the tree importable).
+# training step and its products through the bridge and lax (models.py), every shape class
+# against cuBLAS (shapes.py), and (where ncu exists) the L2 measurement of CTA orders. The
+# results table prints last; results go to $NUMBA_GEMM_RESULTS_DIR (default
+# benchmarks/results/), logs to the same folder (default /tmp). PY selects the interpreter
+# (default: python3 with the tree importable).
 # SKIP_TESTS=1 skips the test suite (to re-run only the measurements), ONLY_TESTS=1 stops
 # after it and the demo; BENCHMARKS picks benchmark files (default: all of benchmarks/).
 # The tests run in TEST_SHARDS pytest processes at once (default: the CPU count less 2, at
@@ -81,6 +82,8 @@ overlap=$?
 calls=$?
 "$PY" benchmarks/models.py --products --out "$RESULTS" > "$LOG_DIR/models.log" 2>&1
 models=$?
+"$PY" benchmarks/shapes.py --out "$RESULTS" > "$LOG_DIR/shapes.log" 2>&1
+shapes=$?
 l2=0
 if command -v ncu > /dev/null; then
   ncu --clock-control none --kernel-name regex:tiled --csv \
@@ -93,8 +96,10 @@ fi
 grep -E "warps per SM|layout|Error" "$LOG_DIR/fma_throughput.log"
 sed -n '/^Back-to-back calls/,$p' "$LOG_DIR/launch_overlap.log"
 sed -n '/^D = A @ B @ C/,$p' "$LOG_DIR/triple_product.log"
-cat "$LOG_DIR/call_overhead.log" "$LOG_DIR/models.log"
+cat "$LOG_DIR/call_overhead.log" "$LOG_DIR/models.log" "$LOG_DIR/shapes.log"
 echo "tests exit $tests, benchmarks exit $bench, mlp exit $mlp, triple exit $triple," \
-  "fma exit $fma, overlap exit $overlap, calls exit $calls, models exit $models, l2 exit $l2"
+  "fma exit $fma, overlap exit $overlap, calls exit $calls, models exit $models," \
+  "shapes exit $shapes, l2 exit $l2"
 [ "$tests" = 0 ] && [ "$bench" = 0 ] && [ "$mlp" = 0 ] && [ "$triple" = 0 ] && [ "$fma" = 0 ] \
-  && [ "$overlap" = 0 ] && [ "$calls" = 0 ] && [ "$models" = 0 ] && [ "$l2" = 0 ]
+  && [ "$overlap" = 0 ] && [ "$calls" = 0 ] && [ "$models" = 0 ] && [ "$shapes" = 0 ] \
+  && [ "$l2" = 0 ]

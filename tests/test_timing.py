@@ -145,3 +145,46 @@ def test_l2_ordering_summary_names_its_results_file(tmp_path, benchmark_module):
     # Each case's figures come from its profiled (odd) launch, not its compile launch.
     assert [r["l2_hit_pct"] for r in rows] == [1000.0 * (2 * i + 1) for i in range(len(rows))]
     assert rows[0]["kernel_s"] == pytest.approx(1003e-9)
+
+
+def test_the_shapes_benchmark_has_every_row_the_shape_sweep_needs(benchmark_module):
+    # benchmarks/shapes.py: M in {1, 16, 128, 1024, 8192} against four projections, then
+    # small k, large k, tall-skinny and the two attention-like batched products.
+    shapes = benchmark_module("shapes")
+    rows = {(batch, m, n, k) for _, batch, m, n, k in shapes.SHAPES}
+    for m in (1, 16, 128, 1024, 8192):
+        for n, k in ((4096, 4096), (14336, 4096), (4096, 14336), (8192, 8192)):
+            assert (1, m, n, k) in rows
+    for row in ((1, 8192, 8192, 64), (1, 1024, 1024, 65536), (1, 65536, 256, 1024),
+                (64, 2048, 2048, 128), (64, 2048, 128, 2048)):  # fmt: skip
+        assert row in rows
+    assert len(rows) == len(shapes.SHAPES) == 25
+    assert {c: shapes.CASES[c][1] for c in shapes.CASES} == {
+        "f32": "F32_F32_F32", "tf32": "TF32_TF32_F32", "bf16": "BF16_BF16_F32"
+    }  # fmt: skip
+    assert {kind for kind, _, m, _, _ in shapes.SHAPES if m <= shapes.SKINNY_M} == {"skinny"}
+
+
+def test_the_shapes_benchmark_sums_up_each_case(benchmark_module):
+    shapes = benchmark_module("shapes")
+    rows = [{"dtype": "bfloat16", "precision": "BF16_BF16_F32", "ratio": r} for r in (0.5, 2.0)]
+    rows += [{"dtype": "bfloat16", "precision": "BF16_BF16_F32", "ratio": None}]  # failed
+    rows += [{"dtype": "float32", "precision": "TF32_TF32_F32", "ratio": 0.9}]
+    summary = shapes.summary(rows)
+    assert summary["bfloat16 BF16_BF16_F32"] == {
+        "rows": 3, "failed": 1, "lowest_ratio": 0.5, "geomean_ratio": pytest.approx(1.0)
+    }  # fmt: skip
+    assert summary["float32 TF32_TF32_F32"]["geomean_ratio"] == pytest.approx(0.9)
+    # one token against a 4096 x 4096 float32 projection: the matrix, the token and the result
+    assert shapes.moved_bytes(1, 1, 4096, 4096, 4) == (4096 * 4096 + 2 * 4096) * 4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["f32", "tf32", "bf16"])
+@pytest.mark.parametrize("shape", [("skinny", 1, 1, 384, 256), ("batched", 3, 40, 24, 72)])
+def test_gpu_shapes_benchmark_measures_a_row(case, shape, benchmark_module):
+    shapes = benchmark_module("shapes")
+    row = shapes.measure(case, shape, bandwidth=1e12)
+    assert row["error"] <= 1e-2 and row["ratio"] > 0 and row["ours_s"] > 0
+    assert (row["batch"], row["M"], row["N"], row["K"]) == shape[1:]
+    assert (row["bandwidth_fraction"] is not None) == (shape[2] <= shapes.SKINNY_M)
