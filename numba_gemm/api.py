@@ -11,6 +11,7 @@ import numpy as np
 from .descriptor import ArrayDesc, MatrixDesc, current_device, describe, describe_array
 from .kernels.loop_orders import LOOP_ORDERS, plan_loop_order
 from .kernels.mma import MmaConfig, default_mma_config, plan_mma, shape_mma_config, storage_dtype
+from .kernels.skinny import SKINNY_M, plan_skinny
 from .kernels.tiled import TileConfig, plan_tiled
 from .kernels.wgmma import (
     WGMMA_CC,
@@ -67,10 +68,10 @@ __all__ = [
     "run_in_memory_space",
 ]
 
-ALGORITHMS = ("auto", "tiled", "mma", "wgmma") + tuple(LOOP_ORDERS)
+ALGORITHMS = ("auto", "tiled", "skinny", "mma", "wgmma") + tuple(LOOP_ORDERS)
 # The algorithms of each kind of preset: the FFMA kernels compute float32 and float64 exactly,
 # the tensor-core kernel every bf16, f16 and TF32 preset.
-FFMA_ALGORITHMS = ("auto", "tiled") + tuple(LOOP_ORDERS)
+FFMA_ALGORITHMS = ("auto", "tiled", "skinny") + tuple(LOOP_ORDERS)
 TENSOR_CORE_ALGORITHMS = ("auto", "mma", "wgmma")
 CONFIG_TYPES = {"tiled": TileConfig, "mma": MmaConfig, "wgmma": WgmmaConfig}
 
@@ -80,16 +81,20 @@ TILED_FROM_MACS = 64**3
 
 
 def choose_algorithm(a: MatrixDesc, b: MatrixDesc) -> str:
-    """``"tiled"`` for all but tiny problems; else the loop order that coalesces for the layouts.
+    """``"skinny"`` for products with at most ``SKINNY_M`` rows or columns of the result,
+    ``"tiled"`` for the rest, but for tiny problems the loop order that coalesces for the
+    layouts.
 
-    Among the loop orders only the register-accumulating ones (``mnk``/``nmk``)
-    are candidates: the k-outer orders move C through memory at every step and
-    never win. ``mnk`` runs threads along n and wants B row-major; ``nmk`` runs
-    them along m and wants A column-major (see ``kernels/loop_orders.py``).
+    A skinny product (a decode step's M = 1) is bound by reading its large operand once, which
+    the skinny kernel streams; the tiled kernel's 64-row tiles would be mostly empty
+    (``kernels/skinny.py``). Among the loop orders only the register-accumulating ones
+    (``mnk``/``nmk``) are candidates: the k-outer orders move C through memory at every step
+    and never win. ``mnk`` runs threads along n and wants B row-major; ``nmk`` runs them along
+    m and wants A column-major (see ``kernels/loop_orders.py``).
     """
     (M, K), N = a.shape, b.shape[1]
     if M * N * K >= TILED_FROM_MACS:
-        return "tiled"
+        return "skinny" if min(M, N) <= SKINNY_M else "tiled"
     if b.layout != "row" and a.layout == "col":
         return "nmk"
     return "mnk"
@@ -304,6 +309,8 @@ def plan(
         config.check(a.dtype)
     if algorithm == "auto":
         algorithm = "tiled" if config is not None else choose_algorithm(a, b)
+    if algorithm == "skinny":
+        return plan_skinny(a, b, out)
     if algorithm != "tiled":
         return plan_loop_order(algorithm, a, b, out)
     if config is None:
@@ -349,14 +356,16 @@ def matmul(
     dtype, or ``out``'s where given: bfloat16 and float16 operands may write float32.
 
     ``algorithm``: ``"tiled"`` (shared-memory tiles, register blocking, a cp.async pipeline and
-    grouped CTA order: ``numba_gemm.kernels.tiled``), ``"mnk"``, ``"nmk"``, ``"kmn"``, ``"knm"``
+    grouped CTA order: ``numba_gemm.kernels.tiled``), ``"skinny"`` (a result of at most 16 rows
+    or columns, float32 or float64: every lane streams its rows of the large operand,
+    ``numba_gemm.kernels.skinny``), ``"mnk"``, ``"nmk"``, ``"kmn"``, ``"knm"``
     (seed 001's loop orders, see ``numba_gemm.kernels.loop_orders``), ``"mma"`` (tensor cores
     through ``mma.sync``: ``numba_gemm.kernels.mma``), ``"wgmma"`` (Hopper's warpgroup tensor-core
     instructions, bf16/f16 operands and float32 ones as TF32 or 3xTF32:
     ``numba_gemm.kernels.wgmma``) or ``"auto"``: the tensor cores for presets that use them
-    (wgmma where it takes the preset on Hopper, else mma), else tiled
-    for all but tiny problems (:func:`choose_algorithm`). All checks run before any launch and
-    raise ``ValueError``/``TypeError`` naming the argument.
+    (wgmma where it takes the preset on Hopper, else mma), else skinny for skinny results and
+    tiled for the rest, but for tiny problems (:func:`choose_algorithm`). All checks run before
+    any launch and raise ``ValueError``/``TypeError`` naming the argument.
 
     ``config``: the tiled kernel's :class:`~numba_gemm.TileConfig` (by default the tuned one for
     this device, dtype, layout and shape class: :func:`numba_gemm.tuned_configs.config_for`), or

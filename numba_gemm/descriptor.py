@@ -215,6 +215,10 @@ class MatrixDesc(_Memory):
             return "col"
         return "strided"
 
+    def transposed(self) -> MatrixDesc:
+        """The same memory seen as the transposed matrix (shape and strides swapped, no copy)."""
+        return replace(self, shape=self.shape[::-1], strides=self.strides[::-1])
+
 
 @dataclass(frozen=True)
 class ArrayDesc(_Memory):

@@ -259,11 +259,6 @@ def fused_workers(
     )
 
 
-def _transposed(desc: MatrixDesc) -> MatrixDesc:
-    """The same memory seen as the transposed matrix (no copy)."""
-    return replace(desc, shape=desc.shape[::-1], strides=desc.strides[::-1])
-
-
 def _stream_key(stream) -> tuple:
     """(context, stream, host thread): what scratch buffers are kept under. Kernels on one
     stream run in order, but two host threads may interleave their launches on one stream (the
@@ -453,7 +448,7 @@ def plan_triple(
         a.shape[0], a.shape[1], c.shape[0], c.shape[1], algorithm, order, config, a.dtype
     )
     if order == "right":
-        a, b, c, out = _transposed(c), _transposed(b), _transposed(a), _transposed(out)
+        a, b, c, out = c.transposed(), b.transposed(), a.transposed(), out.transposed()
     M, K2 = a.shape[0], c.shape[0]
     if algorithm == "naive":
         return [plan_naive(a, b, c, out)]

@@ -87,3 +87,34 @@ def test_config_reads_the_algorithms_config_from_ints():
     assert _config(None, "wgmma") is None
     with pytest.raises(SystemExit, match="--config needs --algorithm"):
         _config("128,256,4,8", "auto")
+
+
+def test_launches_plan_each_kernel_as_on_an_h100(tmp_path):
+    # tools/sass.py's planning half, run for real (a fresh process: it answers numba-cuda's
+    # device queries as an H100 would, with no simulator and no driver); only the compile (the
+    # `sass` extra's NVVM) is stubbed.
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    script = (
+        "import tools.sass as sass\n"
+        "sass.compile_launch = lambda launch: ('', 32, 0, 1024)\n"
+        "for argv in (['matmul', '1024', '10', '512', '--dtype', 'bfloat16'],\n"
+        "             ['matmul', '2048', '2048', '2048', '--dtype', 'bfloat16'],\n"
+        "             ['matmul', '2048', '2048', '2048', '--dtype', 'bfloat16',\n"
+        "              '--tensor-maps', 'device'],\n"
+        "             ['matmul', '512', '512', '512'],\n"
+        "             ['triple', '512']):\n"
+        "    sass.main(argv)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    kernels = [line.split(":")[0] for line in done.stdout.splitlines() if "threads" in line]
+    assert kernels[:4] == ["mma_kernel", "wgmma_kernel", "wgmma_kernel", "tiled_kernel"]
+    assert len(kernels) > 4  # the triple product's launches
+    assert "grid 32 x 64 threads" in done.stdout  # 1024 x 10: the narrow mma tiles

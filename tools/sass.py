@@ -242,7 +242,7 @@ def main(argv=None) -> None:
     )
     parser.add_argument(
         "--algorithm",
-        choices=("fused", "unfused", "auto", "tiled", "mma", "wgmma"),
+        choices=("fused", "unfused", "auto", "tiled", "skinny", "mma", "wgmma"),
         help="triple: fused (default) or unfused; matmul: as numba_gemm.matmul's (default: "
         "auto for tensor-core presets: wgmma on an H100 for 16-bit operands and TF32 presets)",
     )

@@ -58,7 +58,7 @@ conversion runs 8 warps) and ``stages`` >= 2.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 from numba import cuda
@@ -950,11 +950,6 @@ def fills_with_tma(launch: KernelLaunch) -> bool:
     return launch.kernel.py_func.__name__ == "wgmma_kernel" and launch.args[-3] != 0
 
 
-def _transposed(desc: MatrixDesc) -> MatrixDesc:
-    """The same matrix viewed transposed (shape and strides swapped, the same memory)."""
-    return replace(desc, shape=desc.shape[::-1], strides=desc.strides[::-1])
-
-
 def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: MatrixDesc,
                c: MatrixDesc, tensor_maps: str = "host", workspace=None
                ) -> KernelLaunch:  # fmt: skip
@@ -996,7 +991,7 @@ def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: Mat
         transposed = operand_mode(a, True)[0] == "k"
         converting = not transposed
     # the product as the kernel computes it: X (M x K) @ Y (K x N) -> D
-    x, y, d = (_transposed(b), _transposed(a), _transposed(c)) if transposed else (a, b, c)
+    x, y, d = (b.transposed(), a.transposed(), c.transposed()) if transposed else (a, b, c)
     M, N = x.shape[0], y.shape[1]
     parts = preset.parts if converting else 0
     config = config or default_wgmma_config(M, N, c.batch, parts)

@@ -1,0 +1,240 @@
+"""Skinny products on the FMA units: C (M x N) = A (M x K) @ B (K x N) with M <= SKINNY_M.
+
+float32 or float64, any strides, a batch along grid y. A product with few rows (one token of a
+decode step: M = 1) reads all of B (K x N) for M x N results: it is bound by reading B once,
+and a tile of 64 rows or more (the tiled kernel's) computes mostly zeros and reads B no faster.
+Here every element of B is loaded once, by one lane, with several loads in flight per lane,
+and A's M rows (16 at most) ride along. A product with few columns (N <= SKINNY_M) runs as
+its transpose, C^T = B^T @ A^T (:func:`plan_skinny`: strides swapped, nothing copied).
+
+Algorithm (one CTA of ``WARPS`` warps per ``WARPS x width`` columns of C, all its rows):
+
+1. *Which columns*: warp w of CTA x owns the strip of ``width`` columns from
+   ``n0 = (x * WARPS + w) * width`` (``width``: 16 bytes of B's elements); grid y is the
+   product of the batch.
+2. *k loop*: lane l takes rows k = l, l + 32, l + 64, ... of the strip, ``UNROLL`` rows per
+   step: it loads each row's ``width`` elements of B (one 16-byte vector where B's rows are
+   contiguous and aligned, else one element per column: then the warp's 32 lanes read 32
+   consecutive k of a column, which coalesce where B's columns are contiguous, as an
+   ``nn.Linear`` weight's transpose), then multiplies each by its k of every row of A
+   (consecutive lanes, consecutive k: coalesced for row-major A) into ``rows x width``
+   float accumulators (``rows``: M rounded up to a power of two, a compile-time constant).
+3. *Sum over lanes*: five butterfly exchanges (``shfl.xor``) leave every lane of the warp with
+   the strip's ``rows x width`` sums; lane l writes sums l, l + 32, ... to C.
+
+Every C element is the sum of its 32 lanes' partial sums, each over its own k in order, so the
+result is the same run to run.
+
+Constraints: M <= SKINNY_M after the transposition (the plan refuses others); a strip of
+``width`` columns per warp (the last one masked).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numba import cuda
+
+from ..descriptor import MatrixDesc
+from ..launch import KernelLaunch, cdiv, kernel_launch, simulated
+from .mma import operand_mode
+from .ptx import load_global_vector, move_element
+from .tiled import unrolled
+
+__all__ = ["SKINNY_M", "WARPS", "SIMULATOR_WARPS", "UNROLL", "skinny_rows", "plan_skinny"]
+
+SKINNY_M = 16  # rows of C (after the transposition) the kernel's accumulators hold at most
+WARPS = 8  # warps per CTA: one column strip each
+SIMULATOR_WARPS = 2  # on the simulator, whose threads are Python threads: fewer per CTA
+WARP = 32
+UNROLL = 8  # rows of B a lane loads before it multiplies: loads in flight per lane
+VECTOR_BYTES = 16
+
+
+def _warps() -> int:
+    """Warps per CTA: :data:`WARPS`, or :data:`SIMULATOR_WARPS` on the simulator."""
+    return SIMULATOR_WARPS if simulated() else WARPS
+
+
+def skinny_rows(M: int) -> int:
+    """``M`` rounded up to a power of two: the accumulator rows the kernel is compiled for."""
+    if not 1 <= M <= SKINNY_M:
+        raise ValueError(f"the skinny kernel takes 1 to {SKINNY_M} rows of C; got {M}")
+    return 1 << (M - 1).bit_length()
+
+
+def _lane_summer(dtype: np.dtype, size: int):
+    """Device function ``sum_lanes(acc, scratch)``: ``acc[:size]`` of every lane of the warp
+    replaced by the warp's sums, a butterfly of five ``shfl.xor`` exchanges per element (every
+    lane of the CTA calls it at once). On the simulator, whose threads cannot read each other's
+    registers, through ``scratch`` (a shared array of ``size`` elements per thread): the same
+    butterfly, the same additions in the same order, in NumPy."""
+    if simulated():
+
+        @cuda.jit(device=True)
+        def sum_lanes(acc, scratch):
+            tid = cuda.threadIdx.x
+            scratch[tid * size : (tid + 1) * size] = acc[:size]
+            cuda.syncthreads()
+            first = tid - tid % WARP
+            values = scratch[first * size : (first + WARP) * size].reshape(WARP, size).copy()
+            for mask in (16, 8, 4, 2, 1):
+                values = values + values[np.arange(WARP) ^ mask]  # in dtype, as the GPU adds
+            acc[:size] = values[tid % WARP]
+            cuda.syncthreads()
+
+        return sum_lanes
+
+    @cuda.jit(device=True)
+    def lane_sum(acc, scratch, e):
+        for mask in (16, 8, 4, 2, 1):
+            acc[e] += cuda.shfl_xor_sync(0xFFFFFFFF, acc[e], mask)
+
+    return unrolled(lane_sum, size, "acc, scratch")
+
+
+@functools.cache
+def _kernel(dtype: np.dtype, rows: int, b_vectors: bool, a_vectors: bool):
+    """The kernel for operands of ``dtype``, ``rows`` accumulator rows (a power of two >= M),
+    B's rows loaded as 16-byte vectors (``b_vectors``) or element by element, and A's runs of
+    k as 16-byte vectors (``a_vectors``) or element by element."""
+    WIDTH = VECTOR_BYTES // dtype.itemsize  # columns per warp's strip, and k per lane's run
+    RUN = WIDTH
+    RUNS = UNROLL // RUN  # runs per lane per step
+    ACC = rows * WIDTH
+    STRIP = UNROLL * WIDTH  # (a local array's size must be a name, not an expression)
+    STEP = UNROLL * WARP  # rows of k a warp covers per step
+    WARPS_ = _warps()
+    THREADS = WARPS_ * WARP
+    SCRATCH = THREADS * ACC if simulated() else 1  # the simulator's lane sums
+    sum_lanes = _lane_summer(dtype, ACC)
+    zero = dtype.type(0)
+
+    def steps(checked: bool):
+        """The step's two device functions, ``load_strip`` and ``multiply_strip``, with bounds
+        tests (``checked``: the last step, or a strip past N) or without (a whole step)."""
+
+        @cuda.jit(device=True)
+        def load_b(strip, b, b0, stride_bk, stride_bn, n_left, k0, lane, K, r, i):
+            # row i of the lane's run r of this step into strip slot r * RUN + i (zeros past
+            # K and N)
+            row = k0 + r * (WARP * RUN) + lane * RUN + i
+            slot = (r * RUN + i) * WIDTH
+            if b_vectors and not (checked and (row >= K or n_left < WIDTH)):
+                load_global_vector(strip, slot, b, b0 + row * stride_bk)
+            else:
+                for j in range(WIDTH):
+                    if not checked or (row < K and j < n_left):
+                        move_element(strip, slot + j, b, b0 + row * stride_bk + j * stride_bn)
+                    else:
+                        strip[slot + j] = zero
+
+        @cuda.jit(device=True)
+        def multiply_run(acc, strip, a, a0, stride_am, stride_ak, M, k0, lane, K, r, m):
+            # acc[m] += A[m, run] @ the strip's rows of run r (rows past M: nothing)
+            if m < M:
+                run0 = k0 + r * (WARP * RUN) + lane * RUN
+                x = cuda.local.array(RUN, dtype)
+                a_run = a0 + m * stride_am + run0 * stride_ak
+                if a_vectors and not (checked and run0 + RUN > K):
+                    load_global_vector(x, 0, a, a_run)
+                else:
+                    for i in range(RUN):
+                        if not checked or run0 + i < K:
+                            move_element(x, i, a, a_run + i * stride_ak)
+                        else:
+                            x[i] = zero
+                for i in range(RUN):
+                    for j in range(WIDTH):
+                        acc[m * WIDTH + j] += x[i] * strip[(r * RUN + i) * WIDTH + j]
+
+        load_strip = unrolled(
+            load_b,
+            [(r, i) for r in range(RUNS) for i in range(RUN)],
+            "strip, b, b0, stride_bk, stride_bn, n_left, k0, lane, K",
+        )
+        multiply_strip = unrolled(
+            multiply_run,
+            [(r, m) for r in range(RUNS) for m in range(rows)],
+            "acc, strip, a, a0, stride_am, stride_ak, M, k0, lane, K",
+        )
+        return load_strip, multiply_strip
+
+    load_whole, multiply_whole = steps(checked=False)
+    load_edge, multiply_edge = steps(checked=True)
+
+    @cuda.jit(device=True)
+    def zero_one(acc, e):
+        acc[e] = zero
+
+    zero_all = unrolled(zero_one, ACC, "acc")
+
+    @cuda.jit(device=True)
+    def store(c, c0, stride_cm, stride_cn, M, n_left, acc, lane, e):
+        m, j = e // WIDTH, e % WIDTH
+        if e % WARP == lane and m < M and j < n_left:
+            c[c0 + m * stride_cm + j * stride_cn] = acc[e]
+
+    store_all = unrolled(store, ACC, "c, c0, stride_cm, stride_cn, M, n_left, acc, lane")
+
+    @cuda.jit
+    def skinny_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn,
+                      c, stride_cb, stride_cm, stride_cn, M, N, K):  # fmt: skip
+        acc = cuda.local.array(ACC, dtype)  # (rows, WIDTH): this lane's partial sums
+        strip = cuda.local.array(STRIP, dtype)  # (RUNS, RUN, WIDTH): rows of B
+        scratch = cuda.shared.array(SCRATCH, dtype)
+        zero_all(acc)
+
+        # -- which strip: warp w of CTA x, columns n0 .. n0 + WIDTH ------------------------
+        tid = cuda.threadIdx.x
+        lane, warp = tid % WARP, tid // WARP
+        n0 = (cuda.blockIdx.x * WARPS_ + warp) * WIDTH
+        batch = cuda.blockIdx.y
+        n_left = N - n0  # may be <= 0: a warp past N loads nothing, but exchanges with the rest
+        a0 = batch * stride_ab
+        b0 = batch * stride_bb + n0 * stride_bn
+
+        # -- k loop: per step, lane l loads rows l * RUN + r * 32 RUN + (0 .. RUN) of the
+        # strip, then multiplies them by the same k of A's rows; whole steps of a whole
+        # strip without bounds tests, the last step (and a strip past N) with them ---------
+        whole = K - K % STEP if n_left >= WIDTH else 0
+        for k0 in range(0, whole, STEP):
+            load_whole(strip, b, b0, stride_bk, stride_bn, n_left, k0, lane, K)
+            multiply_whole(acc, strip, a, a0, stride_am, stride_ak, M, k0, lane, K)
+        if n_left > 0:
+            for k0 in range(whole, K, STEP):
+                load_edge(strip, b, b0, stride_bk, stride_bn, n_left, k0, lane, K)
+                multiply_edge(acc, strip, a, a0, stride_am, stride_ak, M, k0, lane, K)
+
+        # -- sum over the warp's lanes, then lane l writes sums l, l + 32, ... --------------
+        sum_lanes(acc, scratch)
+        if n_left > 0:
+            store_all(c, batch * stride_cb + n0 * stride_cn, stride_cm, stride_cn, M, n_left,
+                      acc, lane)  # fmt: skip
+
+    return skinny_kernel
+
+
+def plan_skinny(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc) -> KernelLaunch:
+    """The skinny kernel's launch on validated operands: C (M x N) = A (M x K) @ B (K x N), for
+    each of ``c.batch`` products, with M <= SKINNY_M, or N <= SKINNY_M (run as its transpose).
+    ``ValueError`` where neither is."""
+    (M, K), N = a.shape, b.shape[1]
+    if M > SKINNY_M:
+        if N > SKINNY_M:
+            raise ValueError(
+                f"algorithm='skinny' takes products with at most {SKINNY_M} rows or columns "
+                f"of the result; this one is {M} x {N}: use 'tiled'"
+            )
+        a, b, c = b.transposed(), a.transposed(), c.transposed()
+        (M, K), N = a.shape, b.shape[1]
+    dtype = np.dtype(a.dtype)
+    width = VECTOR_BYTES // dtype.itemsize
+    b_vectors = operand_mode(b, False) == ("x", VECTOR_BYTES)  # B's rows contiguous, aligned
+    a_vectors = operand_mode(a, True) == ("k", VECTOR_BYTES)  # A's rows contiguous, aligned
+    kernel = _kernel(dtype, skinny_rows(M), b_vectors, a_vectors)
+    grid = (cdiv(N, _warps() * width), c.batch)
+    return kernel_launch(kernel, grid, _warps() * WARP, 0,
+                         (a, a.batch_stride, *a.strides, b, b.batch_stride, *b.strides,
+                          c, c.batch_stride, *c.strides, M, N, K))  # fmt: skip

@@ -1,0 +1,122 @@
+"""The skinny kernel (``kernels/skinny.py``): results of at most 16 rows or columns, float32
+and float64, every layout, edges of every strip and step, batches, and when "auto" runs it."""
+
+import numpy as np
+import pytest
+
+import numba_gemm
+from checks import assert_product
+from numba_gemm.api import plan
+from numba_gemm.descriptor import describe
+from numba_gemm.kernels import skinny
+from numba_gemm.reference import LAYOUTS, make_operands, poisoned, reference, relative_error
+
+F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
+# (M, N, K): one row and one column; rows of every accumulator size (1, 2-16 rounded up to a
+# power of two) against strips cut at N and steps cut at K (a step is 256 rows of k for
+# float32 with 2 simulated warps of 4 columns); the transposed case (N <= 16 < M).
+SHAPES = [(1, 1, 1), (1, 40, 37), (3, 5, 300), (16, 9, 9), (2, 16, 600), (40, 2, 37)]
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_skinny_matches_float64_reference(dtype, shape, layout, rng):
+    M, N, K = shape
+    a, b = make_operands(M, N, K, dtype, layout, rng)
+    out = poisoned((M, N), dtype, layout=layout)  # NaN: an unwritten element fails the check
+    assert numba_gemm.matmul(a, b, out, algorithm="skinny") is out
+    assert_product(out, a, b, dtype)
+
+
+def test_skinny_runs_a_batch_and_a_broadcast_operand(rng):
+    a = rng.standard_normal((3, 2, 70)).astype(np.float32)
+    b = rng.standard_normal((3, 70, 33)).astype(np.float32)
+    assert_product(numba_gemm.matmul(a, b, algorithm="skinny"), a, b, np.float32)
+    shared = rng.standard_normal((70, 33)).astype(np.float32)  # batch stride 0
+    assert_product(numba_gemm.matmul(a, shared, algorithm="skinny"), a, shared, np.float32)
+
+
+def test_a_row_times_a_matrix_and_a_matrix_times_a_column(rng):
+    # NumPy's 1-D operands: (K,) @ (K, N) is one row of C, (M, K) @ (K,) one column
+    x = rng.standard_normal(300).astype(np.float32)
+    w = rng.standard_normal((300, 50)).astype(np.float32)
+    np.testing.assert_allclose(numba_gemm.matmul(x, w), x @ w, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(numba_gemm.matmul(w.T, x), w.T @ x, rtol=1e-5, atol=1e-4)
+
+
+def _kernel_of(a, b, algorithm="auto"):
+    out = np.empty((a.shape[0], b.shape[1]), a.dtype)
+    return plan(describe(a, "a"), describe(b, "b"), describe(out, "out"), algorithm).kernel
+
+
+@pytest.mark.parametrize(
+    "shape, expected",
+    [
+        ((1, 4096, 64), "skinny_kernel"),  # a decode step's token
+        ((16, 128, 128), "skinny_kernel"),
+        ((128, 16, 128), "skinny_kernel"),  # few columns: run transposed
+        ((17, 128, 128), "tiled_kernel"),
+        ((8, 8, 8), "loop_order_kernel"),  # tiny: one thread per element
+    ],
+    ids=str,
+)
+def test_auto_runs_skinny_results_on_the_skinny_kernel(shape, expected):
+    M, N, K = shape
+    a, b = np.ones((M, K), np.float32), np.ones((K, N), np.float32)
+    assert _kernel_of(a, b).py_func.__name__ == expected
+
+
+def test_aligned_rows_take_vector_loads_and_others_element_loads(rng):
+    rows = skinny.skinny_rows
+    a, b = make_operands(3, 64, 64, F32, "row", rng)  # rows of 64 floats: 16-byte aligned
+    assert _kernel_of(a, b, "skinny") is skinny._kernel(F32, rows(3), True, True)
+    a, b = make_operands(3, 63, 63, F32, "row", rng)  # rows of 63: misaligned
+    assert _kernel_of(a, b, "skinny") is skinny._kernel(F32, rows(3), False, False)
+    a, b = make_operands(3, 64, 64, F32, "b_col", rng)  # B k-contiguous: element loads of B
+    assert _kernel_of(a, b, "skinny") is skinny._kernel(F32, rows(3), False, True)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered")  # the simulator's threads
+def test_skinny_keeps_numpy_semantics_for_infinities():
+    a = np.array([[np.inf, 1.0, 0.0]], np.float32)
+    b = np.array([[0.0, 1.0], [1.0, 1.0], [np.inf, 2.0]], np.float32)
+    with np.errstate(invalid="ignore"):  # inf x 0: NaN, as NumPy gives
+        out, expected = numba_gemm.matmul(a, b, algorithm="skinny"), a @ b
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(expected))
+    np.testing.assert_array_equal(out[~np.isnan(out)], expected[~np.isnan(expected)])
+
+
+def test_skinny_refuses_what_it_cannot_run(rng):
+    a, b = make_operands(17, 17, 8, F32, "row", rng)
+    with pytest.raises(ValueError, match="at most 16 rows or columns"):
+        numba_gemm.matmul(a, b, algorithm="skinny")
+    a, b = make_operands(2, 17, 8, F32, "row", rng)
+    with pytest.raises(ValueError, match="cannot compute precision TF32_TF32_F32"):
+        numba_gemm.matmul(a, b, algorithm="skinny", precision="TF32_TF32_F32")
+    with pytest.raises(ValueError, match="takes none"):
+        numba_gemm.matmul(a, b, algorithm="skinny", config=numba_gemm.TileConfig())
+    with pytest.raises(ValueError, match="1 to 16 rows"):
+        skinny.skinny_rows(17)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize(
+    "shape",
+    [(1, 4096, 4096), (16, 1000, 777), (5, 3000, 2049), (4096, 1, 4096), (2, 9, 2)],
+    ids=str,
+)
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_gpu_skinny_matches_float64_reference(dtype, shape, layout, rng):
+    from numba import cuda
+
+    from numba_gemm.precision import default_preset, tolerance
+
+    M, N, K = shape
+    a, b = make_operands(M, N, K, dtype, layout, rng, to_device=True)
+    out = poisoned((M, N), dtype, to_device=True, layout=layout)
+    numba_gemm.matmul(a, b, out)  # auto: the skinny kernel
+    cuda.synchronize()
+    error = relative_error(out, reference(a, b))
+    assert error <= tolerance(default_preset(dtype), dtype, K), error
