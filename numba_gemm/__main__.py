@@ -77,18 +77,22 @@ def demo(args) -> int:
     print(header)
     print("-" * len(header))
     checks, failures = 0, 0
-    # (algorithm, operand dtype, precision): the FFMA algorithms in float32, the tensor cores
-    # in bfloat16 and at float32 accuracy from TF32 products (also on wgmma on Hopper and the
-    # simulator)
-    runs = [(a, np.float32, None) for a in ALGORITHMS if a not in TENSOR_CORE_ALGORITHMS[1:]]
-    runs += [("mma", BFLOAT16, None), ("mma", np.float32, "TF32_TF32_F32_X3")]
+    # (algorithm, operand dtype, precision, rows of C): the FFMA algorithms in float32 (the
+    # skinny kernel on one row: a decode step's token), the tensor cores in bfloat16 and at
+    # float32 accuracy from TF32 products (also on wgmma on Hopper and the simulator)
+    runs = [
+        (a, np.float32, None, 1 if a == "skinny" else M)
+        for a in ALGORITHMS
+        if a not in TENSOR_CORE_ALGORITHMS[1:]
+    ]
+    runs += [("mma", BFLOAT16, None, M), ("mma", np.float32, "TF32_TF32_F32_X3", M)]
     cc = compute_capability()
     if cc is None or cc[0] == WGMMA_CC[0]:
-        runs += [("wgmma", BFLOAT16, None), ("wgmma", np.float32, "TF32_TF32_F32_X3")]
-    for algorithm, dtype, precision in runs:
+        runs += [("wgmma", BFLOAT16, None, M), ("wgmma", np.float32, "TF32_TF32_F32_X3", M)]
+    for algorithm, dtype, precision, rows in runs:
         for layout in layouts:
-            a, b = make_operands(M, N, K, dtype, layout, rng, to_device=not simulated)
-            out = poisoned((M, N), dtype, to_device=not simulated, layout=layout)
+            a, b = make_operands(rows, N, K, dtype, layout, rng, to_device=not simulated)
+            out = poisoned((rows, N), dtype, to_device=not simulated, layout=layout)
             run = functools.partial(matmul, a, b, out, algorithm=algorithm, precision=precision)
             seconds = median_seconds(run, warmup=1, reps=reps)
             error = relative_error(out, reference(a, b))
@@ -103,8 +107,8 @@ def demo(args) -> int:
             ok = error <= preset_tolerance(preset, dtype, K)
             checks, failures = checks + 1, failures + (not ok)
             print(
-                f"{name:12} {f'{M} x {N} x {K}':>16} {layout:7} {error:10.2e} "
-                f"{_rate(seconds, M, N, K, simulated)}{'' if ok else '  FAILED'}"
+                f"{name:12} {f'{rows} x {N} x {K}':>16} {layout:7} {error:10.2e} "
+                f"{_rate(seconds, rows, N, K, simulated)}{'' if ok else '  FAILED'}"
             )
     print(
         "layouts: row = A, B, C row-major; col = all column-major (transposed views); "

@@ -32,11 +32,13 @@ def test_demo_on_the_simulator():
     assert result.returncode == 0, result.stdout + result.stderr
     assert "simulator" in result.stdout and "FAILED" not in result.stdout
     lines = result.stdout.splitlines()
-    assert lines[-1] == "PASSED: all 60 results within their tolerance of float64 NumPy"
+    assert lines[-1] == "PASSED: all 64 results within their tolerance of float64 NumPy"
     assert not any("TFLOP/s" in line for line in lines)  # the simulator's times measure Python
     assert (
         sum(line.startswith(("auto", "tiled", "mnk", "nmk", "kmn", "knm")) for line in lines) == 28
     )
+    skinny = [line for line in lines if line.startswith("skinny")]
+    assert len(skinny) == 4 and all(" 1 x " in line for line in skinny)  # one row of C
     # the tensor cores: mma and wgmma, each in bf16 and at float32 accuracy, in 4 layouts
     assert sum(line.startswith(("mma:", "wgmma:")) for line in lines) == 16
     triple_rows = [
