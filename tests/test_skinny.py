@@ -67,14 +67,16 @@ def test_auto_runs_skinny_results_on_the_skinny_kernel(shape, expected):
     assert _kernel_of(a, b).py_func.__name__ == expected
 
 
-def test_aligned_rows_take_vector_loads_and_others_element_loads(rng):
+def test_aligned_rows_and_columns_take_vector_loads_and_others_element_loads(rng):
     rows = skinny.skinny_rows
     a, b = make_operands(3, 64, 64, F32, "row", rng)  # rows of 64 floats: 16-byte aligned
-    assert _kernel_of(a, b, "skinny") is skinny._kernel(F32, rows(3), True, True)
+    assert _kernel_of(a, b, "skinny") is skinny._kernel(F32, rows(3), "rows", True)
     a, b = make_operands(3, 63, 63, F32, "row", rng)  # rows of 63: misaligned
-    assert _kernel_of(a, b, "skinny") is skinny._kernel(F32, rows(3), False, False)
-    a, b = make_operands(3, 64, 64, F32, "b_col", rng)  # B k-contiguous: element loads of B
-    assert _kernel_of(a, b, "skinny") is skinny._kernel(F32, rows(3), False, True)
+    assert _kernel_of(a, b, "skinny") is skinny._kernel(F32, rows(3), "elements", False)
+    a, b = make_operands(3, 64, 64, F32, "b_col", rng)  # B k-contiguous: runs along k
+    assert _kernel_of(a, b, "skinny") is skinny._kernel(F32, rows(3), "runs", True)
+    a, b = make_operands(64, 3, 64, F32, "row", rng)  # run transposed: B^T's columns are A's rows
+    assert _kernel_of(a, b, "skinny") is skinny._kernel(F32, rows(3), "runs", False)
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered")  # the simulator's threads

@@ -12,13 +12,16 @@ Algorithm (one CTA of ``WARPS`` warps per ``WARPS x width`` columns of C, all it
 1. *Which columns*: warp w of CTA x owns the strip of ``width`` columns from
    ``n0 = (x * WARPS + w) * width`` (``width``: 16 bytes of B's elements); grid y is the
    product of the batch.
-2. *k loop*: lane l takes rows k = l, l + 32, l + 64, ... of the strip, ``UNROLL`` rows per
-   step: it loads each row's ``width`` elements of B (one 16-byte vector where B's rows are
-   contiguous and aligned, else one element per column: then the warp's 32 lanes read 32
-   consecutive k of a column, which coalesce where B's columns are contiguous, as an
-   ``nn.Linear`` weight's transpose), then multiplies each by its k of every row of A
-   (consecutive lanes, consecutive k: coalesced for row-major A) into ``rows x width``
-   float accumulators (``rows``: M rounded up to a power of two, a compile-time constant).
+2. *k loop*: lane l takes runs of ``width`` consecutive k (16 bytes of A's row), run l of
+   every stretch of 32 runs, ``UNROLL`` rows of k per step, all loaded before any is
+   multiplied (several loads in flight per lane). B's strip comes in 16-byte vectors along
+   whichever of its axes is contiguous and aligned: a vector per row of k (row-major B, a JAX
+   ``Dense`` kernel) or a vector per column and run (column-major B, an ``nn.Linear``
+   weight's transpose, and the transposed products of row-major operands); else element by
+   element. Then each row of k multiplies the same k of every row of A (a 16-byte vector per
+   run where A's rows are contiguous and aligned) into ``rows x width`` float accumulators
+   (``rows``: M rounded up to a power of two, a compile-time constant). Whole steps of a whole
+   strip run without bounds tests; the last step, and a strip that N cuts, test each element.
 3. *Sum over lanes*: five butterfly exchanges (``shfl.xor``) leave every lane of the warp with
    the strip's ``rows x width`` sums; lane l writes sums l, l + 32, ... to C.
 
@@ -95,10 +98,12 @@ def _lane_summer(dtype: np.dtype, size: int):
 
 
 @functools.cache
-def _kernel(dtype: np.dtype, rows: int, b_vectors: bool, a_vectors: bool):
+def _kernel(dtype: np.dtype, rows: int, b_loads: str, a_vectors: bool):
     """The kernel for operands of ``dtype``, ``rows`` accumulator rows (a power of two >= M),
-    B's rows loaded as 16-byte vectors (``b_vectors``) or element by element, and A's runs of
-    k as 16-byte vectors (``a_vectors``) or element by element."""
+    B's strip loaded by ``b_loads`` (``"rows"``: a 16-byte vector per row, B's rows contiguous
+    and aligned; ``"runs"``: a 16-byte vector per column and run of k, B's columns contiguous
+    and aligned; ``"elements"``), and A's runs of k as 16-byte vectors (``a_vectors``) or
+    element by element."""
     WIDTH = VECTOR_BYTES // dtype.itemsize  # columns per warp's strip, and k per lane's run
     RUN = WIDTH
     RUNS = UNROLL // RUN  # runs per lane per step
@@ -110,25 +115,53 @@ def _kernel(dtype: np.dtype, rows: int, b_vectors: bool, a_vectors: bool):
     SCRATCH = THREADS * ACC if simulated() else 1  # the simulator's lane sums
     sum_lanes = _lane_summer(dtype, ACC)
     zero = dtype.type(0)
+    ROW_VECTORS = b_loads == "rows"  # (kernels compare no strings)
 
     def steps(checked: bool):
         """The step's two device functions, ``load_strip`` and ``multiply_strip``, with bounds
         tests (``checked``: the last step, or a strip past N) or without (a whole step)."""
 
         @cuda.jit(device=True)
-        def load_b(strip, b, b0, stride_bk, stride_bn, n_left, k0, lane, K, r, i):
-            # row i of the lane's run r of this step into strip slot r * RUN + i (zeros past
-            # K and N)
-            row = k0 + r * (WARP * RUN) + lane * RUN + i
-            slot = (r * RUN + i) * WIDTH
-            if b_vectors and not (checked and (row >= K or n_left < WIDTH)):
-                load_global_vector(strip, slot, b, b0 + row * stride_bk)
+        def load_element(strip, b, b0, stride_bk, stride_bn, n_left, K, run0, r, i, j):
+            # B[run0 + i, j] of the strip into strip slot (r * RUN + i, j); zero past K and N
+            row, slot = run0 + i, (r * RUN + i) * WIDTH + j
+            if not checked or (row < K and j < n_left):
+                move_element(strip, slot, b, b0 + row * stride_bk + j * stride_bn)
+            else:
+                strip[slot] = zero
+
+        @cuda.jit(device=True)
+        def load_row(strip, b, b0, stride_bk, stride_bn, n_left, k0, lane, K, r, i):
+            # row i of the lane's run r: one 16-byte load, or WIDTH elements
+            run0 = k0 + r * (WARP * RUN) + lane * RUN
+            if ROW_VECTORS and not (checked and (run0 + i >= K or n_left < WIDTH)):
+                load_global_vector(strip, (r * RUN + i) * WIDTH, b, b0 + (run0 + i) * stride_bk)
             else:
                 for j in range(WIDTH):
-                    if not checked or (row < K and j < n_left):
-                        move_element(strip, slot + j, b, b0 + row * stride_bk + j * stride_bn)
-                    else:
-                        strip[slot + j] = zero
+                    load_element(strip, b, b0, stride_bk, stride_bn, n_left, K, run0, r, i, j)
+
+        @cuda.jit(device=True)
+        def load_column(strip, b, b0, stride_bk, stride_bn, n_left, k0, lane, K, r, j):
+            # column j of the lane's run r: one 16-byte load along k, or RUN elements
+            run0 = k0 + r * (WARP * RUN) + lane * RUN
+            if not checked or (run0 + RUN <= K and j < n_left):
+                column = cuda.local.array(RUN, dtype)
+                load_global_vector(column, 0, b, b0 + run0 * stride_bk + j * stride_bn)
+                for i in range(RUN):
+                    strip[(r * RUN + i) * WIDTH + j] = column[i]
+            else:
+                for i in range(RUN):
+                    load_element(strip, b, b0, stride_bk, stride_bn, n_left, K, run0, r, i, j)
+
+        params = "strip, b, b0, stride_bk, stride_bn, n_left, k0, lane, K"
+        if b_loads == "runs":
+            load_strip = unrolled(
+                load_column, [(r, j) for r in range(RUNS) for j in range(WIDTH)], params
+            )
+        else:
+            load_strip = unrolled(
+                load_row, [(r, i) for r in range(RUNS) for i in range(RUN)], params
+            )
 
         @cuda.jit(device=True)
         def multiply_run(acc, strip, a, a0, stride_am, stride_ak, M, k0, lane, K, r, m):
@@ -149,11 +182,6 @@ def _kernel(dtype: np.dtype, rows: int, b_vectors: bool, a_vectors: bool):
                     for j in range(WIDTH):
                         acc[m * WIDTH + j] += x[i] * strip[(r * RUN + i) * WIDTH + j]
 
-        load_strip = unrolled(
-            load_b,
-            [(r, i) for r in range(RUNS) for i in range(RUN)],
-            "strip, b, b0, stride_bk, stride_bn, n_left, k0, lane, K",
-        )
         multiply_strip = unrolled(
             multiply_run,
             [(r, m) for r in range(RUNS) for m in range(rows)],
@@ -231,9 +259,11 @@ def plan_skinny(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc) -> KernelLaunch:
         (M, K), N = a.shape, b.shape[1]
     dtype = np.dtype(a.dtype)
     width = VECTOR_BYTES // dtype.itemsize
-    b_vectors = operand_mode(b, False) == ("x", VECTOR_BYTES)  # B's rows contiguous, aligned
+    b_loads = {("x", VECTOR_BYTES): "rows", ("k", VECTOR_BYTES): "runs"}.get(
+        operand_mode(b, False), "elements"
+    )  # B's rows, or its columns, contiguous and 16-byte aligned
     a_vectors = operand_mode(a, True) == ("k", VECTOR_BYTES)  # A's rows contiguous, aligned
-    kernel = _kernel(dtype, skinny_rows(M), b_vectors, a_vectors)
+    kernel = _kernel(dtype, skinny_rows(M), b_loads, a_vectors)
     grid = (cdiv(N, _warps() * width), c.batch)
     return kernel_launch(kernel, grid, _warps() * WARP, 0,
                          (a, a.batch_stride, *a.strides, b, b.batch_stride, *b.strides,
