@@ -6,6 +6,8 @@ callback lowering. References: float64 NumPy for values, jnp/lax at
 precision="highest" for derivatives.
 """
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -130,6 +132,18 @@ def test_every_algorithm(algorithm, rng, poisoned_outputs):
     a, b = operands(rng, 17, 19, 13, transpose_a=True)
     out = jax.jit(lambda x, y: jax_bridge.matmul(x, y, transpose_a=True, algorithm=algorithm))(a, b)
     assert_close(out, f64(a).T @ f64(b), 13)
+
+
+@pytest.mark.parametrize("shape", [(1, 40, 70), (70, 3, 40)], ids=str)  # the second transposed
+def test_skinny_products_and_a_batch_of_them(shape, rng, poisoned_outputs):
+    M, N, K = shape
+    a, b = operands(rng, M, N, K, transpose_b=True)  # b: an nn.Linear-like weight, N x K
+    out = jax.jit(lambda x, y: jax_bridge.matmul(x, y, transpose_b=True, algorithm="skinny"))(a, b)
+    assert_close(out, f64(a) @ f64(b).T, K)
+    stack = random(rng, 3, M, K)
+    product = functools.partial(jax_bridge.matmul, transpose_b=True, algorithm="skinny")
+    batched = jax.jit(jax.vmap(lambda x: product(x, b)))(stack)
+    assert_close(batched, f64(stack) @ f64(b).T, K)
 
 
 def test_eager_call_and_float64(rng):
