@@ -6,7 +6,8 @@ shipped tile config, on shapes with edge tiles and with whole tiles, each result
 1. The tiled GEMM: every config of ``tuned_configs.SEARCH_SPACE`` and ``tiled.DEFAULT_CONFIGS``
    (float32 and float64) on a whole-tile shape and on an edge shape, row-major and with a
    transposed A, and a batch of products with a broadcast operand.
-2. The loop orders (``mnk``, ``nmk``, ``kmn``, ``knm``) on an edge shape.
+2. The loop orders (``mnk``, ``nmk``, ``kmn``, ``knm``) on an edge shape, and the skinny
+   kernel (float32 and float64) with every way it loads its operands, whole steps and edges.
 3. The triple product: ``naive``, ``unfused`` and ``fused`` in both orders, the fused kernel under
    each of ``SMALL_FUSED_CONFIGS`` and the tuned tiles, with stream-K where ``fused_workers``
    picks it (N = 1536 on a 132-SM GPU), plus an empty inner dimension (zeros, no product).
@@ -107,6 +108,28 @@ def loop_orders() -> list[Case]:
         return _within(out, a.astype(np.float64) @ b, tolerance(np.float32, 37))
 
     return [(name, lambda name=name: run(name)) for name in ("mnk", "nmk", "kmn", "knm")]
+
+
+def skinny() -> list[Case]:
+    """The skinny kernel, float32 and float64: every way it loads B (rows, runs along k,
+    elements) and A (runs, elements), whole steps and edges, and a result run transposed."""
+    shapes = {  # (M, N, K, A transposed)
+        "rows": (3, 70, 600, False),  # row-major: B's rows and A's runs in 16-byte loads
+        "elements": (16, 45, 37, False),  # rows of 45 and 37 elements: misaligned
+        "transposed": (300, 5, 520, False),  # N <= 16: B^T's columns are A's rows
+        "a columns": (7, 64, 300, True),  # A column-major: A element by element
+    }
+    cases = []
+    for dtype in (np.float32, np.float64):
+        for name, (M, N, K, transposed) in shapes.items():
+
+            def run(dtype=dtype, M=M, N=N, K=K, transposed=transposed):
+                (a, a_d), (b, b_d) = _operand(M, K, dtype, transposed), _operand(K, N, dtype)
+                out = numba_gemm.matmul(a_d, b_d, algorithm="skinny")
+                return _within(out, a.astype(np.float64) @ b, tolerance(dtype, K))
+
+            cases.append((f"skinny {name} {np.dtype(dtype).name} {M}x{N}x{K}", run))
+    return cases
 
 
 def triple(quick: bool) -> list[Case]:
@@ -238,7 +261,7 @@ def cases(quick: bool) -> list[Case]:
         dtype: (DEFAULT_CONFIGS[dtype],) if quick else (*space, DEFAULT_CONFIGS[dtype])
         for dtype, space in SEARCH_SPACE.items()
     }
-    return tiled(configs) + loop_orders() + triple(quick) + tensor_cores()
+    return tiled(configs) + loop_orders() + skinny() + triple(quick) + tensor_cores()
 
 
 def main(argv=None) -> int:
