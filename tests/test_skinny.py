@@ -79,6 +79,13 @@ def test_aligned_rows_and_columns_take_vector_loads_and_others_element_loads(rng
     assert _kernel_of(a, b, "skinny") is skinny._kernel(F32, rows(3), "runs", False)
 
 
+@pytest.mark.parametrize("shapes", [((2, 0), (0, 5)), ((40, 0), (0, 2)), ((0, 3), (3, 5))])
+def test_skinny_gives_numpy_results_for_k_zero_and_empty_results(shapes):
+    a, b = (np.ones(shape, np.float32) for shape in shapes)
+    out = numba_gemm.matmul(a, b, algorithm="skinny")
+    np.testing.assert_array_equal(out, a @ b)  # zeros where K = 0, and empty where M = 0
+
+
 @pytest.mark.filterwarnings("ignore:invalid value encountered")  # the simulator's threads
 def test_skinny_keeps_numpy_semantics_for_infinities():
     a = np.array([[np.inf, 1.0, 0.0]], np.float32)
