@@ -41,7 +41,7 @@ from numba import cuda
 
 from ..descriptor import MatrixDesc
 from ..launch import KernelLaunch, cdiv, kernel_launch, simulated
-from .mma import operand_mode
+from .mma import VECTOR_BYTES, WARP, operand_mode
 from .ptx import load_global_vector, move_element
 from .tiled import unrolled
 
@@ -50,9 +50,7 @@ __all__ = ["SKINNY_M", "WARPS", "SIMULATOR_WARPS", "UNROLL", "skinny_rows", "pla
 SKINNY_M = 16  # rows of C (after the transposition) the kernel's accumulators hold at most
 WARPS = 8  # warps per CTA: one column strip each
 SIMULATOR_WARPS = 2  # on the simulator, whose threads are Python threads: fewer per CTA
-WARP = 32
 UNROLL = 8  # rows of B a lane loads before it multiplies: loads in flight per lane
-VECTOR_BYTES = 16
 
 
 def _warps() -> int:
@@ -117,41 +115,46 @@ def _kernel(dtype: np.dtype, rows: int, b_loads: str, a_vectors: bool):
     zero = dtype.type(0)
     ROW_VECTORS = b_loads == "rows"  # (kernels compare no strings)
 
+    @cuda.jit(device=True)
+    def load_run(dst, dst0, src, src0, stride, valid, vector):
+        # dst[dst0:][:RUN] = the run of RUN elements from src[src0], ``stride`` apart: one
+        # 16-byte load where ``vector`` (a contiguous, aligned run) and the whole run is
+        # inside, else an element each; zeros from element ``valid`` on
+        if vector and valid >= RUN:
+            load_global_vector(dst, dst0, src, src0)
+        else:
+            for i in range(RUN):
+                if i < valid:
+                    move_element(dst, dst0 + i, src, src0 + i * stride)
+                else:
+                    dst[dst0 + i] = zero
+
     def steps(checked: bool):
         """The step's two device functions, ``load_strip`` and ``multiply_strip``, with bounds
         tests (``checked``: the last step, or a strip past N) or without (a whole step)."""
 
         @cuda.jit(device=True)
-        def load_element(strip, b, b0, stride_bk, stride_bn, n_left, K, run0, r, i, j):
-            # B[run0 + i, j] of the strip into strip slot (r * RUN + i, j); zero past K and N
-            row, slot = run0 + i, (r * RUN + i) * WIDTH + j
-            if not checked or (row < K and j < n_left):
-                move_element(strip, slot, b, b0 + row * stride_bk + j * stride_bn)
-            else:
-                strip[slot] = zero
+        def inside(run0, K):
+            # elements of the run of k from run0 inside K (all RUN of them in a whole step)
+            return min(max(K - run0, 0), RUN) if checked else RUN
 
         @cuda.jit(device=True)
         def load_row(strip, b, b0, stride_bk, stride_bn, n_left, k0, lane, K, r, i):
-            # row i of the lane's run r: one 16-byte load, or WIDTH elements
-            run0 = k0 + r * (WARP * RUN) + lane * RUN
-            if ROW_VECTORS and not (checked and (run0 + i >= K or n_left < WIDTH)):
-                load_global_vector(strip, (r * RUN + i) * WIDTH, b, b0 + (run0 + i) * stride_bk)
-            else:
-                for j in range(WIDTH):
-                    load_element(strip, b, b0, stride_bk, stride_bn, n_left, K, run0, r, i, j)
+            # row i of the lane's run r of k into strip slot r * RUN + i: a run along n
+            row = k0 + r * (WARP * RUN) + lane * RUN + i
+            valid = (min(n_left, WIDTH) if row < K else 0) if checked else WIDTH
+            load_run(strip, (r * RUN + i) * WIDTH, b, b0 + row * stride_bk, stride_bn, valid,
+                     ROW_VECTORS)  # fmt: skip
 
         @cuda.jit(device=True)
         def load_column(strip, b, b0, stride_bk, stride_bn, n_left, k0, lane, K, r, j):
-            # column j of the lane's run r: one 16-byte load along k, or RUN elements
+            # column j of the lane's run r of k: a run along k, into strip slots (r * RUN + i, j)
             run0 = k0 + r * (WARP * RUN) + lane * RUN
-            if not checked or (run0 + RUN <= K and j < n_left):
-                column = cuda.local.array(RUN, dtype)
-                load_global_vector(column, 0, b, b0 + run0 * stride_bk + j * stride_bn)
-                for i in range(RUN):
-                    strip[(r * RUN + i) * WIDTH + j] = column[i]
-            else:
-                for i in range(RUN):
-                    load_element(strip, b, b0, stride_bk, stride_bn, n_left, K, run0, r, i, j)
+            valid = inside(run0, K) if not checked or j < n_left else 0
+            column = cuda.local.array(RUN, dtype)
+            load_run(column, 0, b, b0 + run0 * stride_bk + j * stride_bn, stride_bk, valid, True)
+            for i in range(RUN):
+                strip[(r * RUN + i) * WIDTH + j] = column[i]
 
         params = "strip, b, b0, stride_bk, stride_bn, n_left, k0, lane, K"
         if b_loads == "runs":
@@ -169,15 +172,8 @@ def _kernel(dtype: np.dtype, rows: int, b_loads: str, a_vectors: bool):
             if m < M:
                 run0 = k0 + r * (WARP * RUN) + lane * RUN
                 x = cuda.local.array(RUN, dtype)
-                a_run = a0 + m * stride_am + run0 * stride_ak
-                if a_vectors and not (checked and run0 + RUN > K):
-                    load_global_vector(x, 0, a, a_run)
-                else:
-                    for i in range(RUN):
-                        if not checked or run0 + i < K:
-                            move_element(x, i, a, a_run + i * stride_ak)
-                        else:
-                            x[i] = zero
+                load_run(x, 0, a, a0 + m * stride_am + run0 * stride_ak, stride_ak,
+                         inside(run0, K), a_vectors)  # fmt: skip
                 for i in range(RUN):
                     for j in range(WIDTH):
                         acc[m * WIDTH + j] += x[i] * strip[(r * RUN + i) * WIDTH + j]
