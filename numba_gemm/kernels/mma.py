@@ -75,6 +75,7 @@ __all__ = [
 ]
 
 VECTOR_BYTES = 16
+COPY_BYTES = (VECTOR_BYTES, 8, 4)  # the widths of cp.async copies, widest first
 WARP = 32
 BLOCK = 16  # rows of a fragment block (m of A, n of B)
 UINT16 = np.dtype(np.uint16)
@@ -269,7 +270,7 @@ def operand_mode(desc: MatrixDesc, x_first: bool) -> tuple[str, int]:
     axis = _operand_axis(stride_x, stride_k, extent_x, extent_k)
     contiguous, other = (stride_k, stride_x) if axis == "k" else (stride_x, stride_k)
     itemsize = desc.dtype.itemsize
-    for nbytes in (VECTOR_BYTES, 8, 4):
+    for nbytes in COPY_BYTES:
         vec = nbytes // itemsize
         if (
             contiguous == 1
@@ -310,7 +311,7 @@ def tile_loader(threads: int, block_k: int, storage: np.dtype, extent_x: int, mo
     not cover)."""
     axis, copy_bytes = mode
     along_k = axis == "k"
-    for nbytes in (16, 8, 4):
+    for nbytes in COPY_BYTES:
         if nbytes > copy_bytes or nbytes < storage.itemsize:
             continue
         width = nbytes // storage.itemsize
