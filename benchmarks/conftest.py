@@ -39,18 +39,9 @@ def device_info():
 @pytest.fixture(scope="session")
 def copy_bandwidth(device_info):
     """Device-to-device copy bandwidth in bytes/s (bytes read + bytes written)."""
-    import numpy as np
-    from numba import cuda
+    from numba_gemm.timing import copy_bandwidth
 
-    from numba_gemm.timing import median_seconds
-
-    n = 512 * 2**20  # 2 GiB of float32
-    src, dst = cuda.device_array(n, np.float32), cuda.device_array(n, np.float32)
-    stream = cuda.default_stream()
-    seconds = median_seconds(
-        lambda: dst.copy_to_device(src, stream=stream), warmup=2, reps=10, calls_per_rep=5
-    )
-    bandwidth = 2 * n * 4 / seconds
+    bandwidth = copy_bandwidth()
     _SESSION["copy_bandwidth_bytes_per_s"] = bandwidth
     return bandwidth
 

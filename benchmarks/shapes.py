@@ -72,18 +72,6 @@ def moved_bytes(batch: int, M: int, N: int, K: int, itemsize: int) -> int:
     return batch * (M * K + K * N + M * N) * itemsize
 
 
-def copy_bandwidth() -> float:
-    """Device-to-device copy bandwidth, bytes read plus bytes written per second (2 GiB)."""
-    import torch
-
-    from numba_gemm.timing import interleaved_medians
-
-    n = 512 * 2**20  # float32 elements: 2 GiB
-    src, dst = torch.empty(n, device="cuda"), torch.empty(n, device="cuda")
-    seconds = interleaved_medians({"copy": lambda: dst.copy_(src)}, rounds=7).medians["copy"]
-    return 2 * n * 4 / seconds
-
-
 def _relative_errors(results: tuple, reference) -> list[float]:
     """||x - reference||_F / ||reference||_F of each of ``results`` (NaN where x has one)."""
     import torch
@@ -167,7 +155,7 @@ def main(argv=None) -> None:
     parser.add_argument("--classes", nargs="+", default=list(CLASSES), choices=list(CLASSES))
     parser.add_argument("--out", help="write <out>/shapes/<device>.json")
     args = parser.parse_args(argv)
-    from numba_gemm.timing import device_name, stack_versions, write_results
+    from numba_gemm.timing import copy_bandwidth, device_name, stack_versions, write_results
 
     bandwidth = copy_bandwidth()
     print(f"copy bandwidth {bandwidth / 1e12:.2f} TB/s (read + write)", flush=True)

@@ -31,6 +31,7 @@ __all__ = [
     "device_name",
     "device_slug",
     "median_seconds",
+    "copy_bandwidth",
     "Interleaved",
     "interleaved_medians",
     "host_seconds",
@@ -81,6 +82,21 @@ def median_seconds(fn, *, warmup: int = 2, reps: int = 10, calls_per_rep: int = 
     for _ in range(warmup):
         fn()
     return statistics.median(_back_to_back(fn, calls_per_rep) / calls_per_rep for _ in range(reps))
+
+
+def copy_bandwidth() -> float:
+    """The current GPU's device-to-device copy bandwidth in bytes/s (bytes read plus bytes
+    written), a 2 GiB float32 copy on the default stream: the ceiling the benchmarks hold
+    memory-bound products against."""
+    import numpy as np
+
+    n = 512 * 2**20  # 2 GiB of float32
+    src, dst = cuda.device_array(n, np.float32), cuda.device_array(n, np.float32)
+    stream = cuda.default_stream()
+    seconds = median_seconds(
+        lambda: dst.copy_to_device(src, stream=stream), warmup=2, reps=10, calls_per_rep=5
+    )
+    return 2 * n * 4 / seconds
 
 
 def _back_to_back(fn, calls: int) -> float:
