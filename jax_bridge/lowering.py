@@ -247,20 +247,29 @@ def _dtypes(ctx) -> tuple:
 
 def _native(ctx, lhs, rhs, gemm: StridedGemm, algorithm: str, config, preset):
     from numba_gemm.api import plan
+    from numba_gemm.descriptor import scratch_desc
     from numba_gemm.kernels.tma import map_workspace
 
-    # XLA passes its buffers' addresses at run time only: the wgmma kernel builds its tensor
-    # maps on the device, into a workspace that is one more output of the kernel call
-    workspace = []
+    # XLA passes its buffers' addresses at run time only, so what the kernel needs besides the
+    # operands is one more output of the kernel call each: the workspace where the wgmma
+    # kernel builds its tensor maps, split-k's partial tiles and its counters (zeroed by the
+    # kernel call before the launch).
+    scratch = {}
 
     def workspace_of(nbytes):
-        workspace.append(jax.core.ShapedArray((nbytes,), np.uint8))
+        scratch["tensor_maps"] = (nbytes,), np.uint8
         return map_workspace(nbytes)
 
+    def split_k_scratch(name, shape, dtype):
+        scratch[name] = (int(np.prod(shape)),), dtype
+        return scratch_desc(name, shape, dtype)
+
     launch = plan(*_descs(gemm, _dtypes(ctx), on_device=True), algorithm, config, preset,
-                  "device", workspace_of)  # fmt: skip
-    rule = kernel_call_lowering(launch)
-    return rule(ctx.replace(avals_out=[*ctx.avals_out, *workspace]), lhs, rhs)[:1]
+                  "device", workspace_of, split_k_scratch)  # fmt: skip
+    outputs = [arg.name for arg in launch.args if getattr(arg, "name", None) in scratch]
+    avals_out = [*ctx.avals_out, *(jax.core.ShapedArray(*scratch[name]) for name in outputs)]
+    rule = kernel_call_lowering(launch, zeroed=("sync",))
+    return rule(ctx.replace(avals_out=avals_out), lhs, rhs)[:1]
 
 
 # -- callbacks: Python launches the kernel ------------------------------------------------
@@ -269,12 +278,13 @@ def _native(ctx, lhs, rhs, gemm: StridedGemm, algorithm: str, config, preset):
 def _run_on_device(
     gemm: StridedGemm, algorithm: str, config, preset, dtypes, ctx, out, lhs, rhs
 ) -> None:
-    from numba_gemm.api import plan
+    from numba_gemm.api import plan, split_k_scratch
     from numba_gemm.launch import launch_kernel
 
     addresses = [x.__cuda_array_interface__["data"][0] for x in (lhs, rhs, out)]
     descs = _descs(gemm, dtypes, on_device=True, addresses=addresses)
-    launch_kernel(plan(*descs, algorithm, config, preset), ctx.stream)
+    scratch = split_k_scratch(ctx.stream)
+    launch_kernel(plan(*descs, algorithm, config, preset, scratch=scratch), ctx.stream)
 
 
 def _run_on_host(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -12,7 +13,7 @@ from .descriptor import ArrayDesc, MatrixDesc, current_device, describe, describ
 from .kernels.loop_orders import LOOP_ORDERS, plan_loop_order
 from .kernels.mma import MmaConfig, default_mma_config, plan_mma, shape_mma_config, storage_dtype
 from .kernels.skinny import SKINNY_M, plan_skinny
-from .kernels.tiled import TileConfig, plan_tiled
+from .kernels.tiled import TileConfig, plan_tiled, with_k_ctas
 from .kernels.wgmma import (
     WGMMA_CC,
     WgmmaConfig,
@@ -38,6 +39,7 @@ from .launch import (
 from .loops import fold_loops
 from .precision import Preset, default_preset, normalise, output_dtypes, resolve
 from .prepared import Done, PreparedCall, PreparedCalls
+from .scratch import SPLIT_K_SCRATCH
 from .tuned_configs import config_for
 
 __all__ = [
@@ -65,6 +67,7 @@ __all__ = [
     "Product",
     "plan",
     "execute",
+    "split_k_scratch",
     "run_in_memory_space",
 ]
 
@@ -283,6 +286,7 @@ def plan(
     preset: Preset | None = None,
     tensor_maps: str = "host",
     workspace=None,
+    scratch=None,
 ) -> KernelLaunch:
     """The launch that computes ``out = a @ b`` (for each of ``out.batch`` products) on
     validated operands: the algorithm (``"auto"``: the tensor-core kernel for the presets
@@ -292,7 +296,9 @@ def plan(
     kernel's TMA copies get the operands' tensor maps: "host" (encoded here: the operands'
     addresses are real), "device" (built by the kernel into ``workspace(nbytes)``, a uint8
     buffer: XLA's kernel call) or "none" (``cp.async`` copies instead); see
-    :func:`numba_gemm.kernels.wgmma.plan_wgmma`.
+    :func:`numba_gemm.kernels.wgmma.plan_wgmma`. ``scratch(name, shape, dtype)``: the
+    descriptors of split-k's buffers (``kernels.split_k``), where the caller has them; without
+    it the default configs keep every tile in one CTA.
 
     The one place these are decided: :func:`matmul` executes the plan through
     Numba, ``jax_bridge`` hands the same plan to XLA.
@@ -301,7 +307,7 @@ def plan(
     check_preset(preset, algorithm, config)
     if preset.tensor_cores:
         if tensor_core_algorithm(algorithm, config, preset, a, b) == "wgmma":
-            return plan_wgmma(config, preset, a, b, out, tensor_maps, workspace)
+            return plan_wgmma(config, preset, a, b, out, tensor_maps, workspace, scratch)
         (k, n), storage = b.shape, storage_dtype(a.dtype)
         config = config or default_mma_config(storage, preset, n, k)
         return plan_mma(config, preset, a, b, out)
@@ -315,7 +321,9 @@ def plan(
         return plan_loop_order(algorithm, a, b, out)
     if config is None:
         config = config_for(a, b, out)
-    return plan_tiled(config, a, b, out)
+        if scratch is not None:
+            config = with_k_ctas(config, a.shape[0], b.shape[1], a.shape[1], out.batch)
+    return plan_tiled(config, a, b, out, scratch)
 
 
 @serialised_on_simulator
@@ -386,14 +394,16 @@ def matmul(
     check what changed and launch the prepared plan (``numba_gemm.prepared``). Safe from any
     number of host threads (on the simulator the library serialises launches).
     """
-    return _CALLS.call(_prepare_matmul, (a, b), out, (precision, algorithm, config), stream)
+    # The thread is part of the key: a prepared call holds its thread's scratch (``scratch``).
+    options = (precision, algorithm, config, threading.get_ident())
+    return _CALLS.call(_prepare_matmul, (a, b), out, options, stream)
 
 
 def _prepare_matmul(operands: tuple, out: Any, options: tuple, stream: Any):
     """``matmul``'s first call of a signature (``numba_gemm.prepared``): every check, then the
     plan of each launch as a :class:`PreparedCall`; for host memory, the whole call run here
     (:class:`Done`)."""
-    (a, b), (precision, algorithm, config) = operands, options
+    (a, b), (precision, algorithm, config, _) = operands, options
     check_algorithm(algorithm, config)
     precision = normalise(precision)
     stream = checked_stream(stream)
@@ -416,7 +426,8 @@ def _prepare_matmul(operands: tuple, out: Any, options: tuple, stream: Any):
         for a_desc, b_desc, out_desc in product.parts:
             execute(a_desc, b_desc, out_desc, algorithm, config, stream, preset)
         return Done(product.out.source)
-    launches = [plan(*part, algorithm, config, preset) for part in product.parts]
+    scratch = split_k_scratch(stream)
+    launches = [plan(*part, algorithm, config, preset, scratch=scratch) for part in product.parts]
     return prepared_call(launches, product.inputs, product.out, out is not None, product.keep,
                          stream)  # fmt: skip
 
@@ -590,6 +601,12 @@ def describe_matmul(a: Any, b: Any, out: Any, stream: Any = 0, precision: Any = 
     return Product(parts, out, dtype, keep, preset, inputs)
 
 
+def split_k_scratch(stream: Any) -> Callable:
+    """``scratch(name, shape, dtype)`` for :func:`plan`: split-k's buffers of this (context,
+    ``stream``, thread) (``numba_gemm.scratch``)."""
+    return lambda name, shape, dtype: SPLIT_K_SCRATCH.get(name, shape, dtype, stream)
+
+
 def _zero_element(dtype: np.dtype, on_device: bool, stream: Any = 0) -> ArrayDesc:
     """One element 0 in the operands' memory space: with strides 0 it is a zero matrix of any
     shape, the operand of a K = 0 product."""
@@ -645,8 +662,12 @@ def execute(
 ) -> None:
     """Compute ``out = a @ b`` on validated operands in one memory space (see
     :func:`run_in_memory_space`)."""
+    scratch = split_k_scratch(stream)
     run_in_memory_space(
-        (a, b), out, lambda a, b, out: [plan(a, b, out, algorithm, config, preset)], stream
+        (a, b),
+        out,
+        lambda a, b, out: [plan(a, b, out, algorithm, config, preset, scratch=scratch)],
+        stream,
     )
 
 

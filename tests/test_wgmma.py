@@ -349,15 +349,32 @@ def test_wgmma_refuses_gpus_before_hopper(monkeypatch):
 
 
 def test_default_tiles_halve_for_small_problems(monkeypatch):
+    from dataclasses import replace
+
     from numba_gemm.kernels import wgmma
 
     monkeypatch.setattr(wgmma, "simulated", lambda: False)
     monkeypatch.setattr(wgmma, "multiprocessors", lambda: 132)
-    assert wgmma.default_wgmma_config(1024, 1024) == wgmma.SMALL_WGMMA_CONFIG  # 32 big tiles
-    assert wgmma.default_wgmma_config(2048, 2048) == wgmma.DEFAULT_WGMMA_CONFIG  # 128
-    assert wgmma.default_wgmma_config(1024, 1024, batch=4) == wgmma.DEFAULT_WGMMA_CONFIG
-    assert wgmma.default_wgmma_config(1024, 512) == wgmma.TINY_WGMMA_CONFIG  # 32 small tiles
-    assert wgmma.default_wgmma_config(1024, 1024) != wgmma.TINY_WGMMA_CONFIG  # 64
+
+    def tiles(M, N, batch=1, K=64):  # one slice of k: nothing to split
+        return wgmma.default_wgmma_config(M, N, K, batch)
+
+    assert tiles(1024, 1024) == wgmma.SMALL_WGMMA_CONFIG  # 32 big tiles
+    assert tiles(2048, 2048) == wgmma.DEFAULT_WGMMA_CONFIG  # 128
+    assert tiles(1024, 1024, batch=4) == wgmma.DEFAULT_WGMMA_CONFIG
+    assert tiles(1024, 512) == wgmma.TINY_WGMMA_CONFIG  # 32 small tiles
+    assert tiles(1024, 1024) != wgmma.TINY_WGMMA_CONFIG  # 64
+    # narrow outputs: 64 along the narrow side; both narrow: the tiny tiles
+    assert tiles(16, 8192) == wgmma.WgmmaConfig(64, 128, 6, 8)
+    assert tiles(8192, 1) == wgmma.WgmmaConfig(128, 64, 6, 8)
+    assert tiles(64, 64) == wgmma.TINY_WGMMA_CONFIG
+    # few tiles over a long k: split into one wave (a slice is 64 k of 16-bit operands)
+    assert wgmma.default_wgmma_config(16, 8192, 8192) == wgmma.WgmmaConfig(64, 128, 6, 8, 2)
+    assert wgmma.default_wgmma_config(1024, 1024, 65536) == replace(
+        wgmma.SMALL_WGMMA_CONFIG, k_ctas=2
+    )
+    assert wgmma.default_wgmma_config(1024, 1024, 65536, split=False).k_ctas == 1
+    assert wgmma.default_wgmma_config(2048, 2048, 65536).k_ctas == 1  # a wave already
 
 
 @pytest.mark.parametrize(

@@ -178,7 +178,7 @@ def compile_launch(launch) -> tuple[str, int, int, int]:
 
 def _launches(args) -> list:
     from numba_gemm.api import plan
-    from numba_gemm.descriptor import MatrixDesc
+    from numba_gemm.descriptor import MatrixDesc, scratch_desc
     from numba_gemm.kernels.tma import MAP_WORDS, map_workspace
     from numba_gemm.precision import resolve
     from numba_gemm.triple_product import plan_triple
@@ -205,7 +205,8 @@ def _launches(args) -> list:
         ):
             config = _config(args.config, algorithm)
             launch = plan(desc("a", (M, K)), desc("b", (K, N)), desc("c", (M, N)), algorithm,
-                          config, preset, args.tensor_maps, map_workspace)  # fmt: skip
+                          config, preset, args.tensor_maps, map_workspace,
+                          scratch_desc)  # fmt: skip
         return [launch]
     N, K1, K2, M = (args.sizes + [args.sizes[0]] * 3)[:4]
     return plan_triple(

@@ -69,8 +69,10 @@ from ..launch import (
     KernelLaunch,
     cdiv,
     kernel_launch,
+    multiprocessors,
     programmatic_launch,
     shared_memory_limit,
+    simulated,
 )
 from ..ordering import tile_of
 from .ptx import (
@@ -85,6 +87,7 @@ from .ptx import (
     store_vector,
     warp_barrier,
 )
+from .split_k import MAX_K_CTAS, choose_k_ctas, settler, working_k_ctas
 
 __all__ = [
     "TileConfig",
@@ -156,8 +159,9 @@ class TileConfig:
     load while one is multiplied); ``group_m``: the grouped ordering's group
     height (1 = row-major); ``split_k``: thread groups per CTA, each running the k loop over
     its own slice of k with its own pipeline, their partial tiles summed through shared
-    memory (more warps per SM where a product has few tiles). Threads follow: ``threads`` per
-    group, ``cta_threads`` per CTA.
+    memory (more warps per SM where a product has few tiles); ``k_ctas``: CTAs per C tile,
+    each over its own range of k, the last adding them (``kernels.split_k``: where the tiles
+    are fewer than the SMs). Threads follow: ``threads`` per group, ``cta_threads`` per CTA.
     """
 
     block_m: int = 128
@@ -168,6 +172,7 @@ class TileConfig:
     stages: int = 3
     group_m: int = 8
     split_k: int = 1
+    k_ctas: int = 1
 
     def __post_init__(self):
         # Types here; values, which depend on the dtype, in check().
@@ -202,6 +207,8 @@ class TileConfig:
         itemsize = np.dtype(dtype).itemsize
         vec = VECTOR_BYTES // itemsize
         check_field_range(self)
+        if self.k_ctas > MAX_K_CTAS:
+            raise ValueError(f"TileConfig.k_ctas must be at most {MAX_K_CTAS}; got {self.k_ctas}")
         words = self.thread_m * self.thread_n * itemsize // 4
         if words > MAX_ACCUMULATOR_WORDS:
             raise ValueError(
@@ -253,7 +260,9 @@ class TileConfig:
     def label(self) -> str:
         return (
             f"{self.block_m}x{self.block_n}x{self.block_k}/t{self.thread_m}x{self.thread_n}"
-            f"/s{self.stages}/g{self.group_m}" + (f"/k{self.split_k}" if self.split_k > 1 else "")
+            f"/s{self.stages}/g{self.group_m}"
+            + (f"/k{self.split_k}" if self.split_k > 1 else "")
+            + (f"/kc{self.k_ctas}" if self.k_ctas > 1 else "")
         )
 
 
@@ -994,12 +1003,15 @@ def _kernel(
     tile = tile_computer(config, dtype, a_mode, b_mode, c_mode, interior)
     thread_tile, group_of, compute_tile = tile.thread_tile, tile.group_of, tile.compute_tile
     A_REGS, B_REGS = tile.a_registers, tile.b_registers
+    sum_tile, store_tile = tile.sum_tile, tile.store_tile
     tile_of_device = cuda.jit(device=True)(tile_of)
     overlap = overlap_launches(programmatic)
+    K_CTAS, K_STEP = config.k_ctas, config.block_k * config.split_k
+    settle = settler(ACC_SIZE, config.threads)
 
     @kernel_jit(config.cta_threads)
     def tiled_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn,
-                     c, stride_cb, stride_cm, stride_cn, M, N, K):  # fmt: skip
+                     c, stride_cb, stride_cm, stride_cn, M, N, K, partials, sync):  # fmt: skip
         smem = cuda.shared.array(0, dtype)
         acc = cuda.local.array(ACC_SIZE, SCALAR)
         a_frag = cuda.local.array(THREAD_M, SCALAR)
@@ -1019,20 +1031,60 @@ def _kernel(
         overlap()
 
         # -- C tile = A[m0:, :] @ B[:, n0:], of this product of the batch ----------------------
-        compute_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
-                     a, pid_batch * stride_ab, stride_am, stride_ak,
-                     b, pid_batch * stride_bb, stride_bk, stride_bn,
-                     c, pid_batch * stride_cb, stride_cm, stride_cn, M, N, K,
-                     pid_m * BLOCK_M, pid_n * BLOCK_N, thread_row, thread_col)  # fmt: skip
+        if K_CTAS == 1:
+            compute_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
+                         a, pid_batch * stride_ab, stride_am, stride_ak,
+                         b, pid_batch * stride_bb, stride_bk, stride_bn,
+                         c, pid_batch * stride_cb, stride_cm, stride_cn, M, N, K,
+                         pid_m * BLOCK_M, pid_n * BLOCK_N, thread_row, thread_col)  # fmt: skip
+            return
+
+        # -- split-k: this CTA's range of k (whole k steps, never empty: the plan's
+        # working_k_ctas), the last CTA of the tile adds the ranges and stores the tile
+        per_cta = ((K + K_STEP - 1) // K_STEP + K_CTAS - 1) // K_CTAS * K_STEP
+        k_first = cuda.blockIdx.z * per_cta
+        sum_tile(acc, a_frag, b_frag, a_regs, b_regs, smem, base, tid, group,
+                 a, pid_batch * stride_ab + k_first * stride_ak, stride_am, stride_ak,
+                 b, pid_batch * stride_bb + k_first * stride_bk, stride_bk, stride_bn,
+                 M, N, min(per_cta, K - k_first), pid_m * BLOCK_M, pid_n * BLOCK_N, thread_row,
+                 thread_col)  # fmt: skip
+        tile = pid_batch * cuda.gridDim.x + cuda.blockIdx.x
+        if settle(acc, partials, sync, tile, cuda.blockIdx.z, K_CTAS, tid, cuda.threadIdx.x,
+                  group == 0) and group == 0:  # fmt: skip
+            store_tile(c, pid_batch * stride_cb, stride_cm, stride_cn, M, N, acc,
+                       pid_m * BLOCK_M, pid_n * BLOCK_N, thread_row, thread_col)  # fmt: skip
 
     return tiled_kernel
 
 
-def plan_tiled(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc) -> KernelLaunch:
+def with_k_ctas(config: TileConfig, M: int, N: int, K: int, batch: int) -> TileConfig:
+    """``config`` with as many CTAs per tile as :func:`split_k.choose_k_ctas` gives an
+    M x N x K product (``batch`` of them) under it for one wave of one CTA per SM on the
+    current device (the tuned tiles take most of an SM's registers)."""
+    if simulated():
+        return config
+    tiles = cdiv(M, config.block_m) * cdiv(N, config.block_n) * batch
+    steps = cdiv(K, config.block_k * config.split_k)
+    return replace(config, k_ctas=choose_k_ctas(tiles, steps, multiprocessors()))
+
+
+def plan_tiled(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc,
+               scratch=None) -> KernelLaunch:  # fmt: skip
     """The tiled kernel's launch on validated operands: C (M x N) = A (M x K) @ B (K x N), for
-    each of ``c.batch`` products."""
+    each of ``c.batch`` products. With ``config.k_ctas`` > 1, that many CTAs share each tile's
+    k loop (``kernels.split_k``; fewer where fewer get a range: ``split_k.working_k_ctas``):
+    ``scratch(name, shape, dtype)`` gives the descriptors of their ``"partials"`` (the
+    operands' dtype) and of the uint32 counters ``"sync"`` (zero at launch; the kernel leaves
+    them zero)."""
     config.check(a.dtype)
     (M, K), N = a.shape, b.shape[1]
+    config = replace(
+        config, k_ctas=working_k_ctas(config.k_ctas, cdiv(K, config.block_k * config.split_k))
+    )
+    k_ctas = config.k_ctas
+    if k_ctas > 1 and scratch is None:
+        raise ValueError(f"tile config {config.label()} splits k across CTAs and needs scratch "
+                         "(no caller gave any)")  # fmt: skip
     shared = config.shared_bytes(a.dtype)
     if shared > STATIC_SHARED_LIMIT and shared > (limit := shared_memory_limit()):
         raise ValueError(
@@ -1043,10 +1095,17 @@ def plan_tiled(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc) 
     kernel = _kernel(
         config, a.dtype, *operand_modes(a, b, c), whole_tiles(config, M, N, K), programmatic
     )
-    grid = (cdiv(M, config.block_m) * cdiv(N, config.block_n), c.batch)
+    grid = (cdiv(M, config.block_m) * cdiv(N, config.block_n), c.batch, k_ctas)
+    split = (0, 0)  # the kernel's partials and sync
+    if k_ctas > 1:
+        tiles = grid[0] * grid[1]
+        split = (scratch("partials", (tiles * k_ctas, config.threads * config.thread_m
+                                      * config.thread_n), a.dtype),
+                 scratch("sync", (tiles, 1), np.uint32))  # fmt: skip
     return kernel_launch(kernel, grid, config.cta_threads, shared,
                          (a, a.batch_stride, *a.strides, b, b.batch_stride, *b.strides,
-                          c, c.batch_stride, *c.strides, M, N, K), programmatic)  # fmt: skip
+                          c, c.batch_stride, *c.strides, M, N, K, *split),
+                         programmatic)  # fmt: skip
 
 
 def kernel_resources(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc) -> dict:
@@ -1062,7 +1121,7 @@ def kernel_resources(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: Matrix
         programmatic_launch(),
     )
     array, index = kernel.typeof_pyval(np.empty(0, a.dtype)), kernel.typeof_pyval(np.int64(0))
-    compiled = kernel.compile((array, index, index, index) * 3 + (index,) * 3)
+    compiled = kernel.compile((array, index, index, index) * 3 + (index,) * 5)
     return {
         "registers": compiled.regs_per_thread,
         "local_bytes": compiled.local_mem_per_thread,

@@ -58,7 +58,7 @@ conversion runs 8 warps) and ``stages`` >= 2.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numba import cuda
@@ -87,6 +87,7 @@ from .mma import (
     tile_origin,
 )
 from .ptx import cp_async_commit, cp_async_wait, load_vector, store_vector
+from .split_k import MAX_K_CTAS, choose_k_ctas, settler, working_k_ctas
 from .tiled import check_field_range, int_fields, kernel_jit, unrolled
 from .tma import (
     BARRIER_BYTES,
@@ -136,6 +137,7 @@ __all__ = [
     "CONVERTING_WGMMA_CONFIGS",
     "WGMMA_CC",
     "default_wgmma_config",
+    "narrow_wgmma_config",
     "plan_wgmma",
     "fills_with_tma",
     "wgmma_takes",
@@ -154,13 +156,16 @@ class WgmmaConfig:
     """One ``wgmma`` kernel configuration (compile-time constants).
 
     ``block_m x block_n``: the C tile of a CTA, 64 rows per warpgroup; ``stages``: shared-memory
-    buffers of a 64-k slice of A and B; ``group_m``: the grouped order's group height.
+    buffers of a 64-k slice of A and B; ``group_m``: the grouped order's group height;
+    ``k_ctas``: CTAs per C tile, each over its own range of k, the last adding them
+    (``kernels.split_k``; the 16-bit and register-A kernel only).
     """
 
     block_m: int = 128
     block_n: int = 256
     stages: int = 4
     group_m: int = 8
+    k_ctas: int = 1
 
     def __post_init__(self):
         int_fields(self)
@@ -184,6 +189,13 @@ class WgmmaConfig:
                 f"operands; got {storage} ones"
             )
         check_field_range(self)
+        if self.k_ctas > MAX_K_CTAS:
+            raise ValueError(f"WgmmaConfig.k_ctas must be at most {MAX_K_CTAS}; got {self.k_ctas}")
+        if converting and self.k_ctas > 1:
+            raise ValueError(
+                "WgmmaConfig.k_ctas must be 1 where float32 operands are converted (neither "
+                "k-major, or TF32_TF32_F32_X3): that kernel runs each tile in one CTA"
+            )
         if self.block_m % ROWS_PER_WARPGROUP or self.warpgroups > 4:
             raise ValueError(
                 f"WgmmaConfig.block_m = {self.block_m} must be 64, 128, 192 or 256 (64 rows "
@@ -247,7 +259,9 @@ class WgmmaConfig:
         return cdiv(end, MAP_BYTES) * MAP_BYTES
 
     def label(self) -> str:
-        return f"wgmma {self.block_m}x{self.block_n}/s{self.stages}/g{self.group_m}"
+        return f"wgmma {self.block_m}x{self.block_n}/s{self.stages}/g{self.group_m}" + (
+            f"/kc{self.k_ctas}" if self.k_ctas > 1 else ""
+        )
 
 
 # Two warpgroups of 64 x 256: 128 accumulators per thread, each 16 x 256 block of B read by
@@ -274,13 +288,22 @@ SIMULATOR_WGMMA_CONFIG = WgmmaConfig(64, 64, 3, 1)
 SIMULATOR_CONVERTING_WGMMA_CONFIG = WgmmaConfig(128, 64, 2, 1)
 
 
-def default_wgmma_config(M: int, N: int, batch: int = 1, converting_parts: int = 0
-                         ) -> WgmmaConfig:  # fmt: skip
-    """The tiles for an M x N product (``batch`` of them) when the caller gives none: for the
-    converting kernel (``converting_parts`` TF32 parts, > 0) :data:`CONVERTING_WGMMA_CONFIGS`;
-    else the largest of :data:`DEFAULT_WGMMA_CONFIG`, :data:`SMALL_WGMMA_CONFIG` (where the
-    default's tiles would occupy fewer than half the SMs) and :data:`TINY_WGMMA_CONFIG` (where
-    the small one's would occupy fewer than a quarter)."""
+def default_wgmma_config(M: int, N: int, K: int, batch: int = 1, converting_parts: int = 0,
+                         size: int = 2, split: bool = True) -> WgmmaConfig:  # fmt: skip
+    """The tiles for an M x N x K product (``batch`` of them, operands of ``size`` bytes) when
+    the caller gives none:
+
+    - the converting kernel (``converting_parts`` TF32 parts, > 0):
+      :data:`CONVERTING_WGMMA_CONFIGS`;
+    - tiles that fill half the SMs or more: :data:`DEFAULT_WGMMA_CONFIG`;
+    - a narrow output (M or N at most 64, a decode step's): :func:`narrow_wgmma_config`, tiles
+      64 wide along the narrow side;
+    - else :data:`SMALL_WGMMA_CONFIG`, or :data:`TINY_WGMMA_CONFIG` where the small one's
+      tiles would occupy fewer than a quarter of the SMs;
+
+    and, where ``split`` (the caller has scratch for it) and the tiles are fewer than half the
+    SMs, as many CTAs per tile as :func:`split_k.choose_k_ctas` gives for one wave of one CTA
+    per SM (the tiles above take most of an SM's registers or shared memory)."""
     if simulated():
         return SIMULATOR_CONVERTING_WGMMA_CONFIG if converting_parts else SIMULATOR_WGMMA_CONFIG
     if converting_parts:
@@ -292,7 +315,27 @@ def default_wgmma_config(M: int, N: int, batch: int = 1, converting_parts: int =
     sms = multiprocessors()
     if 2 * tiles(DEFAULT_WGMMA_CONFIG) >= sms:
         return DEFAULT_WGMMA_CONFIG
-    return SMALL_WGMMA_CONFIG if 4 * tiles(SMALL_WGMMA_CONFIG) >= sms else TINY_WGMMA_CONFIG
+    if min(M, N) <= NARROW:
+        config = narrow_wgmma_config(M, N)
+    elif 4 * tiles(SMALL_WGMMA_CONFIG) >= sms:
+        config = SMALL_WGMMA_CONFIG
+    else:
+        config = TINY_WGMMA_CONFIG
+    if not split:
+        return config
+    return replace(config, k_ctas=choose_k_ctas(tiles(config), cdiv(K, tile_k(size)), sms))
+
+
+NARROW = 64  # an output side this narrow takes one 64-wide tile (wgmma's m, its smallest n)
+
+
+def narrow_wgmma_config(M: int, N: int) -> WgmmaConfig:
+    """Tiles for an output with at most :data:`NARROW` rows or columns: 64 along each narrow
+    side, 128 along a wide one, six stages (24 KB each for one narrow side, four of 16 KB for
+    both)."""
+    if M <= NARROW and N <= NARROW:
+        return TINY_WGMMA_CONFIG
+    return WgmmaConfig(64 if M <= NARROW else 128, 64 if N <= NARROW else 128, 6, 8)
 
 
 def _stage_loader(config: WgmmaConfig, storage, a_mode: tuple, b_mode: tuple):
@@ -497,6 +540,8 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     origin = tile_origin(BLOCK_M, BLOCK_N, GROUP_M)
     zero_all = accumulator_zeroer(ACC_SIZE)
     write_c = _c_writer(config, out_dtype, c_mode)
+    K_CTAS = config.k_ctas
+    settle = settler(ACC_SIZE, THREADS)
 
     @cuda.jit(device=True)
     def barrier_of(base, stage):
@@ -513,18 +558,20 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
         copy_b(smem, base + B_BASE + stage * B_STAGE, b_map, n0, k0, batch, barrier)
 
     @cuda.jit(device=True)
-    def slice_step(acc, frag, smem, base, t, parity, k_tiles, a, a0, stride_am, stride_ak, b, b0,
-                   stride_bk, stride_bn, m_left, n_left, K, tid, a_map, b_map, m0, n0,
-                   batch):  # fmt: skip
-        # Every warpgroup is done with slice t - 1 - IN_FLIGHT (the slice multipliers leave at
-        # most IN_FLIGHT slices' wgmmas pending), whose buffer slice t + LOOKAHEAD refills,
-        # once slice t has landed and is visible to the tensor cores.
+    def slice_step(acc, frag, smem, base, t, parity, t_first, k_tiles, a, a0, stride_am,
+                   stride_ak, b, b0, stride_bk, stride_bn, m_left, n_left, K, tid, a_map, b_map,
+                   m0, n0, batch):  # fmt: skip
+        # Slice t of this CTA's k_tiles, slice t_first + t of the product. Every warpgroup is
+        # done with slice t - 1 - IN_FLIGHT (the slice multipliers leave at most IN_FLIGHT
+        # slices' wgmmas pending), whose buffer slice t + LOOKAHEAD refills, once slice t has
+        # landed and is visible to the tensor cores.
         ahead = t + LOOKAHEAD
         stage = t % STAGES
+        k_ahead = (t_first + ahead) * SLICE_K
         if TMA:  # a barrier, one thread's copies, then the wait for slice t's bytes
             cuda.syncthreads()
             if tid == 0 and ahead < k_tiles:
-                copy_stage(smem, base, ahead % STAGES, ahead * SLICE_K, a_map, b_map, m0, n0,
+                copy_stage(smem, base, ahead % STAGES, k_ahead, a_map, b_map, m0, n0,
                            batch)  # fmt: skip
             while not mbarrier_done(smem, barrier_of(base, stage), (t // STAGES) % 2):
                 pass
@@ -533,17 +580,16 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
             async_proxy_fence()
             cuda.syncthreads()
             if ahead < k_tiles:
-                load_stage(smem, base, ahead % STAGES, ahead * SLICE_K, a, a0, stride_am,
-                           stride_ak, b, b0, stride_bk, stride_bn, m_left, n_left, K,
-                           tid)  # fmt: skip
+                load_stage(smem, base, ahead % STAGES, k_ahead, a, a0, stride_am, stride_ak, b,
+                           b0, stride_bk, stride_bn, m_left, n_left, K, tid)  # fmt: skip
             cp_async_commit()
         multiply_slice(acc, frag, smem, base + stage * A_STAGE, base + B_BASE + stage * B_STAGE,
                        tid, parity)  # fmt: skip
 
     @kernel_jit(THREADS)
     def wgmma_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn,
-                     c, stride_cb, stride_cm, stride_cn, M, N, K, a_map, b_map,
-                     workspace):  # fmt: skip
+                     c, stride_cb, stride_cm, stride_cn, M, N, K, a_map, b_map, workspace,
+                     partials, sync):  # fmt: skip
         if TRANSPOSED:  # C^T = B^T A^T: from here on A is B^T, B is A^T and C is C^T
             a, b, a_map, b_map = b, a, b_map, a_map
             stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn = (
@@ -560,8 +606,15 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
         m0, n0, batch, a0, b0 = origin(M, N, stride_ab, stride_am, stride_bb, stride_bn)
         tid = cuda.threadIdx.x
 
-        # -- pipeline: LOOKAHEAD slices load ahead of the one multiplied ----------------------
+        # -- this CTA's slices: all, or under split-k range blockIdx.z's ----------------------
         k_tiles = (K + SLICE_K - 1) // SLICE_K
+        t_first = 0
+        if K_CTAS > 1:
+            per_cta = (k_tiles + K_CTAS - 1) // K_CTAS
+            t_first = cuda.blockIdx.z * per_cta
+            k_tiles = min(per_cta, k_tiles - t_first)  # never empty: working_k_ctas
+
+        # -- pipeline: LOOKAHEAD slices load ahead of the one multiplied ----------------------
         if DEVICE_MAPS:  # the maps completed with the buffers' addresses, published by warp 0
             if tid == 0:
                 tensor_map_in_place(smem, base + MAPS, a_map, a)
@@ -569,7 +622,8 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
             cuda.syncthreads()
             a_tensor_map, b_tensor_map = 0, 0
             if tid < 32:  # a warp's instruction; tid 0, which issues the copies, is in it
-                slot = 2 * (cuda.blockIdx.y * cuda.gridDim.x + cuda.blockIdx.x)
+                cta = (cuda.blockIdx.z * cuda.gridDim.y + cuda.blockIdx.y) * cuda.gridDim.x
+                slot = 2 * (cta + cuda.blockIdx.x)
                 a_tensor_map = publish_tensor_map(workspace, slot, smem, base + MAPS)
                 b_tensor_map = publish_tensor_map(workspace, slot + 1, smem, base + MAPS + MAP)
         else:
@@ -582,32 +636,39 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
             if tid == 0:
                 for s in range(LOOKAHEAD):
                     if s < k_tiles:
-                        copy_stage(smem, base, s, s * SLICE_K, a_tensor_map, b_tensor_map, m0,
-                                   n0, batch)  # fmt: skip
+                        copy_stage(smem, base, s, (t_first + s) * SLICE_K, a_tensor_map,
+                                   b_tensor_map, m0, n0, batch)  # fmt: skip
         else:
             for s in range(LOOKAHEAD):
                 if s < k_tiles:
-                    load_stage(smem, base, s, s * SLICE_K, a, a0, stride_am, stride_ak,
-                               b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid)  # fmt: skip
+                    load_stage(smem, base, s, (t_first + s) * SLICE_K, a, a0, stride_am,
+                               stride_ak, b, b0, stride_bk, stride_bn, M - m0, N - n0, K,
+                               tid)  # fmt: skip
                 cp_async_commit()
         if REGISTER_A:  # slices in pairs: A's registers alternate between two sets
             for t in range(0, k_tiles - 1, 2):
-                slice_step(acc, frag, smem, base, t, 0, k_tiles, a, a0, stride_am, stride_ak,
-                           b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid, a_tensor_map,
-                           b_tensor_map, m0, n0, batch)  # fmt: skip
-                slice_step(acc, frag, smem, base, t + 1, 1, k_tiles, a, a0, stride_am,
+                slice_step(acc, frag, smem, base, t, 0, t_first, k_tiles, a, a0, stride_am,
+                           stride_ak, b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid,
+                           a_tensor_map, b_tensor_map, m0, n0, batch)  # fmt: skip
+                slice_step(acc, frag, smem, base, t + 1, 1, t_first, k_tiles, a, a0, stride_am,
                            stride_ak, b, b0, stride_bk, stride_bn, M - m0, N - n0, K,
                            tid, a_tensor_map, b_tensor_map, m0, n0, batch)  # fmt: skip
             if k_tiles % 2:
-                slice_step(acc, frag, smem, base, k_tiles - 1, 0, k_tiles, a, a0, stride_am,
-                           stride_ak, b, b0, stride_bk, stride_bn, M - m0, N - n0, K,
-                           tid, a_tensor_map, b_tensor_map, m0, n0, batch)  # fmt: skip
+                slice_step(acc, frag, smem, base, k_tiles - 1, 0, t_first, k_tiles, a, a0,
+                           stride_am, stride_ak, b, b0, stride_bk, stride_bn, M - m0, N - n0,
+                           K, tid, a_tensor_map, b_tensor_map, m0, n0, batch)  # fmt: skip
         else:
             for t in range(k_tiles):
-                slice_step(acc, frag, smem, base, t, 0, k_tiles, a, a0, stride_am, stride_ak,
-                           b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid, a_tensor_map,
-                           b_tensor_map, m0, n0, batch)  # fmt: skip
+                slice_step(acc, frag, smem, base, t, 0, t_first, k_tiles, a, a0, stride_am,
+                           stride_ak, b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid,
+                           a_tensor_map, b_tensor_map, m0, n0, batch)  # fmt: skip
         wgmma_done()
+
+        # -- split-k: the last CTA of the tile goes on with the sum of every range -----------
+        if K_CTAS > 1:
+            tile = cuda.blockIdx.y * cuda.gridDim.x + cuda.blockIdx.x
+            if not settle(acc, partials, sync, tile, cuda.blockIdx.z, K_CTAS, tid, tid, True):
+                return
 
         # -- epilogue: accumulators -> float32 C tile in shared memory -> C, converted --------
         cuda.syncthreads()  # every warpgroup is done with the pipeline's buffers
@@ -951,7 +1012,7 @@ def fills_with_tma(launch: KernelLaunch) -> bool:
 
 
 def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: MatrixDesc,
-               c: MatrixDesc, tensor_maps: str = "host", workspace=None
+               c: MatrixDesc, tensor_maps: str = "host", workspace=None, scratch=None
                ) -> KernelLaunch:  # fmt: skip
     """The launch of a ``wgmma`` kernel on validated operands: C (M x N) = A (M x K) @
     B (K x N) under ``preset`` for each of ``c.batch`` products (``config`` None: the default
@@ -969,7 +1030,13 @@ def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: Mat
     the host encodes (``tensor_maps`` "host": the operands' addresses are real) or the
     kernel builds from templates ("device": XLA's kernel call; ``workspace(nbytes)`` gives the
     uint8 buffer, as a descriptor, where it publishes them); else, or with "none",
-    ``cp.async`` copies."""
+    ``cp.async`` copies.
+
+    With ``config.k_ctas`` > 1 (the default config's where the tiles are few and ``scratch``
+    is given), that many CTAs share each tile's k loop (``kernels.split_k``; fewer where
+    fewer get a range: ``split_k.working_k_ctas``):
+    ``scratch(name, shape, dtype)`` gives the descriptors of their float32 ``"partials"``
+    and of the uint32 counters ``"sync"`` (zero at launch; the kernel leaves them zero)."""
     if tensor_maps not in ("host", "device", "none"):
         raise ValueError(f"tensor_maps is 'host', 'device' or 'none'; got {tensor_maps!r}")
     if tensor_maps == "device" and workspace is None:
@@ -994,10 +1061,19 @@ def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: Mat
     x, y, d = (b.transposed(), a.transposed(), c.transposed()) if transposed else (a, b, c)
     M, N = x.shape[0], y.shape[1]
     parts = preset.parts if converting else 0
-    config = config or default_wgmma_config(M, N, c.batch, parts)
+    K = x.shape[1]
+    config = config or default_wgmma_config(M, N, K, c.batch, parts, storage.itemsize,
+                                            scratch is not None)  # fmt: skip
     config.check(storage, converting)
+    config = replace(
+        config, k_ctas=working_k_ctas(config.k_ctas, cdiv(K, tile_k(storage.itemsize)))
+    )
+    k_ctas = config.k_ctas
+    if k_ctas > 1 and scratch is None:
+        raise ValueError(f"{config.label()} splits k across CTAs and needs scratch (no caller "
+                         "gave any)")  # fmt: skip
     x_mode, y_mode, d_mode = operand_mode(x, True), operand_mode(y, False), operand_mode(d, True)
-    grid = (cdiv(M, config.block_m) * cdiv(N, config.block_n), c.batch)
+    grid = (cdiv(M, config.block_m) * cdiv(N, config.block_n), c.batch, k_ctas)
     maps = "none" if converting else tensor_maps
     if maps != "none":
         specs = (tensor_map_spec(x, x_mode[0], config.block_m, True, c.batch),
@@ -1009,7 +1085,8 @@ def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: Mat
         extra = (*(TensorMapArg(spec, desc.name, desc.span) for spec, desc in zip(specs, (x, y))),
                  0)  # fmt: skip
     elif maps == "device":
-        extra = (*map(tensor_map_template, specs), workspace(2 * MAP_BYTES * grid[0] * grid[1]))
+        extra = (*map(tensor_map_template, specs),
+                 workspace(2 * MAP_BYTES * grid[0] * grid[1] * grid[2]))  # fmt: skip
     if transposed:
         extra = (extra[1], extra[0], extra[2])
     shared = config.shared_bytes(parts, maps)
@@ -1024,6 +1101,13 @@ def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: Mat
     else:
         kernel = _kernel(config, preset.operand, out_dtype, x_mode, y_mode, d_mode, transposed,
                          maps)  # fmt: skip
+        split = (0, 0)  # the kernel's partials and sync
+        if k_ctas > 1:
+            tiles = grid[0] * grid[1]
+            split = (scratch("partials", (tiles * k_ctas, config.threads * config.block_n // 2),
+                             np.float32),
+                     scratch("sync", (tiles, 1), np.uint32))  # fmt: skip
+        extra = (*extra, *split)
     # the arguments in the caller's order (A, B, C: XLA's buffers; M, N, K of A @ B), whatever
     # the kernel makes of them
     return kernel_launch(kernel, grid, config.threads, shared,
