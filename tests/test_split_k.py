@@ -158,13 +158,16 @@ def test_gpu_auto_splits_few_tiles(dtype, preset, shape, rng):
     assert counters_zero()
 
 
+# (TF32 with A column-major and B row-major converts its operands: one CTA per tile)
+GPU_WGMMA_CASES = [(BF16, "BF16_BF16_F32", layout) for layout in LAYOUTS] + [
+    (F32, "TF32_TF32_F32", layout) for layout in LAYOUTS if layout != "a_col"
+]
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("k_ctas", [2, 5])
-@pytest.mark.parametrize(
-    "dtype, preset", [(F32, "TF32_TF32_F32"), (BF16, "BF16_BF16_F32")], ids=str
-)
-def test_gpu_wgmma_split_k_every_layout(dtype, preset, k_ctas, layout, rng):
+@pytest.mark.parametrize("dtype, preset, layout", GPU_WGMMA_CASES, ids=str)
+def test_gpu_wgmma_split_k_every_layout(dtype, preset, layout, k_ctas, rng):
     from numba import cuda
 
     a, b = make_operands(200, 130, 1000, dtype, layout, rng, to_device=True)
