@@ -370,10 +370,15 @@ def test_default_tiles_halve_for_small_problems(monkeypatch):
     assert tiles(64, 64) == wgmma.TINY_WGMMA_CONFIG
     # few tiles over a long k: split into one wave (a slice is 64 k of 16-bit operands)
     assert wgmma.default_wgmma_config(16, 8192, 8192) == wgmma.WgmmaConfig(64, 128, 6, 8, 2)
-    assert wgmma.default_wgmma_config(1024, 1024, 65536) == replace(
-        wgmma.SMALL_WGMMA_CONFIG, k_ctas=2
+    assert wgmma.default_wgmma_config(16, 14336, 4096).k_ctas == 1  # 112 narrow tiles
+    assert wgmma.default_wgmma_config(1024, 1024, 65536) == replace(  # 32 big tiles, 128 CTAs
+        wgmma.DEFAULT_WGMMA_CONFIG, k_ctas=4
     )
-    assert wgmma.default_wgmma_config(1024, 1024, 65536, split=False).k_ctas == 1
+    assert wgmma.default_wgmma_config(128, 4096, 4096) == replace(  # 32 small tiles, 4 each
+        wgmma.SMALL_WGMMA_CONFIG, k_ctas=4
+    )
+    assert wgmma.default_wgmma_config(1024, 512, 512) == wgmma.TINY_WGMMA_CONFIG  # 8 slices
+    assert wgmma.default_wgmma_config(1024, 1024, 65536, split=False) == wgmma.SMALL_WGMMA_CONFIG
     assert wgmma.default_wgmma_config(2048, 2048, 65536).k_ctas == 1  # a wave already
 
 

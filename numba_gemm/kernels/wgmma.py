@@ -291,39 +291,43 @@ SIMULATOR_CONVERTING_WGMMA_CONFIG = WgmmaConfig(128, 64, 2, 1)
 def default_wgmma_config(M: int, N: int, K: int, batch: int = 1, converting_parts: int = 0,
                          size: int = 2, split: bool = True) -> WgmmaConfig:  # fmt: skip
     """The tiles for an M x N x K product (``batch`` of them, operands of ``size`` bytes) when
-    the caller gives none:
+    the caller gives none, and where ``split`` (the caller has scratch for it) how many CTAs
+    share each tile's k loop (:func:`split_k.choose_k_ctas`: one wave of one CTA per SM, as
+    these tiles take most of an SM's registers or shared memory):
 
     - the converting kernel (``converting_parts`` TF32 parts, > 0):
-      :data:`CONVERTING_WGMMA_CONFIGS`;
-    - tiles that fill half the SMs or more: :data:`DEFAULT_WGMMA_CONFIG`;
-    - a narrow output (M or N at most 64, a decode step's): :func:`narrow_wgmma_config`, tiles
-      64 wide along the narrow side;
-    - else :data:`SMALL_WGMMA_CONFIG`, or :data:`TINY_WGMMA_CONFIG` where the small one's
-      tiles would occupy fewer than a quarter of the SMs;
-
-    and, where ``split`` (the caller has scratch for it) and the tiles are fewer than half the
-    SMs, as many CTAs per tile as :func:`split_k.choose_k_ctas` gives for one wave of one CTA
-    per SM (the tiles above take most of an SM's registers or shared memory)."""
+      :data:`CONVERTING_WGMMA_CONFIGS`, one CTA per tile;
+    - a narrow output (M or N at most :data:`NARROW`, a decode step's):
+      :func:`narrow_wgmma_config`, tiles 64 wide along the narrow side;
+    - tiles that fill half the SMs, or do so once split (outputs at least 256 each way, so
+      that the big tiles are not mostly edge): :data:`DEFAULT_WGMMA_CONFIG`;
+    - else :data:`SMALL_WGMMA_CONFIG`, or :data:`TINY_WGMMA_CONFIG` where the small tiles
+      would occupy fewer than a quarter of the SMs and, split, make fewer CTAs than the tiny
+      ones (a short k: a model layer's 1024 x 512 x 512)."""
     if simulated():
         return SIMULATOR_CONVERTING_WGMMA_CONFIG if converting_parts else SIMULATOR_WGMMA_CONFIG
     if converting_parts:
         return CONVERTING_WGMMA_CONFIGS[converting_parts]
+    sms, steps = multiprocessors(), cdiv(K, tile_k(size))
 
     def tiles(config):
         return cdiv(M, config.block_m) * cdiv(N, config.block_n) * batch
 
-    sms = multiprocessors()
+    def split_into_wave(config):
+        k_ctas = choose_k_ctas(tiles(config), steps, sms) if split else 1
+        return replace(config, k_ctas=k_ctas)
+
+    if min(M, N) <= NARROW:
+        return split_into_wave(narrow_wgmma_config(M, N))
     if 2 * tiles(DEFAULT_WGMMA_CONFIG) >= sms:
         return DEFAULT_WGMMA_CONFIG
-    if min(M, N) <= NARROW:
-        config = narrow_wgmma_config(M, N)
-    elif 4 * tiles(SMALL_WGMMA_CONFIG) >= sms:
-        config = SMALL_WGMMA_CONFIG
-    else:
-        config = TINY_WGMMA_CONFIG
-    if not split:
-        return config
-    return replace(config, k_ctas=choose_k_ctas(tiles(config), cdiv(K, tile_k(size)), sms))
+    big = split_into_wave(DEFAULT_WGMMA_CONFIG)
+    if min(M, N) >= big.block_n and 2 * tiles(big) * big.k_ctas >= sms:
+        return big
+    small, tiny = split_into_wave(SMALL_WGMMA_CONFIG), split_into_wave(TINY_WGMMA_CONFIG)
+    if 4 * tiles(small) >= sms or tiles(small) * small.k_ctas >= tiles(tiny) * tiny.k_ctas:
+        return small
+    return tiny
 
 
 NARROW = 64  # an output side this narrow takes one 64-wide tile (wgmma's m, its smallest n)
