@@ -28,6 +28,7 @@ from numba import cuda
 
 from ..launch import cdiv
 from .ptx import load_from_l2
+from .unroll import unrolled
 
 __all__ = ["MAX_K_CTAS", "MIN_STEPS_PER_CTA", "choose_k_ctas", "working_k_ctas", "settler"]
 
@@ -62,8 +63,6 @@ def settler(acc_size: int, threads: int):
     keep its tile in some threads only); ``cta_tid``: the thread's index in the CTA, every one
     of which calls this. Returns True in the last CTA, whose ``acc`` then holds the sum over
     all ranges; False in the others."""
-    from .tiled import unrolled  # (tiled imports this module)
-
     THREADS, SLOT = threads, acc_size * threads
 
     @cuda.jit(device=True)
@@ -78,7 +77,7 @@ def settler(acc_size: int, threads: int):
     def add(acc, partials, here, i):
         acc[i] += load_from_l2(partials, here + i * THREADS)
 
-    # literal indices, so that ``acc`` stays in registers (``tiled.unrolled``)
+    # literal indices, so that ``acc`` stays in registers (``unroll.unrolled``)
     store_all = unrolled(store, acc_size, "acc, partials, mine")
     load_all = unrolled(load, acc_size, "acc, partials, here")
     add_all = unrolled(add, acc_size, "acc, partials, here")
