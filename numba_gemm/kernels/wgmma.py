@@ -1010,9 +1010,10 @@ def wgmma_takes(preset: Preset, dtype) -> bool:
 
 def fills_with_tma(launch: KernelLaunch) -> bool:
     """Whether a :func:`plan_wgmma` launch fills its tiles with TMA: the ``wgmma`` kernel whose
-    arguments end with A's and B's tensor maps (or templates) and the workspace, not the
-    zeros of its ``cp.async`` form."""
-    return launch.kernel.py_func.__name__ == "wgmma_kernel" and launch.args[-3] != 0
+    arguments end with A's and B's tensor maps (or templates), the workspace and split-k's
+    buffers, the maps not the zeros of its ``cp.async`` form."""
+    # the arguments end with a_map, b_map, workspace, partials, sync
+    return launch.kernel.py_func.__name__ == "wgmma_kernel" and launch.args[-5] != 0
 
 
 def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: MatrixDesc,
