@@ -23,6 +23,8 @@ Host side: :func:`choose_k_ctas` (how many, from the tiles and the device).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from numba import cuda
 
@@ -30,7 +32,16 @@ from ..launch import cdiv
 from .ptx import load_from_l2
 from .unroll import unrolled
 
-__all__ = ["MAX_K_CTAS", "MIN_STEPS_PER_CTA", "choose_k_ctas", "working_k_ctas", "settler"]
+__all__ = [
+    "MAX_K_CTAS",
+    "MIN_STEPS_PER_CTA",
+    "choose_k_ctas",
+    "working_k_ctas",
+    "check_k_ctas",
+    "working_config",
+    "split_buffers",
+    "settler",
+]
 
 MAX_K_CTAS = 16  # a tile's partials are read back by one CTA: beyond this the sum dominates
 MIN_STEPS_PER_CTA = 4  # k steps per CTA at the least: fewer leave the pipeline empty
@@ -53,6 +64,40 @@ def working_k_ctas(k_ctas: int, k_steps: int) -> int:
     asked for: ranges of ``ceil(k_steps / k_ctas)`` steps may cover k before the last CTAs
     (8 steps in 5 asked: 4 ranges of 2). The plans launch these only, so no range is empty."""
     return cdiv(max(1, k_steps), cdiv(max(1, k_steps), k_ctas))
+
+
+def check_k_ctas(config) -> None:
+    """``ValueError`` naming the field unless ``config.k_ctas`` (a ``TileConfig`` or
+    ``WgmmaConfig``, whose fields are checked positive already) is at most :data:`MAX_K_CTAS`."""
+    if config.k_ctas > MAX_K_CTAS:
+        raise ValueError(
+            f"{type(config).__name__}.k_ctas must be at most {MAX_K_CTAS}; got {config.k_ctas}"
+        )
+
+
+def working_config(config, k_steps: int, scratch):
+    """``config`` (a ``TileConfig`` or ``WgmmaConfig``) with the CTAs per tile that a
+    ``k_steps``-step loop gives a range each (:func:`working_k_ctas`): what a plan launches.
+    ``ValueError`` where it splits k and the caller has no ``scratch`` for it."""
+    config = replace(config, k_ctas=working_k_ctas(config.k_ctas, k_steps))
+    if config.k_ctas > 1 and scratch is None:
+        raise ValueError(
+            f"{config.label()} splits k across CTAs and needs scratch (no caller gave any)"
+        )
+    return config
+
+
+def split_buffers(k_ctas: int, tiles: int, slot: int, dtype, scratch) -> tuple:
+    """The kernel arguments ``(partials, sync)`` of a launch of ``tiles`` tiles (all the
+    batch's) in ``k_ctas`` CTAs each: ``scratch(name, shape, dtype)``'s descriptors of a slot of
+    ``slot`` accumulators (``dtype``) per CTA and a uint32 counter per tile; zeros (unused)
+    where ``k_ctas`` is 1."""
+    if k_ctas == 1:
+        return 0, 0
+    return (
+        scratch("partials", (tiles * k_ctas, slot), dtype),
+        scratch("sync", (tiles, 1), np.uint32),
+    )
 
 
 def settler(acc_size: int, threads: int):

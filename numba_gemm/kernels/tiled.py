@@ -87,7 +87,7 @@ from .ptx import (
     store_vector,
     warp_barrier,
 )
-from .split_k import MAX_K_CTAS, choose_k_ctas, settler, working_k_ctas
+from .split_k import check_k_ctas, choose_k_ctas, settler, split_buffers, working_config
 from .unroll import unrolled
 
 __all__ = [
@@ -208,8 +208,7 @@ class TileConfig:
         itemsize = np.dtype(dtype).itemsize
         vec = VECTOR_BYTES // itemsize
         check_field_range(self)
-        if self.k_ctas > MAX_K_CTAS:
-            raise ValueError(f"TileConfig.k_ctas must be at most {MAX_K_CTAS}; got {self.k_ctas}")
+        check_k_ctas(self)
         words = self.thread_m * self.thread_n * itemsize // 4
         if words > MAX_ACCUMULATOR_WORDS:
             raise ValueError(
@@ -1058,13 +1057,7 @@ def plan_tiled(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc,
     them zero)."""
     config.check(a.dtype)
     (M, K), N = a.shape, b.shape[1]
-    config = replace(
-        config, k_ctas=working_k_ctas(config.k_ctas, cdiv(K, config.block_k * config.split_k))
-    )
-    k_ctas = config.k_ctas
-    if k_ctas > 1 and scratch is None:
-        raise ValueError(f"tile config {config.label()} splits k across CTAs and needs scratch "
-                         "(no caller gave any)")  # fmt: skip
+    config = working_config(config, cdiv(K, config.block_k * config.split_k), scratch)
     shared = config.shared_bytes(a.dtype)
     if shared > STATIC_SHARED_LIMIT and shared > (limit := shared_memory_limit()):
         raise ValueError(
@@ -1075,13 +1068,10 @@ def plan_tiled(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc,
     kernel = _kernel(
         config, a.dtype, *operand_modes(a, b, c), whole_tiles(config, M, N, K), programmatic
     )
-    grid = (cdiv(M, config.block_m) * cdiv(N, config.block_n), c.batch, k_ctas)
-    split = (0, 0)  # the kernel's partials and sync
-    if k_ctas > 1:
-        tiles = grid[0] * grid[1]
-        split = (scratch("partials", (tiles * k_ctas, config.threads * config.thread_m
-                                      * config.thread_n), a.dtype),
-                 scratch("sync", (tiles, 1), np.uint32))  # fmt: skip
+    grid = (cdiv(M, config.block_m) * cdiv(N, config.block_n), c.batch, config.k_ctas)
+    split = split_buffers(config.k_ctas, grid[0] * grid[1],
+                          config.threads * config.thread_m * config.thread_n, a.dtype,
+                          scratch)  # fmt: skip
     return kernel_launch(kernel, grid, config.cta_threads, shared,
                          (a, a.batch_stride, *a.strides, b, b.batch_stride, *b.strides,
                           c, c.batch_stride, *c.strides, M, N, K, *split),

@@ -87,7 +87,7 @@ from .mma import (
     tile_origin,
 )
 from .ptx import cp_async_commit, cp_async_wait, load_vector, store_vector
-from .split_k import MAX_K_CTAS, choose_k_ctas, settler, working_k_ctas
+from .split_k import check_k_ctas, choose_k_ctas, settler, split_buffers, working_config
 from .tiled import check_field_range, int_fields, kernel_jit, unrolled
 from .tma import (
     BARRIER_BYTES,
@@ -189,8 +189,7 @@ class WgmmaConfig:
                 f"operands; got {storage} ones"
             )
         check_field_range(self)
-        if self.k_ctas > MAX_K_CTAS:
-            raise ValueError(f"WgmmaConfig.k_ctas must be at most {MAX_K_CTAS}; got {self.k_ctas}")
+        check_k_ctas(self)
         if converting and self.k_ctas > 1:
             raise ValueError(
                 "WgmmaConfig.k_ctas must be 1 where float32 operands are converted (neither "
@@ -1070,15 +1069,9 @@ def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: Mat
     config = config or default_wgmma_config(M, N, K, c.batch, parts, storage.itemsize,
                                             scratch is not None)  # fmt: skip
     config.check(storage, converting)
-    config = replace(
-        config, k_ctas=working_k_ctas(config.k_ctas, cdiv(K, tile_k(storage.itemsize)))
-    )
-    k_ctas = config.k_ctas
-    if k_ctas > 1 and scratch is None:
-        raise ValueError(f"{config.label()} splits k across CTAs and needs scratch (no caller "
-                         "gave any)")  # fmt: skip
+    config = working_config(config, cdiv(K, tile_k(storage.itemsize)), scratch)
     x_mode, y_mode, d_mode = operand_mode(x, True), operand_mode(y, False), operand_mode(d, True)
-    grid = (cdiv(M, config.block_m) * cdiv(N, config.block_n), c.batch, k_ctas)
+    grid = (cdiv(M, config.block_m) * cdiv(N, config.block_n), c.batch, config.k_ctas)
     maps = "none" if converting else tensor_maps
     if maps != "none":
         specs = (tensor_map_spec(x, x_mode[0], config.block_m, True, c.batch),
@@ -1106,12 +1099,8 @@ def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: Mat
     else:
         kernel = _kernel(config, preset.operand, out_dtype, x_mode, y_mode, d_mode, transposed,
                          maps)  # fmt: skip
-        split = (0, 0)  # the kernel's partials and sync
-        if k_ctas > 1:
-            tiles = grid[0] * grid[1]
-            split = (scratch("partials", (tiles * k_ctas, config.threads * config.block_n // 2),
-                             np.float32),
-                     scratch("sync", (tiles, 1), np.uint32))  # fmt: skip
+        split = split_buffers(config.k_ctas, grid[0] * grid[1],
+                              config.threads * config.block_n // 2, FLOAT32, scratch)  # fmt: skip
         extra = (*extra, *split)
     # the arguments in the caller's order (A, B, C: XLA's buffers; M, N, K of A @ B), whatever
     # the kernel makes of them
