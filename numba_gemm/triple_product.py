@@ -8,7 +8,6 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
-from numba import cuda
 
 from .api import (
     check_choice,
@@ -22,11 +21,10 @@ from .api import (
     through_fresh_out,
     zero_fill_launches,
 )
-from .descriptor import MatrixDesc, context_handle
+from .descriptor import MatrixDesc
 from .kernels.tiled import TileConfig, for_edge_tiles, valid_or
 from .kernels.triple_product import (
     MAX_CTAS_PER_SM,
-    counters_desc,
     fused_tiles_per_product,
     intermediate_row_major,
     intermediate_shape,
@@ -47,11 +45,11 @@ from .launch import (
     programmatic_launch,
     serialised_on_simulator,
     simulated,
-    stream_handle,
     zero_fill,
 )
 from .precision import Preset, default_preset, normalise
 from .prepared import Done, PreparedCalls
+from .scratch import StreamScratch, stream_key
 from .tuned_configs import SEARCH_SPACE, config_for_shape
 
 __all__ = [
@@ -259,39 +257,9 @@ def fused_workers(
     )
 
 
-def _stream_key(stream) -> tuple:
-    """(context, stream, host thread): what scratch buffers are kept under. Kernels on one
-    stream run in order, but two host threads may interleave their launches on one stream (the
-    legacy default stream), and each thread's per-thread default stream has the same handle:
-    the thread keeps a call's launches from meeting another thread's scratch."""
-    return context_handle(), stream_handle(stream), threading.get_ident()
-
-
-class _SyncCounters:
-    """Per-(context, stream, thread) uint32 counters for the fused kernel, zero between launches
-    (the kernel leaves them zero); grown when a larger launch needs more. A replaced buffer is
-    kept, not freed, so a launch still in flight (or a cached prepared launch) never loses its
-    counters."""
-
-    def __init__(self):
-        self._buffers: dict = {}
-        self._retired: list = []
-
-    def get(self, count: int, stream) -> MatrixDesc:
-        key = _stream_key(stream)
-        held = self._buffers.get(key)
-        if held is None or held.span < count:
-            if held is not None:
-                self._retired.append(held)
-            size = max(count, 1024, 2 * (held.span if held is not None else 0))
-            array = np.zeros(size, np.uint32)
-            if not simulated():
-                array = cuda.to_device(array, stream=stream)
-            held = self._buffers[key] = counters_desc(size, array)
-        return held
-
-
-_COUNTERS = _SyncCounters()
+# The fused kernel's uint32 counters ("sync"), zero between launches (the kernel leaves them
+# zero), per (context, stream, thread).
+_COUNTERS = StreamScratch()
 
 
 class _Intermediates:
@@ -309,7 +277,7 @@ class _Intermediates:
         self._buffers: OrderedDict = OrderedDict()
 
     def get(self, shape: tuple, dtype, stream, name: str) -> MatrixDesc:
-        key = (*_stream_key(stream), tuple(shape), np.dtype(dtype), name)
+        key = (*stream_key(stream), tuple(shape), np.dtype(dtype), name)
         held = self._buffers.get(key)
         if held is None:
             held = self._buffers[key] = allocate_output(shape, dtype, True, name, stream=stream)
@@ -529,7 +497,7 @@ def triple(
     pool: ``launch.new_device_array``). As ``matmul``, the first call of a signature validates
     and plans, and later ones launch that plan on their arrays (``numba_gemm.prepared``).
     """
-    # The thread is part of the key: a prepared call holds its thread's scratch (_stream_key).
+    # The thread is part of the key: a prepared call holds its thread's scratch (stream_key).
     options = (algorithm, order, config, precision, threading.get_ident())
     return _CALLS.call(_prepare_triple, (a, b, c), out, options, stream)
 
@@ -586,7 +554,7 @@ def _prepare_triple(operands: tuple, out: Any, options: tuple, stream: Any):
             order,
             config,
             scratch=allocate_scratch,
-            counters=lambda count: _COUNTERS.get(count, stream),
+            counters=lambda count: _COUNTERS.get("sync", (count, 1), np.uint32, stream),
             preset=preset,
         )
 

@@ -603,8 +603,7 @@ def test_fused_leaves_its_counters_at_zero(rng):
         out = poisoned((shape[0], shape[3]), np.float32)
         numba_gemm.triple(a, b, c, out, algorithm="fused", order="left")
         assert_triple(out, a, b, c, np.float32)
-        for counters in _COUNTERS._buffers.values():
-            data = counters.data
+        for data in _COUNTERS.buffers("sync"):
             data = data.copy_to_host() if hasattr(data, "copy_to_host") else data
             assert not np.any(data), "the fused kernel left a counter non-zero"
 
@@ -637,8 +636,8 @@ def test_stream_k_matches_float64_reference(workers, order, rng, monkeypatch):
     # The tiles the counts above assume, on a GPU too (where fused_config picks larger ones).
     numba_gemm.triple(a, b, c, out, algorithm="fused", order=order, config=SIMULATOR_FUSED_CONFIG)
     assert_triple(out, a, b, c, np.float32)
-    for counters in _COUNTERS._buffers.values():  # zero again for the next launch
-        assert not np.any(counters.data), "the stream-K kernel left a counter or flag non-zero"
+    for counters in _COUNTERS.buffers("sync"):  # zero again for the next launch
+        assert not np.any(counters), "the stream-K kernel left a counter or flag non-zero"
 
 
 @pytest.mark.parametrize(
