@@ -260,12 +260,12 @@ def _native(ctx, lhs, rhs, gemm: StridedGemm, algorithm: str, config, preset):
         scratch["tensor_maps"] = (nbytes,), np.uint8
         return map_workspace(nbytes)
 
-    def split_k_scratch(name, shape, dtype):
+    def call_output(name, shape, dtype):  # split-k's partials and counters
         scratch[name] = (int(np.prod(shape)),), dtype
         return scratch_desc(name, shape, dtype)
 
     launch = plan(*_descs(gemm, _dtypes(ctx), on_device=True), algorithm, config, preset,
-                  "device", workspace_of, split_k_scratch)  # fmt: skip
+                  "device", workspace_of, call_output)  # fmt: skip
     outputs = [arg.name for arg in launch.args if getattr(arg, "name", None) in scratch]
     avals_out = [*ctx.avals_out, *(jax.core.ShapedArray(*scratch[name]) for name in outputs)]
     rule = kernel_call_lowering(launch, zeroed=("sync",))
