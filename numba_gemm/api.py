@@ -12,8 +12,8 @@ import numpy as np
 from .descriptor import ArrayDesc, MatrixDesc, current_device, describe, describe_array
 from .kernels.loop_orders import LOOP_ORDERS, plan_loop_order
 from .kernels.mma import MmaConfig, default_mma_config, plan_mma, shape_mma_config, storage_dtype
-from .kernels.skinny import SKINNY_M, plan_skinny
-from .kernels.tiled import TileConfig, plan_tiled, with_k_ctas
+from .kernels.skinny import plan_skinny
+from .kernels.tiled import NARROW_M, TileConfig, narrow_config, plan_tiled, with_k_ctas
 from .kernels.wgmma import (
     WGMMA_CC,
     WgmmaConfig,
@@ -84,20 +84,21 @@ TILED_FROM_MACS = 64**3
 
 
 def choose_algorithm(a: MatrixDesc, b: MatrixDesc) -> str:
-    """``"skinny"`` for products with at most ``SKINNY_M`` rows or columns of the result,
-    ``"tiled"`` for the rest, but for tiny problems the loop order that coalesces for the
-    layouts.
+    """``"skinny"`` for products whose result is one row or column (a matrix-vector
+    product), ``"tiled"`` for the rest, but for tiny problems the loop order that coalesces
+    for the layouts.
 
-    A skinny product (a decode step's M = 1) is bound by reading its large operand once, which
-    the skinny kernel streams; the tiled kernel's 64-row tiles would be mostly empty
-    (``kernels/skinny.py``). Among the loop orders only the register-accumulating ones
-    (``mnk``/``nmk``) are candidates: the k-outer orders move C through memory at every step
-    and never win. ``mnk`` runs threads along n and wants B row-major; ``nmk`` runs them along
-    m and wants A column-major (see ``kernels/loop_orders.py``).
+    A matrix-vector product (a decode step's M = 1) is bound by reading its large operand once,
+    which the skinny kernel streams (``kernels/skinny.py``); results of 2 to ``NARROW_M`` rows
+    or columns take the tiled kernel's 16-row tiles (:func:`plan`). Among the loop orders only
+    the register-accumulating ones (``mnk``/``nmk``) are candidates: the k-outer orders move C
+    through memory at every step and never win. ``mnk`` runs threads along n and wants B
+    row-major; ``nmk`` runs them along m and wants A column-major (see
+    ``kernels/loop_orders.py``).
     """
     (M, K), N = a.shape, b.shape[1]
     if M * N * K >= TILED_FROM_MACS:
-        return "skinny" if min(M, N) <= SKINNY_M else "tiled"
+        return "skinny" if min(M, N) == 1 else "tiled"
     if b.layout != "row" and a.layout == "col":
         return "nmk"
     return "mnk"
@@ -319,10 +320,15 @@ def plan(
         return plan_skinny(a, b, out)
     if algorithm != "tiled":
         return plan_loop_order(algorithm, a, b, out)
-    if config is None:
+    (M, K), N = a.shape, b.shape[1]
+    if config is None and min(M, N) <= NARROW_M:  # 16-row tiles, as C^T = B^T A^T if N is narrow
+        if N < M:
+            a, b, out, M, N = b.transposed(), a.transposed(), out.transposed(), N, M
+        config = narrow_config(M, N, K, out.batch, a.dtype, scratch is not None)
+    elif config is None:
         config = config_for(a, b, out)
         if scratch is not None:
-            config = with_k_ctas(config, a.shape[0], b.shape[1], a.shape[1], out.batch)
+            config = with_k_ctas(config, M, N, K, out.batch)
     return plan_tiled(config, a, b, out, scratch)
 
 
@@ -371,12 +377,13 @@ def matmul(
     through ``mma.sync``: ``numba_gemm.kernels.mma``), ``"wgmma"`` (Hopper's warpgroup tensor-core
     instructions, bf16/f16 operands and float32 ones as TF32 or 3xTF32:
     ``numba_gemm.kernels.wgmma``) or ``"auto"``: the tensor cores for presets that use them
-    (wgmma where it takes the preset on Hopper, else mma), else skinny for skinny results and
-    tiled for the rest, but for tiny problems (:func:`choose_algorithm`). All checks run before
-    any launch and raise ``ValueError``/``TypeError`` naming the argument.
+    (wgmma where it takes the preset on Hopper, else mma), else skinny for a result of one row
+    or column and tiled for the rest, but for tiny problems (:func:`choose_algorithm`). All
+    checks run before any launch and raise ``ValueError``/``TypeError`` naming the argument.
 
     ``config``: the tiled kernel's :class:`~numba_gemm.TileConfig` (by default the tuned one for
-    this device, dtype, layout and shape class: :func:`numba_gemm.tuned_configs.config_for`), or
+    this device, dtype, layout and shape class: :func:`numba_gemm.tuned_configs.config_for`, or
+    for a result of at most 16 rows or columns ``numba_gemm.kernels.tiled.narrow_config``'s), or
     the mma kernel's ``MmaConfig``, or the wgmma kernel's ``WgmmaConfig``.
 
     ``stream``: the stream the kernels run on: a Numba, PyTorch or CuPy stream, or a raw

@@ -40,7 +40,13 @@ from pathlib import Path
 import numpy as np
 
 from .descriptor import MatrixDesc, current_device
-from .kernels.tiled import DEFAULT_CONFIGS, TileConfig, for_edge_tiles, whole_tiles
+from .kernels.tiled import (
+    DEFAULT_CONFIGS,
+    SIMULATOR_CONFIG,
+    TileConfig,
+    for_edge_tiles,
+    whole_tiles,
+)
 from .launch import shared_memory_limit, simulated
 from .prepared import forget_prepared_calls
 
@@ -59,11 +65,6 @@ __all__ = [
 
 SHIPPED = Path(__file__).with_name("tuned.json")
 FORMAT = 1
-
-# Small enough for the simulator (16 threads per CTA), and it runs the same kernel code.
-SIMULATOR_CONFIG = TileConfig(
-    block_m=16, block_n=16, block_k=4, thread_m=4, thread_n=4, stages=2, group_m=2
-)
 
 T = TileConfig
 # Every candidate compiles without spills, with and without edge code (tests/test_gpu.py).

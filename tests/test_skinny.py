@@ -1,5 +1,9 @@
 """The skinny kernel (``kernels/skinny.py``): results of at most 16 rows or columns, float32
-and float64, every layout, edges of every strip and step, batches, and when "auto" runs it."""
+and float64, every layout, edges of every strip and step, batches, and when "auto" runs it;
+and what "auto" runs for the other narrow results, 2 to 16 rows or columns: the tiled
+kernel's 16-row tiles (``tiled.narrow_config``), transposed where the columns are few."""
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -54,17 +58,46 @@ def _kernel_of(a, b, algorithm="auto"):
     "shape, expected",
     [
         ((1, 4096, 64), "skinny_kernel"),  # a decode step's token
-        ((16, 128, 128), "skinny_kernel"),
-        ((128, 16, 128), "skinny_kernel"),  # few columns: run transposed
-        ((17, 128, 128), "tiled_kernel"),
+        ((4096, 1, 64), "skinny_kernel"),  # one column: run transposed
+        ((2, 512, 512), "tiled_kernel"),  # 16-row tiles
+        ((16, 128, 128), "tiled_kernel"),
+        ((128, 16, 128), "tiled_kernel"),
         ((8, 8, 8), "loop_order_kernel"),  # tiny: one thread per element
     ],
     ids=str,
 )
-def test_auto_runs_skinny_results_on_the_skinny_kernel(shape, expected):
+def test_auto_runs_matrix_vector_products_on_the_skinny_kernel(shape, expected):
     M, N, K = shape
     a, b = np.ones((M, K), np.float32), np.ones((K, N), np.float32)
     assert _kernel_of(a, b).py_func.__name__ == expected
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("shape", [(2, 40, 37), (16, 33, 70), (40, 3, 37), (5, 5, 9)], ids=str)
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_auto_narrow_results_match_float64_reference(dtype, shape, layout, rng):
+    # 2 to 16 rows, or columns (run as C^T = B^T A^T), through the tiled kernel
+    M, N, K = shape
+    a, b = make_operands(M, N, K, dtype, layout, rng)
+    out = poisoned((M, N), dtype, layout=layout)
+    assert numba_gemm.matmul(a, b, out) is out
+    assert_product(out, a, b, dtype)
+
+
+def test_narrow_results_split_into_the_sms_resident_ctas(monkeypatch):
+    from numba_gemm.kernels import tiled
+
+    monkeypatch.setattr(tiled, "simulated", lambda: False)
+    monkeypatch.setattr(tiled, "multiprocessors", lambda: 132)
+    config, resident = tiled.NARROW_CONFIGS[F32]
+    assert resident == 4  # 528 CTAs at once on 132 SMs
+    # 64 tiles of 256 k steps: 8 CTAs each
+    assert tiled.narrow_config(16, 8192, 8192, 1, F32, True) == replace(config, k_ctas=8)
+    assert tiled.narrow_config(16, 14336, 4096, 1, F32, True).k_ctas == 4  # 112 tiles
+    assert tiled.narrow_config(16, 4096, 4096, 1, F32, True).k_ctas == 16  # 32: the most
+    assert tiled.narrow_config(16, 8192, 8192, 1, F32, False) == config  # no scratch
+    assert tiled.narrow_config(16, 65536, 256, 1, F32, True) == config  # 512 tiles: a wave
+    assert tiled.narrow_config(4, 8192, 8192, 1, F64, True).k_ctas == 6  # 3 per SM: 396 / 64
 
 
 def test_aligned_rows_and_columns_take_vector_loads_and_others_element_loads(rng):
@@ -113,11 +146,13 @@ def test_skinny_refuses_what_it_cannot_run(rng):
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize(
     "shape",
-    [(1, 4096, 4096), (16, 1000, 777), (5, 3000, 2049), (4096, 1, 4096), (2, 9, 2)],
+    [(1, 4096, 4096), (16, 1000, 777), (5, 3000, 2049), (4096, 1, 4096), (2, 9, 2),
+     (3, 8192, 8192), (4000, 13, 1500)],
     ids=str,
-)
+)  # fmt: skip
 @pytest.mark.parametrize("dtype", [F32, F64], ids=str)
-def test_gpu_skinny_matches_float64_reference(dtype, shape, layout, rng):
+@pytest.mark.parametrize("algorithm", ["skinny", "auto"])  # auto: 16-row tiles, split, from M = 2
+def test_gpu_skinny_matches_float64_reference(algorithm, dtype, shape, layout, rng):
     from numba import cuda
 
     from numba_gemm.precision import default_preset, tolerance
@@ -125,7 +160,7 @@ def test_gpu_skinny_matches_float64_reference(dtype, shape, layout, rng):
     M, N, K = shape
     a, b = make_operands(M, N, K, dtype, layout, rng, to_device=True)
     out = poisoned((M, N), dtype, to_device=True, layout=layout)
-    numba_gemm.matmul(a, b, out)  # auto: the skinny kernel
+    numba_gemm.matmul(a, b, out, algorithm=algorithm)
     cuda.synchronize()
     error = relative_error(out, reference(a, b))
     assert error <= tolerance(default_preset(dtype), dtype, K), error

@@ -356,7 +356,7 @@ def test_default_tiles_halve_for_small_problems(monkeypatch):
     monkeypatch.setattr(wgmma, "simulated", lambda: False)
     monkeypatch.setattr(wgmma, "multiprocessors", lambda: 132)
 
-    def tiles(M, N, batch=1, K=64):  # one slice of k: nothing to split
+    def tiles(M, N, batch=1, K=192):  # three slices of k: nothing to split, past SHORT_K
         return wgmma.default_wgmma_config(M, N, K, batch)
 
     assert tiles(1024, 1024) == wgmma.SMALL_WGMMA_CONFIG  # 32 big tiles
@@ -364,6 +364,12 @@ def test_default_tiles_halve_for_small_problems(monkeypatch):
     assert tiles(1024, 1024, batch=4) == wgmma.DEFAULT_WGMMA_CONFIG
     assert tiles(1024, 512) == wgmma.TINY_WGMMA_CONFIG  # 32 small tiles
     assert tiles(1024, 1024) != wgmma.TINY_WGMMA_CONFIG  # 64
+    # many tiles: taller ones where the output is narrower than 256; one warpgroup's for short k
+    assert tiles(2048, 128, batch=64) == wgmma.TALL_WGMMA_CONFIG  # 512 tiles, not 1024
+    assert tiles(65536, 256) == wgmma.DEFAULT_WGMMA_CONFIG  # as many either way
+    assert tiles(2048, 2048, batch=64, K=128) == wgmma.SHORT_K_WGMMA_CONFIG
+    assert tiles(8192, 8192, K=129) == wgmma.DEFAULT_WGMMA_CONFIG
+    assert tiles(1024, 1024, K=64) == wgmma.SMALL_WGMMA_CONFIG  # few tiles: as for any k
     # narrow outputs: 64 along the narrow side; both narrow: the tiny tiles
     assert tiles(16, 8192) == wgmma.WgmmaConfig(64, 128, 6, 8)
     assert tiles(8192, 1) == wgmma.WgmmaConfig(128, 64, 6, 8)
