@@ -84,20 +84,20 @@ def test_auto_narrow_results_match_float64_reference(dtype, shape, layout, rng):
     assert_product(out, a, b, dtype)
 
 
-def test_narrow_results_split_into_the_sms_resident_ctas(monkeypatch):
+def test_narrow_results_split_into_a_wave_of_two_ctas_per_sm(monkeypatch):
     from numba_gemm.kernels import tiled
 
     monkeypatch.setattr(tiled, "simulated", lambda: False)
     monkeypatch.setattr(tiled, "multiprocessors", lambda: 132)
-    config, resident = tiled.NARROW_CONFIGS[F32]
-    assert resident == 4  # 528 CTAs at once on 132 SMs
-    # 64 tiles of 256 k steps: 8 CTAs each
-    assert tiled.narrow_config(16, 8192, 8192, 1, F32, True) == replace(config, k_ctas=8)
-    assert tiled.narrow_config(16, 14336, 4096, 1, F32, True).k_ctas == 4  # 112 tiles
-    assert tiled.narrow_config(16, 4096, 4096, 1, F32, True).k_ctas == 16  # 32: the most
+    config = tiled.NARROW_CONFIGS[F32]
+    assert tiled.NARROW_CTAS_PER_SM == 2  # 264 CTAs at once on 132 SMs
+    # 64 tiles of 256 k steps: 4 CTAs each
+    assert tiled.narrow_config(16, 8192, 8192, 1, F32, True) == replace(config, k_ctas=4)
+    assert tiled.narrow_config(16, 14336, 4096, 1, F32, True).k_ctas == 2  # 112 tiles
+    assert tiled.narrow_config(16, 4096, 4096, 1, F32, True).k_ctas == 8  # 32 tiles
     assert tiled.narrow_config(16, 8192, 8192, 1, F32, False) == config  # no scratch
     assert tiled.narrow_config(16, 65536, 256, 1, F32, True) == config  # 512 tiles: a wave
-    assert tiled.narrow_config(4, 8192, 8192, 1, F64, True).k_ctas == 6  # 3 per SM: 396 / 64
+    assert tiled.narrow_config(4, 8192, 8192, 1, F64, True).k_ctas == 4
 
 
 def test_aligned_rows_and_columns_take_vector_loads_and_others_element_loads(rng):
@@ -145,13 +145,21 @@ def test_skinny_refuses_what_it_cannot_run(rng):
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize(
-    "shape",
-    [(1, 4096, 4096), (16, 1000, 777), (5, 3000, 2049), (4096, 1, 4096), (2, 9, 2),
-     (3, 8192, 8192), (4000, 13, 1500)],
+    "algorithm, shape",
+    [("skinny", shape) for shape in ((1, 4096, 4096), (16, 1000, 777), (4096, 1, 4096))]
+    + [
+        ("auto", shape)
+        for shape in (
+            (16, 1000, 777),
+            (5, 3000, 2049),
+            (2, 9, 2),
+            (3, 8192, 8192),
+            (4000, 13, 1500),
+        )
+    ],
     ids=str,
-)  # fmt: skip
+)  # fmt: skip  (auto: from 2 rows or columns the tiled kernel's 16-row tiles, split)
 @pytest.mark.parametrize("dtype", [F32, F64], ids=str)
-@pytest.mark.parametrize("algorithm", ["skinny", "auto"])  # auto: 16-row tiles, split, from M = 2
 def test_gpu_skinny_matches_float64_reference(algorithm, dtype, shape, layout, rng):
     from numba import cuda
 

@@ -367,6 +367,8 @@ def test_default_tiles_halve_for_small_problems(monkeypatch):
     # many tiles: taller ones where the output is narrower than 256; one warpgroup's for short k
     assert tiles(2048, 128, batch=64) == wgmma.TALL_WGMMA_CONFIG  # 512 tiles, not 1024
     assert tiles(65536, 256) == wgmma.DEFAULT_WGMMA_CONFIG  # as many either way
+    assert tiles(128, 2048, batch=64) == wgmma.DEFAULT_WGMMA_CONFIG  # N wide: 128 x 256 fits
+    assert tiles(14336, 128) == wgmma.SMALL_WGMMA_CONFIG  # 56 tall tiles: fewer than the SMs
     assert tiles(2048, 2048, batch=64, K=128) == wgmma.SHORT_K_WGMMA_CONFIG
     assert tiles(8192, 8192, K=129) == wgmma.DEFAULT_WGMMA_CONFIG
     assert tiles(1024, 1024, K=64) == wgmma.SMALL_WGMMA_CONFIG  # few tiles: as for any k
@@ -472,6 +474,28 @@ def test_gpu_wgmma_default_config(dtype, precision, out_dtype, shape, layout, rn
     a, b = make_operands(M, N, K, dtype, layout, rng, to_device=True)
     out = poisoned((M, N), out_dtype or dtype, to_device=True, layout=layout)
     numba_gemm.matmul(a, b, out, precision=precision, algorithm="wgmma")
+    cuda.synchronize()
+    check(out, a, b, dtype, out_dtype, preset=precision)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "shape", [(72, 517, 128, 300), (72, 130, 517, 300), (4, 1000, 1030, 96), (4, 1000, 1030, 129)],
+    ids=str,
+)  # fmt: skip
+@pytest.mark.parametrize("dtype, precision, out_dtype", [(BF16, None, F32), (F32, TF32, None)])
+def test_gpu_auto_on_tall_and_short_k_batches(dtype, precision, out_dtype, shape, rng):
+    """ "auto" on batches of many tiles: 256 x 128 tiles where N is under 256 < M (as the
+    kernel sees it: TF32 runs these row-major operands as C^T = B^T A^T), one warpgroup's
+    64 x 128 tiles for k <= 128."""
+    from numba import cuda
+
+    skip_unless_hopper()
+    batch, M, N, K = shape
+    a = rng.standard_normal((batch, M, K)).astype(dtype)
+    b = rng.standard_normal((batch, K, N)).astype(dtype)
+    out = cuda.to_device(np.full((batch, M, N), np.nan, out_dtype or dtype))
+    numba_gemm.matmul(cuda.to_device(a), cuda.to_device(b), out, precision=precision)
     cuda.synchronize()
     check(out, a, b, dtype, out_dtype, preset=precision)
 

@@ -95,6 +95,7 @@ __all__ = [
     "DEFAULT_CONFIGS",
     "SIMULATOR_CONFIG",
     "NARROW_M",
+    "NARROW_CTAS_PER_SM",
     "NARROW_CONFIGS",
     "narrow_config",
     "LARGE_REGISTER_TILE",
@@ -286,30 +287,31 @@ SIMULATOR_CONFIG = TileConfig(
 
 # Products with at most NARROW_M rows of C (2 to 16 tokens of a decode step): one row of
 # 16 x 128 tiles reads B once, each k slice of B in shared memory serving all 16 rows, and
-# split-k puts several of these small CTAs on each SM (16 x 8192 x 8192 float32 at 4 CTAs per
-# tile: 79 us, against cuBLAS's 148 and the skinny kernel's 1000, on an H200).
-# ``resident``: the CTAs an SM holds at once, which the split fills: four of 57 KB of shared
-# memory (float32, 105 registers), three of 138 registers (float64).
+# split-k puts two of these small CTAs on each SM (16 x 8192 x 8192 float32 at 4 CTAs per
+# tile: 79 us, against cuBLAS's 148 and the skinny kernel's 1000, on an H200; 2 CTAs per SM
+# beat 1 and 4 on every projection shape, though 4 of them fit an SM).
 NARROW_M = 16
+NARROW_CTAS_PER_SM = 2
 NARROW_CONFIGS = {
-    np.dtype(np.float32): (TileConfig(16, 128, 32, 4, 4, 3, 8), 4),
-    np.dtype(np.float64): (TileConfig(16, 128, 16, 4, 4, 3, 8), 3),
+    np.dtype(np.float32): TileConfig(16, 128, 32, 4, 4, 3, 8),
+    np.dtype(np.float64): TileConfig(16, 128, 16, 4, 4, 3, 8),
 }
 
 
 def narrow_config(M: int, N: int, K: int, batch: int, dtype, split: bool) -> TileConfig:
     """The tiles for an M x N x K product (``batch`` of them) with M <= :data:`NARROW_M`:
     :data:`NARROW_CONFIGS`'s, and where ``split`` (the caller has scratch) as many CTAs per tile
-    as fill the SMs once with the CTAs each holds (:func:`split_k.choose_k_ctas`). On the
-    simulator :data:`SIMULATOR_CONFIG`, one CTA per tile."""
+    as make one wave of :data:`NARROW_CTAS_PER_SM` CTAs per SM
+    (:func:`split_k.choose_k_ctas`). On the simulator :data:`SIMULATOR_CONFIG`, one CTA per
+    tile."""
     if simulated():
         return SIMULATOR_CONFIG
-    config, resident = NARROW_CONFIGS[np.dtype(dtype)]
+    config = NARROW_CONFIGS[np.dtype(dtype)]
     if not split:
         return config
     tiles = cdiv(M, config.block_m) * cdiv(N, config.block_n) * batch
-    steps = cdiv(K, config.block_k)
-    return replace(config, k_ctas=choose_k_ctas(tiles, steps, resident * multiprocessors()))
+    slots = NARROW_CTAS_PER_SM * multiprocessors()
+    return replace(config, k_ctas=choose_k_ctas(tiles, cdiv(K, config.block_k), slots))
 
 
 # Tall tiles with large register tiles (block_m > block_n, at least LARGE_REGISTER_TILE elements

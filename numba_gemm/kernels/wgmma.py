@@ -311,8 +311,9 @@ def default_wgmma_config(M: int, N: int, K: int, batch: int = 1, converting_part
     - a narrow output (M or N at most :data:`NARROW`, a decode step's):
       :func:`narrow_wgmma_config`, tiles 64 wide along the narrow side;
     - tiles that fill half the SMs: for a k of at most :data:`SHORT_K`
-      :data:`SHORT_K_WGMMA_CONFIG`, else :data:`DEFAULT_WGMMA_CONFIG` or, where it makes fewer
-      tiles (N under 256), :data:`TALL_WGMMA_CONFIG`;
+      :data:`SHORT_K_WGMMA_CONFIG`, else :data:`DEFAULT_WGMMA_CONFIG`; where it makes more
+      tiles than its transpose (N under 256 < M: half of each tile past N),
+      :data:`TALL_WGMMA_CONFIG` if its tiles fill every SM, else as for few tiles;
     - tiles that fill half the SMs once split (outputs at least 256 each way, so that the big
       tiles are not mostly edge): :data:`DEFAULT_WGMMA_CONFIG`;
     - else :data:`SMALL_WGMMA_CONFIG`, or :data:`TINY_WGMMA_CONFIG` where the small tiles
@@ -333,12 +334,13 @@ def default_wgmma_config(M: int, N: int, K: int, batch: int = 1, converting_part
 
     if min(M, N) <= NARROW:
         return split_into_wave(narrow_wgmma_config(M, N))
-    if 2 * tiles(DEFAULT_WGMMA_CONFIG) >= sms:
-        if K <= SHORT_K:
-            return SHORT_K_WGMMA_CONFIG
-        if tiles(TALL_WGMMA_CONFIG) < tiles(DEFAULT_WGMMA_CONFIG):
-            return TALL_WGMMA_CONFIG
+    wide = tiles(DEFAULT_WGMMA_CONFIG) <= tiles(TALL_WGMMA_CONFIG)  # else N under 256 < M
+    if 2 * tiles(DEFAULT_WGMMA_CONFIG) >= sms and K <= SHORT_K:
+        return SHORT_K_WGMMA_CONFIG
+    if 2 * tiles(DEFAULT_WGMMA_CONFIG) >= sms and wide:
         return DEFAULT_WGMMA_CONFIG
+    if tiles(TALL_WGMMA_CONFIG) >= sms and not wide:
+        return TALL_WGMMA_CONFIG
     big = split_into_wave(DEFAULT_WGMMA_CONFIG)
     if min(M, N) >= big.block_n and 2 * tiles(big) * big.k_ctas >= sms:
         return big
