@@ -490,12 +490,14 @@ def test_gpu_auto_on_tall_and_short_k_batches(dtype, precision, out_dtype, shape
     64 x 128 tiles for k <= 128."""
     from numba import cuda
 
+    from numba_gemm.launch import to_device
+
     skip_unless_hopper()
     batch, M, N, K = shape
     a = rng.standard_normal((batch, M, K)).astype(dtype)
     b = rng.standard_normal((batch, K, N)).astype(dtype)
-    out = cuda.to_device(np.full((batch, M, N), np.nan, out_dtype or dtype))
-    numba_gemm.matmul(cuda.to_device(a), cuda.to_device(b), out, precision=precision)
+    out = to_device(np.full((batch, M, N), np.nan, out_dtype or dtype))
+    numba_gemm.matmul(to_device(a), to_device(b), out, precision=precision)
     cuda.synchronize()
     check(out, a, b, dtype, out_dtype, preset=precision)
 
