@@ -166,6 +166,21 @@ def draw(
     ``(label, y)`` line, saved to ``path``."""
     plt = _plotting()
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    _draw_lines(ax, lines, xlabel=xlabel, ylabel=ylabel, title=title, peak=peak, log_y=log_y)
+    return _save(fig, path)
+
+
+def _save(fig, path: str | Path) -> Path:
+    """``fig`` laid out, saved to ``path`` as a PNG and closed."""
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    _plotting().close(fig)
+    return path
+
+
+def _draw_lines(ax, lines, *, xlabel, ylabel, title, peak, log_y) -> None:
+    """:func:`draw`'s lines on the axes ``ax``."""
     for label, points, emphasised in lines:
         ax.plot(*zip(*points), marker="o", label=label, linewidth=2.5 if emphasised else 1)
     if peak:
@@ -182,11 +197,6 @@ def draw(
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
 
 
 def _square(rows: list[dict]) -> list[dict]:
@@ -444,10 +454,13 @@ def readme_table(results: str | Path | None = None) -> str:
 
 
 def readme_plot(path: str | Path, results: str | Path | None = None) -> Path:
-    """The README's plot: TFLOP/s of the tiled GEMM and cuBLAS against size (square float32,
-    row-major), from the newest run of the ``tiled`` suite."""
-    _, data = latest_run("tiled", results)
-    square = _square(data["rows"])
+    """The README's plot, two panels: TFLOP/s of the tiled GEMM and cuBLAS against size
+    (square float32, row-major), from the newest run of the ``tiled`` suite; and the shape
+    sweep, our call's speed against cuBLAS's per shape and case, from the newest run of the
+    ``shapes`` suite (:func:`_draw_shapes`)."""
+    _, tiled = latest_run("tiled", results)
+    _, shapes = latest_run("shapes", results)
+    square = _square(tiled["rows"])
     lines = []
     for algorithm, label in (
         ("tiled", "numba-gemm tiled"),
@@ -455,15 +468,52 @@ def readme_plot(path: str | Path, results: str | Path | None = None) -> Path:
     ):
         points = sorted((r["size"], r["tflops"]) for r in square if r["algorithm"] == algorithm)
         lines.append((label, points, True))
-    return draw(
+    plt = _plotting()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 5), width_ratios=(2, 3))
+    _draw_lines(
+        left,
         lines,
-        path,
         xlabel="M = N = K",
         ylabel="TFLOP/s (float32, no TF32)",
-        title=f"C = A @ B, float32, row-major, on {_where(data)}",
+        title=f"C = A @ B, float32, row-major, on {_where(tiled)}",
         peak=(f"FP32 FFMA peak ({FP32_PEAK_TFLOPS} TFLOP/s)", FP32_PEAK_TFLOPS),
         log_y=False,
     )
+    _draw_shapes(right, shapes)
+    return _save(fig, path)
+
+
+def _shape_label(row: dict) -> str:
+    """``M x N x K``, with ``batch x`` in front for a batch."""
+    size = f"{row['M']}x{row['N']}x{row['K']}"
+    return f"{row['batch']}x {size}" if row["batch"] > 1 else size
+
+
+def _draw_shapes(ax, data: dict) -> None:
+    """The shape sweep on the axes ``ax``: per case (dtype and precision) cuBLAS's time over
+    ours for each shape, in the sweep's order, a log axis, lines at 1 and at the 0.8 floor."""
+    cases = dict.fromkeys((r["dtype"], r["precision"]) for r in data["rows"])
+    labels = list(dict.fromkeys(_shape_label(r) for r in data["rows"]))
+    for dtype, precision in cases:
+        points = [
+            (labels.index(_shape_label(r)), r["ratio"])
+            for r in data["rows"]
+            if (r["dtype"], r["precision"]) == (dtype, precision) and r["ratio"] is not None
+        ]
+        ax.plot(*zip(*points), marker="o", linewidth=1, label=f"{dtype} at {precision}")
+    ax.axhline(1.0, color="grey", linewidth=1)
+    ax.axhline(0.8, color="grey", linestyle=":", label="0.8x")
+    ax.set_yscale("log")
+    ratios = [r["ratio"] for r in data["rows"] if r["ratio"] is not None]
+    ticks = [t for t in (0.1, 0.2, 0.3, 0.5, 0.8, 1, 1.25, 1.5, 2, 3, 5)
+             if min(ratios) / 1.25 <= t <= max(ratios) * 1.25]  # fmt: skip
+    ax.set_yticks(ticks, [f"{t:g}x" for t in ticks])
+    ax.minorticks_off()
+    ax.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("cuBLAS time / ours (the user's matmul call)")
+    ax.set_title(f"Shape sweep (benchmarks/shapes.py) on {_where(data)}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
 
 
 def main(args) -> int:

@@ -104,6 +104,16 @@ def test_bench_plot_needs_matplotlib_or_draws(tmp_path):
         assert result.returncode == 0 and (tmp_path / "plot.png").stat().st_size > 0
 
 
+def test_bench_readme_plot_draws_both_panels_or_needs_matplotlib(tmp_path):
+    import importlib.util
+
+    result = run("bench", "--readme", "--plot", str(tmp_path / "readme.png"))
+    if importlib.util.find_spec("matplotlib") is None:
+        assert result.returncode == 2 and "pip install 'numba-gemm[plot]'" in result.stderr
+    else:
+        assert result.returncode == 0 and (tmp_path / "readme.png").stat().st_size > 0
+
+
 def test_tune_without_a_gpu_says_so():
     result = run("tune", "--size", "64", NUMBA_ENABLE_CUDASIM="1")  # no GPU, even on a GPU machine
     assert result.returncode == 2 and "GPU" in result.stderr
