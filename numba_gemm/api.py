@@ -309,9 +309,10 @@ def plan(
     if preset.tensor_cores:
         if tensor_core_algorithm(algorithm, config, preset, a, b) == "wgmma":
             return plan_wgmma(config, preset, a, b, out, tensor_maps, workspace, scratch)
-        (k, n), storage = b.shape, storage_dtype(a.dtype)
-        config = config or default_mma_config(storage, preset, n, k)
-        return plan_mma(config, preset, a, b, out)
+        (M, K), N = a.shape, b.shape[1]
+        config = config or default_mma_config(storage_dtype(a.dtype), preset, M, N, K, out.batch,
+                                               scratch is not None)  # fmt: skip
+        return plan_mma(config, preset, a, b, out, scratch)
     if config is not None:
         config.check(a.dtype)
     if algorithm == "auto":

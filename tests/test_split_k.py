@@ -1,5 +1,5 @@
-"""Split-k across CTAs (``kernels/split_k.py``): the tiled and wgmma kernels with several CTAs
-per C tile, in every layout, dtype and precision they take, with ranges that k cuts and ranges
+"""Split-k across CTAs (``kernels/split_k.py``): the tiled, mma and wgmma kernels with several
+CTAs per C tile, in every layout, dtype and precision they take, with ranges that k cuts and ranges
 past its end; the same bits whichever CTA finishes last; counters left zero; the choice of
 ``k_ctas``; and the refusals."""
 
@@ -13,6 +13,7 @@ import numba_gemm
 from numba_gemm.api import plan
 from numba_gemm.descriptor import describe
 from numba_gemm.kernels import split_k
+from numba_gemm.kernels.mma import MmaConfig
 from numba_gemm.kernels.tiled import TileConfig
 from numba_gemm.kernels.wgmma import WgmmaConfig
 from numba_gemm.launch import simulated
@@ -25,6 +26,7 @@ F32, F64, BF16 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(ml_dtypes.
 # wgmma's 16-bit and float32 slices) with 2, 3 and 5 CTAs per tile.
 TILES = TileConfig(16, 16, 4, 4, 4, 2, 1, split_k=2)
 WGMMA_TILES = WgmmaConfig(64, 64, 3, 1)
+MMA_TILES = MmaConfig(32, 32, 16, 2, 1, 2, 1)
 # (M, N, K): edges of every tile with k cut inside a step; whole tiles; a K so short that the
 # later CTAs' ranges are empty (they add zeros).
 SHAPES = [(17, 23, 45), (32, 16, 64), (5, 7, 9)]
@@ -73,6 +75,24 @@ def test_wgmma_split_k_matches_float64_reference(dtype, preset, layout, k_ctas, 
     out = poisoned((M, N), np.float32, layout=layout)
     config = replace(WGMMA_TILES, k_ctas=k_ctas)
     numba_gemm.matmul(a, b, out, precision=preset, algorithm="wgmma", config=config)
+    check(out, a, b, preset)
+    assert counters_zero()
+
+
+MMA_CASES = [(BF16, "BF16_BF16_F32", layout) for layout in LAYOUTS] + [
+    (F32, "TF32_TF32_F32", "row"),
+    (F32, "BF16_BF16_F32_X3", "row"),  # float32 totals and corrections, per range
+    (F32, "BF16_BF16_F32_X3", "a_col"),
+]
+
+
+@pytest.mark.parametrize("dtype, preset, layout", MMA_CASES, ids=str)
+def test_mma_split_k_matches_float64_reference(dtype, preset, layout, rng):
+    M, N, K = 33, 35, 100  # edges of every tile; 7 k-tiles of 16 in ranges of 3, 3 and 1
+    a, b = make_operands(M, N, K, dtype, layout, rng)
+    out = poisoned((M, N), np.float32, layout=layout)
+    config = replace(MMA_TILES, k_ctas=3)
+    numba_gemm.matmul(a, b, out, precision=preset, algorithm="mma", config=config)
     check(out, a, b, preset)
     assert counters_zero()
 
@@ -144,8 +164,10 @@ GPU_SHAPES = [(1, 4096, 4096), (16, 1000, 4097), (128, 2048, 4096), (256, 256, 2
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", GPU_SHAPES, ids=str)
 @pytest.mark.parametrize(
-    "dtype, preset", [(F32, None), (F32, "TF32_TF32_F32"), (BF16, "BF16_BF16_F32")], ids=str
-)
+    "dtype, preset",
+    [(F32, None), (F32, "TF32_TF32_F32"), (BF16, "BF16_BF16_F32"), (F32, "BF16_BF16_F32_X3")],
+    ids=str,
+)  # (the bf16 split of float32 runs on the mma kernel)
 def test_gpu_auto_splits_few_tiles(dtype, preset, shape, rng):
     from numba import cuda
 

@@ -412,7 +412,9 @@ def test_auto_runs_narrow_and_short_k_products_on_mma(monkeypatch, m, n, k, algo
     assert api.tensor_core_algorithm("auto", None, preset, a, b) == algorithm
     assert api.tensor_core_algorithm("wgmma", None, preset, a, b) == "wgmma"  # asked for: kept
     if config:
-        assert mma.default_mma_config(np.uint16, preset, n, k) == getattr(mma, config)
+        assert mma.default_mma_config(np.uint16, preset, m, n, k, split=False) == getattr(
+            mma, config
+        )
 
 
 def test_copies_refuse_a_tile_they_cannot_step_through(rng):

@@ -46,6 +46,7 @@ from ..launch import (
     KernelLaunch,
     cdiv,
     kernel_launch,
+    multiprocessors,
     shared_memory_limit,
     simulated,
 )
@@ -53,6 +54,7 @@ from ..ordering import tile_of
 from ..precision import BFLOAT16, FLOAT16, FLOAT32, Preset
 from .fragments import K_STEP, fragment_loader, fragment_words, mma, output_converter, splitter
 from .ptx import cp_async, cp_async_commit, cp_async_wait
+from .split_k import check_k_ctas, choose_k_ctas, settler, split_buffers, working_config
 from .tiled import check_field_range, int_fields, kernel_jit, unrolled
 
 __all__ = [
@@ -65,6 +67,7 @@ __all__ = [
     "SHORT_K_MMA_CONFIG",
     "operand_mode",
     "plan_mma",
+    "accumulators",
     "storage_dtype",
     "storage_view",
     "tile_loader",
@@ -88,7 +91,8 @@ class MmaConfig:
     ``block_m x block_n``: the C tile of a CTA; ``block_k``: the k slice per pipeline stage;
     ``warps_m x warps_n``: the CTA's warps, each owning a (block_m / warps_m) x
     (block_n / warps_n) warp tile; ``stages``: shared-memory buffers (>= 2); ``group_m``:
-    the grouped order's group height.
+    the grouped order's group height; ``k_ctas``: CTAs per C tile, each over its own range of
+    k, the last adding them (``kernels.split_k``).
     """
 
     block_m: int = 128
@@ -98,6 +102,7 @@ class MmaConfig:
     warps_n: int = 2
     stages: int = 3
     group_m: int = 8
+    k_ctas: int = 1
 
     def __post_init__(self):
         int_fields(self)  # values, which depend on the operands' storage, in check()
@@ -118,6 +123,7 @@ class MmaConfig:
         """``ValueError`` saying which constraint this config breaks for operands stored as
         ``storage`` (uint16 or float32)."""
         check_field_range(self)
+        check_k_ctas(self)
         for tile, warps in (("block_m", "warps_m"), ("block_n", "warps_n")):
             extent, count = getattr(self, tile), getattr(self, warps)
             if extent % (count * BLOCK):
@@ -148,7 +154,7 @@ class MmaConfig:
     def label(self) -> str:
         return (
             f"mma {self.block_m}x{self.block_n}x{self.block_k}/w{self.warps_m}x{self.warps_n}"
-            f"/s{self.stages}/g{self.group_m}"
+            f"/s{self.stages}/g{self.group_m}" + (f"/kc{self.k_ctas}" if self.k_ctas > 1 else "")
         )
 
 
@@ -189,13 +195,21 @@ def shape_mma_config(n: int, k: int) -> MmaConfig | None:
     return SHORT_K_MMA_CONFIG if k <= SHORT_K else None
 
 
-def default_mma_config(storage, preset: Preset, n: int, k: int) -> MmaConfig:
-    """The tiles ``plan_mma`` uses for a product with ``n`` columns and inner size ``k`` when
-    the caller gives none: :data:`SIMULATOR_MMA_CONFIG` on the simulator, else the tiles of
-    its shape (:func:`shape_mma_config`) or the default for its storage and preset."""
+def default_mma_config(storage, preset: Preset, M: int, N: int, K: int, batch: int = 1,
+                       split: bool = True) -> MmaConfig:  # fmt: skip
+    """The tiles ``plan_mma`` uses for an M x N x K product (``batch`` of them) when the
+    caller gives none: :data:`SIMULATOR_MMA_CONFIG` on the simulator, else the tiles of its
+    shape (:func:`shape_mma_config`) or the default for its storage and preset; where
+    ``split`` (the caller has scratch for it) with as many CTAs per tile as make one wave of
+    one CTA per SM (:func:`split_k.choose_k_ctas`), as the wgmma and tiled defaults do."""
     if simulated():
         return SIMULATOR_MMA_CONFIG
-    return shape_mma_config(n, k) or DEFAULT_MMA_CONFIGS[np.dtype(storage), preset.parts > 1]
+    config = shape_mma_config(N, K) or DEFAULT_MMA_CONFIGS[np.dtype(storage), preset.parts > 1]
+    if not split:
+        return config
+    tiles = cdiv(M, config.block_m) * cdiv(N, config.block_n) * batch
+    steps = cdiv(K, config.block_k)
+    return replace(config, k_ctas=choose_k_ctas(tiles, steps, multiprocessors()))
 
 
 def storage_dtype(dtype) -> np.dtype:
@@ -473,6 +487,11 @@ def correction_adder():
 
 
 @functools.cache
+def accumulators(config: MmaConfig) -> int:
+    """Float32 accumulators per thread: a 16 x 8 block of the warp tile takes 4 per lane."""
+    return (config.warp_m // BLOCK) * (config.warp_n // BLOCK) * 2 * 4
+
+
 def _kernel(
     config: MmaConfig,
     preset: Preset,
@@ -494,7 +513,7 @@ def _kernel(
     PART_B = tuple(q for _, q in preset.products)
     HI = PRODUCTS - 1  # the last product, hi x hi; the ones before it are corrections
     LOAD_WORDS, WORDS, LOAD_DTYPE, WORD_DTYPE = fragment_words(operand, storage)
-    ACC_SIZE = BLOCKS_M * BLOCKS_N * 2 * 4
+    ACC_SIZE = accumulators(config)
     # Split presets promise float32 accuracy, which the tensor cores' own accumulation (it
     # truncates: a bias that grows with K) would lose over a long k loop: the hi x hi
     # accumulators restart at 0 every k-tile and are added into float32 totals (round to
@@ -504,6 +523,8 @@ def _kernel(
     # number (``correction_adder``).
     PROMOTE = preset.parts > 1
     TOTAL_SIZE = ACC_SIZE if PROMOTE else 1
+    K_CTAS = config.k_ctas
+    settle = settler(ACC_SIZE, THREADS)  # the tile's float32 sums: totals, or accumulators
     B_LOADED, B_WORDS = BLOCKS_N * LOAD_WORDS, BLOCKS_N * parts * WORDS
     A_WORDS = parts * WORDS
 
@@ -609,7 +630,7 @@ def _kernel(
 
     @kernel_jit(THREADS)
     def mma_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn,
-                   c, stride_cb, stride_cm, stride_cn, M, N, K):  # fmt: skip
+                   c, stride_cb, stride_cm, stride_cn, M, N, K, partials, sync):  # fmt: skip
         smem = cuda.shared.array(0, storage)
         acc = cuda.local.array(ACC_SIZE, np.float32)
         corrections = cuda.local.array(TOTAL_SIZE, np.float32)  # a split's, over all of k
@@ -629,11 +650,18 @@ def _kernel(
         warp = tid // WARP
         warp_m0, warp_n0 = (warp % WARPS_M) * WARP_M, (warp // WARPS_M) * WARP_N
 
-        # -- pipeline: STAGES - 1 k-tiles in flight ahead of the one multiplied ------------
+        # -- this CTA's k-tiles: all, or under split-k range blockIdx.z's --------------------
         k_tiles = (K + BLOCK_K - 1) // BLOCK_K
+        t_first = 0
+        if K_CTAS > 1:
+            per_cta = (k_tiles + K_CTAS - 1) // K_CTAS
+            t_first = cuda.blockIdx.z * per_cta
+            k_tiles = min(per_cta, k_tiles - t_first)  # never empty: working_k_ctas
+
+        # -- pipeline: STAGES - 1 k-tiles in flight ahead of the one multiplied ------------
         for s in range(STAGES - 1):
             if s < k_tiles:
-                load_stage(smem, s, s * BLOCK_K, a, a0, stride_am, stride_ak,
+                load_stage(smem, s, (t_first + s) * BLOCK_K, a, a0, stride_am, stride_ak,
                            b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid)  # fmt: skip
             cp_async_commit()
         for t in range(k_tiles):
@@ -643,8 +671,9 @@ def _kernel(
             cuda.syncthreads()
             ahead = t + STAGES - 1
             if ahead < k_tiles:
-                load_stage(smem, ahead % STAGES, ahead * BLOCK_K, a, a0, stride_am, stride_ak,
-                           b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid)  # fmt: skip
+                load_stage(smem, ahead % STAGES, (t_first + ahead) * BLOCK_K, a, a0, stride_am,
+                           stride_ak, b, b0, stride_bk, stride_bn, M - m0, N - n0, K,
+                           tid)  # fmt: skip
             cp_async_commit()
             s = t % STAGES
             multiply_tile(acc, corrections, a_raw, a_ops, b_raw, b_ops, smem,
@@ -654,10 +683,17 @@ def _kernel(
                 promote_all(total, acc)
         if PROMOTE:
             add_corrections(total, corrections)
+        sums = total if PROMOTE else acc
+
+        # -- split-k: the last CTA of the tile goes on with the sum of every range -----------
+        if K_CTAS > 1:
+            tile = cuda.blockIdx.y * cuda.gridDim.x + cuda.blockIdx.x
+            if not settle(sums, partials, sync, tile, cuda.blockIdx.z, K_CTAS, tid, tid, True):
+                return
 
         # -- epilogue: accumulators -> C, converted to its dtype ---------------------------
         lane = tid % WARP
-        store_all(c, batch * stride_cb, stride_cm, stride_cn, M, N, total if PROMOTE else acc,
+        store_all(c, batch * stride_cb, stride_cm, stride_cn, M, N, sums,
                   m0 + warp_m0 + lane // 4, n0 + warp_n0 + 2 * (lane % 4))  # fmt: skip
 
     return mma_kernel
@@ -671,12 +707,17 @@ def storage_view(desc: MatrixDesc, dtype: np.dtype) -> MatrixDesc:
     return replace(desc, dtype=dtype, data=data)
 
 
-def plan_mma(config: MmaConfig, preset: Preset, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc
-             ) -> KernelLaunch:  # fmt: skip
+def plan_mma(config: MmaConfig, preset: Preset, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc,
+             scratch=None) -> KernelLaunch:  # fmt: skip
     """The ``mma.sync`` kernel's launch on validated operands: C (M x N) = A (M x K) @
-    B (K x N) under ``preset``, for each of ``c.batch`` products."""
+    B (K x N) under ``preset``, for each of ``c.batch`` products. With ``config.k_ctas`` > 1,
+    that many CTAs share each tile's k loop (``kernels.split_k``; fewer where fewer get a
+    range): ``scratch(name, shape, dtype)`` gives the descriptors of their float32
+    ``"partials"`` and of the uint32 counters ``"sync"`` (zero at launch; the kernel leaves
+    them zero)."""
     storage = storage_dtype(a.dtype)
     config.check(storage)
+    config = working_config(config, cdiv(a.shape[1], config.block_k), scratch)
     a, b = storage_view(a, storage), storage_view(b, storage)
     out_dtype = c.dtype
     c = storage_view(c, storage_dtype(c.dtype))
@@ -689,7 +730,9 @@ def plan_mma(config: MmaConfig, preset: Preset, a: MatrixDesc, b: MatrixDesc, c:
         )
     (M, K), N = a.shape, b.shape[1]
     kernel = _kernel(config, preset, storage, np.dtype(out_dtype), a_mode, b_mode)
-    grid = (cdiv(M, config.block_m) * cdiv(N, config.block_n), c.batch)
+    grid = (cdiv(M, config.block_m) * cdiv(N, config.block_n), c.batch, config.k_ctas)
+    split = split_buffers(config.k_ctas, grid[0] * grid[1], config.threads * accumulators(config),
+                          FLOAT32, scratch)  # fmt: skip
     return kernel_launch(kernel, grid, config.threads, shared,
                          (a, a.batch_stride, *a.strides, b, b.batch_stride, *b.strides,
-                          c, c.batch_stride, *c.strides, M, N, K))  # fmt: skip
+                          c, c.batch_stride, *c.strides, M, N, K, *split))  # fmt: skip

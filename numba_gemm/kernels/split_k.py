@@ -67,8 +67,9 @@ def working_k_ctas(k_ctas: int, k_steps: int) -> int:
 
 
 def check_k_ctas(config) -> None:
-    """``ValueError`` naming the field unless ``config.k_ctas`` (a ``TileConfig`` or
-    ``WgmmaConfig``, whose fields are checked positive already) is at most :data:`MAX_K_CTAS`."""
+    """``ValueError`` naming the field unless ``config.k_ctas`` (a ``TileConfig``,
+    ``MmaConfig`` or ``WgmmaConfig``, whose fields are checked positive already) is at most
+    :data:`MAX_K_CTAS`."""
     if config.k_ctas > MAX_K_CTAS:
         raise ValueError(
             f"{type(config).__name__}.k_ctas must be at most {MAX_K_CTAS}; got {config.k_ctas}"
@@ -76,7 +77,7 @@ def check_k_ctas(config) -> None:
 
 
 def working_config(config, k_steps: int, scratch):
-    """``config`` (a ``TileConfig`` or ``WgmmaConfig``) with the CTAs per tile that a
+    """``config`` (a ``TileConfig``, ``MmaConfig`` or ``WgmmaConfig``) with the CTAs per tile that a
     ``k_steps``-step loop gives a range each (:func:`working_k_ctas`): what a plan launches.
     ``ValueError`` where it splits k and the caller has no ``scratch`` for it."""
     config = replace(config, k_ctas=working_k_ctas(config.k_ctas, k_steps))
