@@ -75,13 +75,23 @@ def test_auto_runs_matrix_vector_products_on_the_skinny_kernel(shape, expected):
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("shape", [(2, 40, 37), (16, 33, 70), (40, 3, 37), (5, 5, 9)], ids=str)
 @pytest.mark.parametrize("dtype", [F32, F64], ids=str)
-def test_auto_narrow_results_match_float64_reference(dtype, shape, layout, rng):
-    # 2 to 16 rows, or columns (run as C^T = B^T A^T), through the tiled kernel
+def test_narrow_results_on_the_tiled_kernel_match_float64_reference(dtype, shape, layout, rng):
+    # 2 to 16 rows, or columns (run as C^T = B^T A^T): the tiled kernel's narrow path, which
+    # "auto" takes from 64^3 multiply-adds (these simulator sizes ask for it by name)
     M, N, K = shape
     a, b = make_operands(M, N, K, dtype, layout, rng)
     out = poisoned((M, N), dtype, layout=layout)
-    assert numba_gemm.matmul(a, b, out) is out
+    assert numba_gemm.matmul(a, b, out, algorithm="tiled") is out
     assert_product(out, a, b, dtype)
+
+
+def test_narrow_results_run_a_batch_and_a_broadcast_operand(rng):
+    a = rng.standard_normal((3, 40, 70)).astype(np.float32)
+    b = rng.standard_normal((3, 70, 5)).astype(np.float32)  # 5 columns: run transposed
+    assert_product(numba_gemm.matmul(a, b, algorithm="tiled"), a, b, np.float32)
+    shared = rng.standard_normal((5, 40)).astype(np.float32)  # batch stride 0, 5 rows
+    c = rng.standard_normal((3, 40, 33)).astype(np.float32)
+    assert_product(numba_gemm.matmul(shared, c, algorithm="tiled"), shared, c, np.float32)
 
 
 def test_narrow_results_split_into_a_wave_of_two_ctas_per_sm(monkeypatch):
