@@ -5,7 +5,8 @@
 # rate with few warps (fma_throughput.py), back-to-back calls with programmatic dependent
 # launch on and off (launch_overlap.py), host time per call (call_overhead.py), a model's
 # training step and its products through the bridge and lax (models.py), every shape class
-# against cuBLAS (shapes.py), and (where ncu exists) the L2 measurement of CTA orders. The
+# against cuBLAS (shapes.py), whether a method's place in interleaved rounds changes its time
+# (timing_order.py), and (where ncu exists) the L2 measurement of CTA orders. The
 # results table prints last; results go to $NUMBA_GEMM_RESULTS_DIR (default
 # benchmarks/results/), logs to the same folder (default /tmp). PY selects the interpreter
 # (default: python3 with the tree importable).
@@ -84,6 +85,8 @@ calls=$?
 models=$?
 "$PY" benchmarks/shapes.py --out "$RESULTS" > "$LOG_DIR/shapes.log" 2>&1
 shapes=$?
+"$PY" benchmarks/timing_order.py --out "$RESULTS" > "$LOG_DIR/timing_order.log" 2>&1
+order=$?
 l2=0
 if command -v ncu > /dev/null; then
   ncu --clock-control none --kernel-name regex:tiled --csv \
@@ -96,10 +99,11 @@ fi
 grep -E "warps per SM|layout|Error" "$LOG_DIR/fma_throughput.log"
 sed -n '/^Back-to-back calls/,$p' "$LOG_DIR/launch_overlap.log"
 sed -n '/^D = A @ B @ C/,$p' "$LOG_DIR/triple_product.log"
-cat "$LOG_DIR/call_overhead.log" "$LOG_DIR/models.log" "$LOG_DIR/shapes.log"
+cat "$LOG_DIR/call_overhead.log" "$LOG_DIR/models.log" "$LOG_DIR/shapes.log" \
+  "$LOG_DIR/timing_order.log"
 echo "tests exit $tests, benchmarks exit $bench, mlp exit $mlp, triple exit $triple," \
   "fma exit $fma, overlap exit $overlap, calls exit $calls, models exit $models," \
-  "shapes exit $shapes, l2 exit $l2"
+  "shapes exit $shapes, timing order exit $order, l2 exit $l2"
 [ "$tests" = 0 ] && [ "$bench" = 0 ] && [ "$mlp" = 0 ] && [ "$triple" = 0 ] && [ "$fma" = 0 ] \
   && [ "$overlap" = 0 ] && [ "$calls" = 0 ] && [ "$models" = 0 ] && [ "$shapes" = 0 ] \
-  && [ "$l2" = 0 ]
+  && [ "$order" = 0 ] && [ "$l2" = 0 ]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import platform
 import re
 import statistics
@@ -131,7 +132,7 @@ class Interleaved(NamedTuple):
 
 
 def interleaved_medians(
-    fns: dict, *, rounds: int = 15, round_s: float = 0.02, warmup: int = 3
+    fns: dict, *, rounds: int = 15, round_s: float = 0.02, warmup: int = 3, lead_in: float = 0.0
 ) -> Interleaved:
     """Time each of ``fns`` (name -> function) per call, back-to-back calls blocked once per
     round (:class:`Interleaved`: median and per-round seconds per call, and calls per round).
@@ -139,7 +140,11 @@ def interleaved_medians(
     (:func:`_calls_per_round`) so that a round runs about ``round_s``. The rounds interleave:
     round r of every method runs before round r + 1 of any, so drift during the run (clocks,
     temperature, the host's load) falls on all methods alike instead of on whichever was timed
-    last."""
+    last. ``lead_in`` > 0: before each timed round, that fraction of the round's calls of the
+    same method runs untimed, so that the round starts from the method's own steady state,
+    not from what the method before it left (its clocks, its lines in L2)."""
+    if not (isinstance(lead_in, (int, float)) and 0 <= lead_in <= 4):
+        raise ValueError(f"lead_in must be a fraction of a round from 0 to 4; got {lead_in!r}")
     for fn in fns.values():
         for _ in range(warmup):
             fn()
@@ -147,6 +152,8 @@ def interleaved_medians(
     per_round = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
+            for _ in range(math.ceil(lead_in * calls[name])):
+                fn()
             per_round[name].append(_back_to_back(fn, calls[name]) / calls[name])
     return Interleaved(
         {name: statistics.median(t) for name, t in per_round.items()}, per_round, calls

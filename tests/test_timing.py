@@ -83,6 +83,23 @@ def test_interleaved_medians_runs_every_method_each_round():
     assert calls["fast"] > calls["slow"]
 
 
+def test_lead_in_calls_run_untimed_before_each_round():
+    from numba_gemm.timing import interleaved_medians
+
+    log = []
+    methods = {"a": _sleeper(log, "a", 0.001), "b": _sleeper(log, "b", 0.001)}
+    _, rounds, calls = interleaved_medians(methods, rounds=3, round_s=0.008, warmup=1,
+                                           lead_in=0.5)  # fmt: skip
+    assert [len(r) for r in rounds.values()] == [3, 3]
+    # each round: one block of the method's calls, its lead-in and its timed calls together
+    timed = _blocks(log)[-6:]
+    assert [name for name, _ in timed] == ["a", "b"] * 3
+    for name, count in timed:
+        assert count == calls[name] + -(-calls[name] // 2)
+    with pytest.raises(ValueError, match="lead_in"):
+        interleaved_medians(methods, lead_in=-1)
+
+
 def test_slow_first_calls_do_not_shrink_the_rounds():
     # A method whose second and third calls stall for 10 rounds' time each (jax.jit's chain
     # did something like it once in a while). The stalls must not leave rounds of a call or
@@ -188,3 +205,11 @@ def test_gpu_shapes_benchmark_measures_a_row(case, shape, benchmark_module):
     assert row["error"] <= 1e-2 and row["ratio"] > 0 and row["ours_s"] > 0
     assert (row["batch"], row["M"], row["N"], row["K"]) == shape[1:]
     assert (row["bandwidth_fraction"] is not None) == (shape[2] <= shapes.SKINNY_M)
+
+
+@pytest.mark.gpu
+def test_gpu_timing_order_benchmark_measures_a_row(benchmark_module):
+    timing_order = benchmark_module("timing_order")
+    row = timing_order.measure("float32", 16, 256, 512, 0.25)
+    assert row["after_cublas_s"] > 0 and row["after_ours_s"] > 0 and row["cublas_s"] > 0
+    assert row["gap"] == pytest.approx(row["after_cublas_s"] / row["after_ours_s"] - 1)
