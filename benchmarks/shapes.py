@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -80,31 +81,59 @@ def _relative_errors(results: tuple, reference) -> list[float]:
     return [float(torch.linalg.norm(x.double() - reference) / norm) for x in results]
 
 
-def measure(case: str, shape: tuple, bandwidth: float | None) -> dict:
-    """One row: ``shape`` (class, batch, M, N, K) under ``case``, ours against cuBLAS."""
+class Operands(NamedTuple):
+    """A row's PyTorch operands and outputs (``out`` NaN at first), our call's ``precision``
+    argument and ``cublas()``, ``torch.matmul`` into ``peer_out`` at the case's precision."""
+
+    a: object
+    b: object
+    out: object
+    peer_out: object
+    precision: str | None
+    cublas: object
+
+
+def operands(case: str, shape: tuple) -> Operands:
+    """Fresh random row-major operands of ``shape`` (class, batch, M, N, K) for ``case``."""
     import torch
 
-    import numba_gemm
-    from numba_gemm.precision import BFLOAT16, resolve, tolerance
-
-    kind, batch, M, N, K = shape
+    _, batch, M, N, K = shape
     dtype_name, preset_name, peer_precision = CASES[case]
     torch_dtype = getattr(torch, dtype_name)
-    dtype = BFLOAT16 if dtype_name == "bfloat16" else np.dtype(dtype_name)
     lead = (batch,) if batch > 1 else ()
     generator = torch.Generator(device="cuda").manual_seed(M * 31 + N * 7 + K + batch)
     a = torch.randn((*lead, M, K), device="cuda", generator=generator).to(torch_dtype)
     b = torch.randn((*lead, K, N), device="cuda", generator=generator).to(torch_dtype)
     out = torch.full((*lead, M, N), float("nan"), device="cuda", dtype=torch_dtype)
     peer_out = torch.empty_like(out)
-    precision = None if case == "f32" else preset_name  # exact float32: the default
-
-    def ours():
-        numba_gemm.matmul(a, b, out, precision=precision)
 
     def cublas():
         torch.set_float32_matmul_precision(peer_precision)
         torch.matmul(a, b, out=peer_out)
+
+    precision = None if case == "f32" else preset_name  # exact float32: the default
+    return Operands(a, b, out, peer_out, precision, cublas)
+
+
+def error_bound(case: str, K: int) -> float:
+    """The relative error a row's result may have: the case's preset's tolerance at K."""
+    from numba_gemm.precision import BFLOAT16, resolve, tolerance
+
+    dtype_name, preset_name, _ = CASES[case]
+    dtype = BFLOAT16 if dtype_name == "bfloat16" else np.dtype(dtype_name)
+    return tolerance(resolve(preset_name, dtype), dtype, K)
+
+
+def measure(case: str, shape: tuple, bandwidth: float | None) -> dict:
+    """One row: ``shape`` (class, batch, M, N, K) under ``case``, ours against cuBLAS."""
+    import numba_gemm
+
+    kind, batch, M, N, K = shape
+    dtype_name, preset_name, _ = CASES[case]
+    a, b, out, peer_out, precision, cublas = operands(case, shape)
+
+    def ours():
+        numba_gemm.matmul(a, b, out, precision=precision)
 
     ours()
     cublas()
@@ -113,7 +142,7 @@ def measure(case: str, shape: tuple, bandwidth: float | None) -> dict:
         "class": kind, "M": M, "N": N, "K": K, "batch": batch, "dtype": dtype_name,
         "precision": preset_name, "error": errors[0], "cublas_error": errors[1],
     }  # fmt: skip
-    bound = tolerance(resolve(preset_name, dtype), dtype, K)
+    bound = error_bound(case, K)
     if not row["error"] <= bound:  # NaN fails too
         return {**row, "ours_s": None, "cublas_s": None, "ratio": None,
                 "bandwidth_fraction": None, "failed": f"error above {bound:.1e}"}  # fmt: skip

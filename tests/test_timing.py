@@ -213,3 +213,37 @@ def test_gpu_timing_order_benchmark_measures_a_row(benchmark_module):
     row = timing_order.measure("float32", 16, 256, 512, 0.25)
     assert row["after_cublas_s"] > 0 and row["after_ours_s"] > 0 and row["cublas_s"] > 0
     assert row["gap"] == pytest.approx(row["after_cublas_s"] / row["after_ours_s"] - 1)
+
+
+def test_the_shape_configs_benchmark_times_every_split_that_fits(benchmark_module):
+    shape_configs = benchmark_module("shape_configs")
+
+    def labels(case, shape):
+        return [
+            (algorithm, config and config.label())
+            for algorithm, config in shape_configs.candidates(case, shape, sms=132)
+        ]
+
+    # a matrix-vector product: the skinny kernel, and the narrow tiles split (64 tiles of 256
+    # steps: up to 16 CTAs each within four waves of 132)
+    found = labels("f32", ("skinny", 1, 1, 8192, 8192))
+    assert found[0] == ("skinny", None)
+    assert [label for _, label in found[1:]] == [
+        "16x128x32/t4x4/s3/g8" + suffix for suffix in ("", "/kc2", "/kc4", "/kc8")
+    ]
+    # one 64-k slice: nothing to split; every tile shape once
+    found = labels("bf16", ("small-k", 1, 8192, 8192, 64))
+    assert len(found) == len(shape_configs._wgmma_tiles()) and all("kc" not in c for _, c in found)
+    # TF32 row-major runs as 14336 x 128: the tall tiles' 56 may split, the 128 x 256 ones' 112
+    # (in the kernel's frame) only in two
+    found = [c for _, c in labels("tf32", ("projection", 1, 128, 14336, 4096))]
+    assert "wgmma 256x128/s4/g8/kc4" in found and "wgmma 128x256/s4/g8/kc4" not in found
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["f32", "tf32", "bf16"])
+def test_gpu_shape_configs_benchmark_measures_a_row(case, benchmark_module):
+    shape_configs = benchmark_module("shape_configs")
+    row = shape_configs.measure(case, ("projection", 1, 16, 1024, 2048))
+    assert row["auto_over_best"] >= 1 and row["cublas_s"] > 0 and row["candidates"]
+    assert not [e for e in row["failed"].values() if not e.startswith("refused")], row["failed"]

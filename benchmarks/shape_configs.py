@@ -1,0 +1,190 @@
+"""What "auto" picks for each shape of the sweep, against every config it could have picked.
+
+    python benchmarks/shape_configs.py [--cases f32 tf32 bf16] [--classes skinny ...] [--out DIR]
+
+For each row of ``shapes.py`` (its shapes, cases and operands): the user's
+``numba_gemm.matmul`` with ``config=`` each candidate (:func:`candidates`), with the default
+config ("auto") and ``torch.matmul`` at the case's precision, in interleaved rounds with a
+lead-in (``timing.interleaved_medians``, ``lead_in``: each round starts from the method's own
+steady state, whatever ran before it). Each candidate's result is checked against float64
+first; one that fails is recorded with its error and not timed.
+
+Candidates, in the frame the kernel computes (TF32 with row-major operands runs as
+C^T = B^T A^T, so its M and N swap):
+
+- float32 exactly (the tiled kernel): the tiles "auto" plans with (the 16 x 128 narrow tiles
+  from 2 to 16 rows, else the tuned ones) with 1 to 16 CTAs per tile, and the skinny kernel
+  for a matrix-vector product;
+- TF32 and bf16 (the wgmma kernel): the tile shapes of :data:`WGMMA_TILES`, each with 1 to 8
+  CTAs per tile where the tiles are few enough for a split to fit a wave.
+
+Each row records ``auto`` (which candidate "auto"'s launch is, where it is one), every
+candidate's seconds, the ``best`` and ``auto_over_best`` (auto's time over the best's: the
+issue's target is at most 1.05 on every row). Writes ``<out>/shape_configs/<device>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+import shapes
+
+K_CTAS = (1, 2, 4, 8, 16)
+AUTO_WITHIN = 1.05  # auto's time over the best candidate's that counts as a match
+
+
+def _wgmma_tiles():
+    from numba_gemm.kernels import wgmma
+
+    return (
+        wgmma.DEFAULT_WGMMA_CONFIG, wgmma.TALL_WGMMA_CONFIG, wgmma.SMALL_WGMMA_CONFIG,
+        wgmma.WgmmaConfig(128, 128, 3, 8), wgmma.SHORT_K_WGMMA_CONFIG,
+        wgmma.WgmmaConfig(64, 128, 6, 8), wgmma.WgmmaConfig(128, 64, 6, 8),
+        wgmma.TINY_WGMMA_CONFIG,
+    )  # fmt: skip
+
+
+def candidates(case: str, shape: tuple, sms: int) -> list[tuple[str, object]]:
+    """``(algorithm, config)`` pairs to time for ``shape`` (class, batch, M, N, K) under
+    ``case`` on a GPU of ``sms`` SMs: splits only where tiles x CTAs per tile stay within two
+    waves of one CTA per SM (four for the narrow tiles, which share SMs) and every CTA gets
+    :data:`split_k.MIN_STEPS_PER_CTA` steps."""
+    import numpy as np
+
+    from numba_gemm.kernels.split_k import MIN_STEPS_PER_CTA
+    from numba_gemm.kernels.tiled import NARROW_CONFIGS, NARROW_M
+    from numba_gemm.kernels.wgmma import tile_k
+    from numba_gemm.launch import cdiv
+    from numba_gemm.tuned_configs import config_for_shape
+
+    _, batch, M, N, K = shape
+    found = []
+
+    def split(base, block_k, waves):
+        tiles = cdiv(M, base.block_m) * cdiv(N, base.block_n) * batch
+        for k_ctas in K_CTAS:
+            fits = k_ctas == 1 or (
+                tiles * k_ctas <= waves * sms and cdiv(K, block_k) >= MIN_STEPS_PER_CTA * k_ctas
+            )
+            if fits:
+                found.append(("auto", replace(base, k_ctas=k_ctas)))
+
+    if case == "f32":
+        if M == 1:
+            found.append(("skinny", None))
+        if M <= NARROW_M:
+            base = NARROW_CONFIGS[np.dtype(np.float32)]
+            split(base, base.block_k, 4)
+        else:
+            base = config_for_shape(M, N, K)
+            split(base, base.block_k * base.split_k, 2)
+        return found
+    if case == "tf32":  # row-major float32 runs as C^T = B^T A^T
+        M, N = N, M
+    size = 4 if case == "tf32" else 2
+    for base in _wgmma_tiles():
+        split(base, tile_k(size), 2)
+    return found
+
+
+def _label(algorithm: str, config) -> str:
+    return algorithm if config is None else config.label()
+
+
+def measure(case: str, shape: tuple) -> dict:
+    """One row: ``shape`` under ``case``, every candidate against auto and cuBLAS."""
+    import numba_gemm
+    from numba_gemm.api import plan, split_k_scratch
+    from numba_gemm.descriptor import describe
+    from numba_gemm.launch import multiprocessors
+    from numba_gemm.precision import resolve
+    from numba_gemm.timing import interleaved_medians
+
+    kind, batch, M, N, K = shape
+    dtype_name, preset_name, _ = shapes.CASES[case]
+    a, b, out, _, precision, cublas = shapes.operands(case, shape)
+    reference = a.double() @ b.double()
+    bound = shapes.error_bound(case, K)
+    descs = describe(a, "a"), describe(b, "b"), describe(out, "out")
+
+    def launch_of(algorithm, config):
+        preset = resolve(preset_name, descs[0].dtype)
+        return plan(*descs, algorithm, config, preset, scratch=split_k_scratch(0))
+
+    auto = launch_of("auto", None)
+    fns, errors, auto_is = {"cublas": cublas}, {}, None
+    for algorithm, config in [("auto", None)] + candidates(case, shape, multiprocessors()):
+        name = "auto" if (algorithm, config) == ("auto", None) else _label(algorithm, config)
+
+        def call(algorithm=algorithm, config=config):
+            numba_gemm.matmul(a, b, out, precision=precision, algorithm=algorithm, config=config)
+
+        try:
+            launch = launch_of(algorithm, config)
+            out.fill_(float("nan"))
+            call()
+        except ValueError as error:  # a config this shape or device cannot take
+            errors[name] = f"refused: {error}"
+            continue
+        errors[name] = shapes._relative_errors((out,), reference)[0]
+        if not errors[name] <= bound:
+            errors[name] = f"error {errors[name]:.1e} above {bound:.1e}"
+            continue
+        fns[name] = call
+        same = (launch.kernel, launch.grid, launch.block, launch.shared)
+        if name != "auto" and same == (auto.kernel, auto.grid, auto.block, auto.shared):
+            auto_is = name
+    medians = interleaved_medians(fns, rounds=5, round_s=0.02, lead_in=0.5).medians
+    timed = {name: s for name, s in medians.items() if name not in ("cublas", "auto")}
+    best, best_s = auto_is or "auto", medians["auto"]  # auto itself, unless a candidate beats it
+    if timed and min(timed.values()) < best_s:
+        best = min(timed, key=timed.get)
+        best_s = timed[best]
+    return {
+        "class": kind, "M": M, "N": N, "K": K, "batch": batch, "dtype": dtype_name,
+        "precision": preset_name, "auto": auto_is, "auto_s": medians["auto"],
+        "best": best, "best_s": best_s, "auto_over_best": medians["auto"] / best_s,
+        "cublas_s": medians["cublas"], "candidates": timed,
+        "failed": {name: e for name, e in errors.items() if isinstance(e, str)},
+    }  # fmt: skip
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", nargs="+", default=list(shapes.CASES),
+                        choices=list(shapes.CASES))  # fmt: skip
+    parser.add_argument("--classes", nargs="+", default=list(shapes.CLASSES),
+                        choices=list(shapes.CLASSES))  # fmt: skip
+    parser.add_argument("--out", help="write <out>/shape_configs/<device>.json")
+    args = parser.parse_args(argv)
+    from numba_gemm.timing import device_name, stack_versions, write_results
+
+    rows = []
+    for case in args.cases:
+        for shape in shapes.SHAPES:
+            if shape[0] not in args.classes:
+                continue
+            row = measure(case, shape)
+            rows.append(row)
+            if args.out:  # after every row: a run cut short keeps what it measured
+                within = sum(r["auto_over_best"] <= AUTO_WITHIN for r in rows)
+                write_results(args.out, device_name(), "shape_configs", {
+                    "stack": stack_versions("torch"), "auto_within": AUTO_WITHIN,
+                    "rows_auto_within": within, "rows": rows,
+                })  # fmt: skip
+            size = f"{row['batch']} x " if row["batch"] > 1 else ""
+            print(
+                f"{case:4s} {size}{row['M']} x {row['N']} x {row['K']}: auto "
+                f"({row['auto'] or 'not a candidate'}) {row['auto_s'] * 1e6:.1f} us, best "
+                f"{row['best']} {row['best_s'] * 1e6:.1f} us: {row['auto_over_best']:.2f}; "
+                f"cuBLAS {row['cublas_s'] * 1e6:.1f} us"
+                + (f"; failed: {row['failed']}" if row["failed"] else ""),
+                flush=True,
+            )
+    within = sum(r["auto_over_best"] <= AUTO_WITHIN for r in rows)
+    print(f"auto within {AUTO_WITHIN - 1:.0%} of the best candidate on {within} of {len(rows)}")
+
+
+if __name__ == "__main__":
+    main()
