@@ -15,8 +15,9 @@ C^T = B^T A^T, so its M and N swap):
 - float32 exactly (the tiled kernel): the tiles "auto" plans with (the 16 x 128 narrow tiles
   from 2 to 16 rows, else the tuned ones) with 1 to 16 CTAs per tile, and the skinny kernel
   for a matrix-vector product;
-- TF32 and bf16 (the wgmma kernel): the tile shapes of :data:`WGMMA_TILES`, each with 1 to 8
-  CTAs per tile where the tiles are few enough for a split to fit a wave.
+- TF32 and bf16 (the wgmma kernel): the tile shapes of :func:`_wgmma_tiles`, each with 1 to
+  16 CTAs per tile where the tiles are few enough for a split to fit two waves; for bf16 also
+  the persistent kernel's tiles (one CTA per tile's k).
 
 Each row records ``auto`` (which candidate "auto"'s launch is, where it is one), every
 candidate's seconds, the ``best`` and ``auto_over_best`` (auto's time over the best's: the
@@ -34,15 +35,24 @@ K_CTAS = (1, 2, 4, 8, 16)
 AUTO_WITHIN = 1.05  # auto's time over the best candidate's that counts as a match
 
 
-def _wgmma_tiles():
+def _wgmma_tiles(case: str) -> tuple:
+    """The wgmma tile shapes to time for ``case``: "auto"'s and their neighbours, and for
+    16-bit operands the persistent kernel's (as many CTAs per SM as fit their memory)."""
     from numba_gemm.kernels import wgmma
 
-    return (
+    tiles = (
         wgmma.DEFAULT_WGMMA_CONFIG, wgmma.TALL_WGMMA_CONFIG, wgmma.SMALL_WGMMA_CONFIG,
         wgmma.WgmmaConfig(128, 128, 3, 8), wgmma.SHORT_K_WGMMA_CONFIG,
         wgmma.WgmmaConfig(64, 128, 6, 8), wgmma.WgmmaConfig(128, 64, 6, 8),
         wgmma.TINY_WGMMA_CONFIG,
     )  # fmt: skip
+    if case == "tf32":
+        return tiles
+    return tiles + (
+        wgmma.WgmmaConfig(64, 128, 3, 8, persistent=2),
+        wgmma.WgmmaConfig(128, 64, 3, 8, persistent=2),
+        wgmma.WgmmaConfig(128, 128, 4, 8, persistent=1),
+    )
 
 
 def candidates(case: str, shape: tuple, sms: int) -> list[tuple[str, object]]:
@@ -65,7 +75,9 @@ def candidates(case: str, shape: tuple, sms: int) -> list[tuple[str, object]]:
         tiles = cdiv(M, base.block_m) * cdiv(N, base.block_n) * batch
         for k_ctas in K_CTAS:
             fits = k_ctas == 1 or (
-                tiles * k_ctas <= waves * sms and cdiv(K, block_k) >= MIN_STEPS_PER_CTA * k_ctas
+                not getattr(base, "persistent", 0)
+                and tiles * k_ctas <= waves * sms
+                and cdiv(K, block_k) >= MIN_STEPS_PER_CTA * k_ctas
             )
             if fits:
                 found.append(("auto", replace(base, k_ctas=k_ctas)))
@@ -83,7 +95,7 @@ def candidates(case: str, shape: tuple, sms: int) -> list[tuple[str, object]]:
     if case == "tf32":  # row-major float32 runs as C^T = B^T A^T
         M, N = N, M
     size = 4 if case == "tf32" else 2
-    for base in _wgmma_tiles():
+    for base in _wgmma_tiles(case):
         split(base, tile_k(size), 2)
     return found
 

@@ -445,8 +445,13 @@ def _device_compute_capability(device_id: int) -> tuple[int, int]:
     return tuple(cuda.get_current_device().compute_capability)
 
 
+SIMULATED_MULTIPROCESSORS = 1  # the simulator's: persistent CTAs loop over several tiles
+
+
 def multiprocessors() -> int:
-    """The current device's SM count."""
+    """The current device's SM count (:data:`SIMULATED_MULTIPROCESSORS` on the simulator)."""
+    if simulated():
+        return SIMULATED_MULTIPROCESSORS
     return _device_multiprocessors(cuda.get_current_device().id)
 
 

@@ -283,6 +283,119 @@ def test_tma_copies_batches(rng):
     check(out, a, b, BF16, np.float32)
 
 
+# On the simulator's one SM: two CTAs per product, each looping over its tiles.
+PERSISTENT = WgmmaConfig(64, 64, 3, 1, persistent=2)
+
+
+@pytest.mark.parametrize("out_dtype", [F32, BF16], ids=str)
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("shape", [(1, 1, 1), (130, 67, 150), (64, 192, 64)], ids=str)
+def test_persistent_kernel_matches_float64_reference(shape, layout, out_dtype, rng):
+    """CTAs that loop over tiles, the next tile's slices loading during an epilogue: edges of
+    every tile, k cut inside a slice, tiles of one slice (an epilogue after every slice), CTAs
+    with three tiles and with one; ``cp.async`` copies (these lines are not 16-byte aligned)."""
+    M, N, K = shape
+    a, b = make_operands(M, N, K, BF16, layout, rng)
+    out = poisoned((M, N), out_dtype, layout=layout)
+    numba_gemm.matmul(a, b, out, algorithm="wgmma", config=PERSISTENT)
+    check(out, a, b, BF16, out_dtype)
+
+
+@pytest.mark.parametrize("a_col, b_col", [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_persistent_kernel_fills_with_tma(a_col, b_col, rng):
+    from numba_gemm.api import plan
+    from numba_gemm.descriptor import describe
+    from numba_gemm.kernels.wgmma import fills_with_tma
+
+    M, N, K = 130, 67, 150
+    a, b = aligned_view(M, K, F16, a_col, rng), aligned_view(K, N, F16, b_col, rng)
+    out = poisoned((M, N), F32)
+    launch = plan(describe(a, "a"), describe(b, "b"), describe(out, "out"), "wgmma", PERSISTENT,
+                  PRESETS[PRESET[F16]])  # fmt: skip
+    assert fills_with_tma(launch) and launch.grid == (2, 1, 1)  # 6 tiles on 2 CTAs
+    numba_gemm.matmul(a, b, out, algorithm="wgmma", config=PERSISTENT)
+    check(out, a, b, F16, F32)
+
+
+@simulator_only
+def test_persistent_kernel_in_xlas_launch_and_a_batch(rng):
+    """Maps the kernel builds (XLA's kernel call), a batch of three products of two CTAs
+    each; and a batch of one CTA per product (``persistent`` 1 on one SM)."""
+    from numba_gemm.api import describe_matmul, plan
+    from numba_gemm.kernels.tma import MAP_BYTES, map_workspace
+    from numba_gemm.launch import launch_kernel
+
+    a = aligned_view(130, 72, BF16, False, rng, batch=(3,))
+    b = aligned_view(72, 67, BF16, False, rng, batch=(3,))
+    out = np.full((3, 130, 67), np.nan, F32)
+    workspace = []
+
+    def allocate(nbytes):
+        workspace.append(np.zeros(nbytes, np.uint8))
+        return map_workspace(nbytes, workspace[0])
+
+    [(a_desc, b_desc, out_desc)] = describe_matmul(a, b, out).parts
+    launch = plan(a_desc, b_desc, out_desc, "wgmma", PERSISTENT, PRESETS[PRESET[BF16]],
+                  "device", allocate)  # fmt: skip
+    assert launch.grid == (1, 3, 1)  # 2 CTAs per SM on one SM, at least one per product
+    launch_kernel(launch)
+    check(out, a, b, BF16, F32)
+    assert len(workspace[0]) == 2 * MAP_BYTES * 3
+    out[:] = np.nan
+    numba_gemm.matmul(a, b, out, algorithm="wgmma", config=WgmmaConfig(64, 64, 3, 1, persistent=1))
+    check(out, a, b, BF16, F32)
+
+
+GPU_PERSISTENT = [
+    WgmmaConfig(64, 128, 3, 8, persistent=2),
+    WgmmaConfig(128, 128, 4, 8, persistent=1),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("config", GPU_PERSISTENT, ids=WgmmaConfig.label)
+@pytest.mark.parametrize("shape", [(1000, 1030, 96), (3000, 517, 1000), (1, 1, 1)], ids=str)
+def test_gpu_persistent_kernel(shape, config, layout, rng):
+    from numba import cuda
+
+    skip_unless_hopper()
+    M, N, K = shape
+    a, b = make_operands(M, N, K, BF16, layout, rng, to_device=True)
+    out = poisoned((M, N), F32, to_device=True, layout=layout)
+    numba_gemm.matmul(a, b, out, algorithm="wgmma", config=config)
+    cuda.synchronize()
+    check(out, a, b, BF16, F32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", GPU_PERSISTENT, ids=WgmmaConfig.label)
+def test_gpu_persistent_kernel_batch(config, rng):
+    from numba import cuda
+
+    from numba_gemm.launch import to_device
+
+    skip_unless_hopper()
+    a = rng.standard_normal((64, 517, 128)).astype(BF16)  # attention's scores, smaller
+    b = rng.standard_normal((64, 128, 300)).astype(BF16)
+    out = to_device(np.full((64, 517, 300), np.nan, BF16))
+    numba_gemm.matmul(to_device(a), to_device(b), out, algorithm="wgmma", config=config)
+    cuda.synchronize()
+    check(out, a, b, BF16)
+
+
+def test_persistent_kernel_refusals(rng):
+    a, b = make_operands(70, 70, 70, F32, "row", rng)
+    with pytest.raises(ValueError, match="persistent must be 0 for float32"):
+        numba_gemm.matmul(a, b, precision=TF32, algorithm="wgmma", config=PERSISTENT)
+    a, b = make_operands(70, 70, 70, BF16, "row", rng)
+    with pytest.raises(ValueError, match="persistent must be 0"):
+        numba_gemm.matmul(a, b, algorithm="wgmma",
+                          config=WgmmaConfig(64, 64, 3, 1, k_ctas=2, persistent=1))  # fmt: skip
+    with pytest.raises(ValueError, match="persistent must be a non-negative integer"):
+        WgmmaConfig(64, 64, 3, 1, persistent=-1).check(np.uint16)
+
+
 def test_wgmma_float32_batches(rng):
     a = rng.standard_normal((2, 33, 40)).astype(np.float32)
     b = rng.standard_normal((2, 40, 20)).astype(np.float32)

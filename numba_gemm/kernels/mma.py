@@ -75,6 +75,7 @@ __all__ = [
     "accumulator_zeroer",
     "correction_adder",
     "tile_origin",
+    "work_origin",
 ]
 
 VECTOR_BYTES = 16
@@ -440,20 +441,34 @@ def _element_loader(threads: int, block_k: int, storage: np.dtype, extent_x: int
 
 def tile_origin(block_m: int, block_n: int, group_m: int):
     """Device function ``origin(M, N, stride_ab, stride_am, stride_bb, stride_bn) -> (m0, n0,
-    batch, a0, b0)``: the first row and column of this CTA's ``block_m x block_n`` tile of C, in
-    seed 004's grouped order (``ordering.tile_of``) over grid x, its product of the batch (grid
-    y), and where its rows of A and its columns of B start (element offsets)."""
-    tile_of_device = cuda.jit(device=True)(tile_of)
+    batch, a0, b0)``: :func:`work_origin`'s for this CTA's tile, grid x in the grouped order,
+    its product of the batch grid y."""
+    origin_of = work_origin(block_m, block_n, group_m)
 
     @cuda.jit(device=True)
     def origin(M, N, stride_ab, stride_am, stride_bb, stride_bn):
-        grid_m = (M + block_m - 1) // block_m
-        grid_n = (N + block_n - 1) // block_n
-        pid_m, pid_n = tile_of_device(cuda.blockIdx.x, grid_m, grid_n, group_m)
-        m0, n0, batch = pid_m * block_m, pid_n * block_n, cuda.blockIdx.y
-        return m0, n0, batch, batch * stride_ab + m0 * stride_am, batch * stride_bb + n0 * stride_bn
+        return origin_of(cuda.blockIdx.x, cuda.blockIdx.y, M, N, stride_ab, stride_am,
+                         stride_bb, stride_bn)  # fmt: skip
 
     return origin
+
+
+def work_origin(block_m: int, block_n: int, group_m: int):
+    """Device function ``origin_of(tile, batch, M, N, stride_ab, stride_am, stride_bb,
+    stride_bn) -> (m0, n0, batch, a0, b0)``: the first row and column of tile ``tile`` (of
+    ``block_m x block_n`` tiles of C, in seed 004's grouped order: ``ordering.tile_of``) of
+    product ``batch``, and where its rows of A and its columns of B start (element offsets)."""
+    tile_of_device = cuda.jit(device=True)(tile_of)
+
+    @cuda.jit(device=True)
+    def origin_of(tile, batch, M, N, stride_ab, stride_am, stride_bb, stride_bn):
+        grid_m = (M + block_m - 1) // block_m
+        grid_n = (N + block_n - 1) // block_n
+        pid_m, pid_n = tile_of_device(tile, grid_m, grid_n, group_m)
+        m0, n0 = pid_m * block_m, pid_n * block_n
+        return m0, n0, batch, batch * stride_ab + m0 * stride_am, batch * stride_bb + n0 * stride_bn
+
+    return origin_of
 
 
 def accumulator_zeroer(size: int):

@@ -134,12 +134,15 @@ MAX_CONFIG_FIELD = 1 << 16
 
 def check_field_range(config) -> None:
     """``ValueError`` naming the field unless every field of ``config`` lies in
-    [1, :data:`MAX_CONFIG_FIELD`] (a value past it could not be a compile-time constant)."""
+    [1, :data:`MAX_CONFIG_FIELD`] (a value past it could not be a compile-time constant), or
+    from 0 for the fields the config class names in ``ZERO_MEANS_OFF``."""
     for field in fields(config):
         value = getattr(config, field.name)
-        if not 1 <= value <= MAX_CONFIG_FIELD:
+        low = 0 if field.name in getattr(config, "ZERO_MEANS_OFF", ()) else 1
+        if not low <= value <= MAX_CONFIG_FIELD:
+            kind = "a non-negative" if low == 0 else "a positive"
             raise ValueError(
-                f"{type(config).__name__}.{field.name} must be a positive integer up to "
+                f"{type(config).__name__}.{field.name} must be {kind} integer up to "
                 f"{MAX_CONFIG_FIELD}; got {value!r}"
             )
 

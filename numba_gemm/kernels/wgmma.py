@@ -43,6 +43,12 @@ owns rows 64 w .. 64 w + 63 of the tile):
    axis (consecutive threads, consecutive vectors), element by element at the edges or where
    C's lines are not contiguous and aligned.
 
+The persistent form (``WgmmaConfig.persistent`` CTAs per SM, 16-bit operands): each CTA
+loops over tiles x, x + grid x, ... of its product; the slices of all its tiles form one
+stream through the same pipeline, so the next tile's first slices load while a tile's last
+ones are multiplied and its epilogue runs, from a C tile of its own after the pipeline's
+buffers (:meth:`WgmmaConfig.c_tile_offset`).
+
 Order of a slice's buffer: with ``cp.async``, copies land (``cp.async.wait_group``), each
 thread makes its writes visible to the tensor cores (``fence.proxy.async``), a CTA barrier;
 with TMA, every thread waits for the stage mbarrier's phase (TMA and wgmma share the async
@@ -59,6 +65,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
 import numpy as np
 from numba import cuda
@@ -85,6 +92,7 @@ from .mma import (
     storage_view,
     tile_loader,
     tile_origin,
+    work_origin,
 )
 from .ptx import cp_async_commit, cp_async_wait, load_vector, store_vector
 from .split_k import check_k_ctas, choose_k_ctas, settler, split_buffers, working_config
@@ -161,14 +169,20 @@ class WgmmaConfig:
     ``block_m x block_n``: the C tile of a CTA, 64 rows per warpgroup; ``stages``: shared-memory
     buffers of a 64-k slice of A and B; ``group_m``: the grouped order's group height;
     ``k_ctas``: CTAs per C tile, each over its own range of k, the last adding them
-    (``kernels.split_k``; the 16-bit and register-A kernel only).
+    (``kernels.split_k``; the 16-bit and register-A kernel only); ``persistent``: 0, one CTA
+    per tile, or that many CTAs per SM, each looping over tiles with its pipeline running on
+    from one tile into the next (:func:`_kernel`'s persistent kernel; 16-bit operands, one CTA
+    per tile's k).
     """
+
+    ZERO_MEANS_OFF: ClassVar[tuple] = ("persistent",)
 
     block_m: int = 128
     block_n: int = 256
     stages: int = 4
     group_m: int = 8
     k_ctas: int = 1
+    persistent: int = 0
 
     def __post_init__(self):
         int_fields(self)
@@ -193,6 +207,11 @@ class WgmmaConfig:
             )
         check_field_range(self)
         check_k_ctas(self)
+        if self.persistent and (converting or storage.itemsize != 2 or self.k_ctas > 1):
+            raise ValueError(
+                "WgmmaConfig.persistent must be 0 for float32 operands and where k_ctas > 1: "
+                "the persistent kernel takes 16-bit operands, each tile in one CTA"
+            )
         if converting and self.k_ctas > 1:
             raise ValueError(
                 "WgmmaConfig.k_ctas must be 1 where float32 operands are converted (neither "
@@ -239,15 +258,31 @@ class WgmmaConfig:
         (lines padded by 16 bytes, either way round)."""
         slice_bytes = tile_bytes(self.block_m) + tile_bytes(self.block_n)
         pipeline = (self.stages + PART_BUFFERS * parts) * slice_bytes
-        c_tile = max(self.block_m * (self.block_n * 4 + VECTOR_BYTES),
-                     self.block_n * (self.block_m * 4 + VECTOR_BYTES))  # fmt: skip
-        return max(pipeline, c_tile)
+        return pipeline if self.persistent else max(pipeline, self.c_tile_bytes())
+
+    def c_tile_bytes(self) -> int:
+        """The epilogue's float32 C tile, its lines padded by 16 bytes (either way round)."""
+        return max(self.block_m * (self.block_n * 4 + VECTOR_BYTES),
+                   self.block_n * (self.block_m * 4 + VECTOR_BYTES))  # fmt: skip
+
+    def c_tile_offset(self, maps: str = "none") -> int:
+        """Bytes from the tiles' start to the epilogue's C tile: 0 (it reuses the pipeline's
+        buffers after the k loop), or for a persistent config, whose next tile's slices load
+        during an epilogue, past everything else (tiles, mbarriers, maps), 128-byte aligned."""
+        if not self.persistent:
+            return 0
+        end = {"none": self.tile_region_bytes(),
+               "host": self.tile_region_bytes() + self.stages * BARRIER_BYTES,
+               "device": self.maps_offset() + 2 * MAP_BYTES}[maps]  # fmt: skip
+        return cdiv(end, MAP_BYTES) * MAP_BYTES
 
     def shared_bytes(self, parts: int = 0, maps: str = "none") -> int:
         """Dynamic shared memory per CTA: the tiles' region, room to start it at a 1024-byte
         boundary (the swizzle's period) and, where TMA fills the tiles (``maps`` "host" or
         "device"), one mbarrier per stage after it; for "device" then the two tensor maps
         the CTA completes (:meth:`maps_offset`)."""
+        if self.persistent:
+            return self.c_tile_offset(maps) + self.c_tile_bytes() + ALIGNMENT
         if maps == "none":
             return self.tile_region_bytes(parts) + ALIGNMENT
         if maps == "host":
@@ -261,8 +296,10 @@ class WgmmaConfig:
         return cdiv(end, MAP_BYTES) * MAP_BYTES
 
     def label(self) -> str:
-        return f"wgmma {self.block_m}x{self.block_n}/s{self.stages}/g{self.group_m}" + (
-            f"/kc{self.k_ctas}" if self.k_ctas > 1 else ""
+        return (
+            f"wgmma {self.block_m}x{self.block_n}/s{self.stages}/g{self.group_m}"
+            + (f"/kc{self.k_ctas}" if self.k_ctas > 1 else "")
+            + (f"/p{self.persistent}" if self.persistent else "")
         )
 
 
@@ -563,9 +600,10 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     wgmma_done = wgmma_wait(0)
     origin = tile_origin(BLOCK_M, BLOCK_N, GROUP_M)
     zero_all = accumulator_zeroer(ACC_SIZE)
-    write_c = _c_writer(config, out_dtype, c_mode)
+    write_c = _c_writer(config, out_dtype, c_mode, maps)
     K_CTAS = config.k_ctas
     settle = settler(ACC_SIZE, THREADS)
+    origin_of = work_origin(BLOCK_M, BLOCK_N, GROUP_M)
 
     @cuda.jit(device=True)
     def barrier_of(base, stage):
@@ -699,14 +737,113 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
         write_c(c, batch * stride_cb, stride_cm, stride_cn, M, N, m0, n0,
                 cuda.shared.array(0, FLOAT32), acc)  # fmt: skip
 
-    return wgmma_kernel
+    # -- the persistent kernel (config.persistent CTAs per SM) ----------------------------------
+    # Its CTAs loop over the tiles of their product (grid y): CTA x takes tiles x, x + grid x,
+    # ... in the grouped order, each tile's k in slices as above. The slices of all its tiles
+    # form one stream, g = (tile ordinal) x k_tiles + (slice of the tile), so the pipeline
+    # runs on across tiles: while a tile's last slices are multiplied and its epilogue writes
+    # C (from a C tile of its own in shared memory), the next tile's first slices load.
+
+    @cuda.jit(device=True)
+    def fill(smem, base, g, k_tiles, a, stride_ab, stride_am, stride_ak, b, stride_bb,
+             stride_bk, stride_bn, M, N, K, tid, a_map, b_map):  # fmt: skip
+        # slice g of this CTA's stream into buffer g % STAGES: TMA (the caller's one thread)
+        # or this thread's cp.async copies
+        tile = cuda.blockIdx.x + (g // k_tiles) * cuda.gridDim.x
+        m0, n0, batch, a0, b0 = origin_of(tile, cuda.blockIdx.y, M, N, stride_ab, stride_am,
+                                          stride_bb, stride_bn)  # fmt: skip
+        k0 = (g % k_tiles) * SLICE_K
+        if TMA:
+            copy_stage(smem, base, g % STAGES, k0, a_map, b_map, m0, n0, batch)
+        else:
+            load_stage(smem, base, g % STAGES, k0, a, a0, stride_am, stride_ak, b, b0,
+                       stride_bk, stride_bn, M - m0, N - n0, K, tid)  # fmt: skip
+
+    @kernel_jit(THREADS)
+    def persistent_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk,
+                          stride_bn, c, stride_cb, stride_cm, stride_cn, M, N, K, a_map, b_map,
+                          workspace, partials, sync):  # fmt: skip
+        smem = cuda.shared.array(0, STORAGE)
+        acc = cuda.local.array(ACC_SIZE, np.float32)
+        frag = cuda.local.array(FRAG_SIZE, REGISTER_DTYPE)
+        zero_all(acc)
+        base = aligned_start(smem)
+        tid = cuda.threadIdx.x
+
+        # -- this CTA's stream: its tiles' slices, k_tiles each --------------------------------
+        tiles = ((M + BLOCK_M - 1) // BLOCK_M) * ((N + BLOCK_N - 1) // BLOCK_N)
+        k_tiles = (K + SLICE_K - 1) // SLICE_K
+        slices = (tiles - cuda.blockIdx.x + cuda.gridDim.x - 1) // cuda.gridDim.x * k_tiles
+
+        # -- pipeline: the first LOOKAHEAD slices --------------------------------------------
+        if DEVICE_MAPS:  # as in wgmma_kernel
+            if tid == 0:
+                tensor_map_in_place(smem, base + MAPS, a_map, a)
+                tensor_map_in_place(smem, base + MAPS + MAP, b_map, b)
+            cuda.syncthreads()
+            a_tensor_map, b_tensor_map = 0, 0
+            if tid < 32:
+                cta = cuda.blockIdx.y * cuda.gridDim.x + cuda.blockIdx.x
+                a_tensor_map = publish_tensor_map(workspace, 2 * cta, smem, base + MAPS)
+                b_tensor_map = publish_tensor_map(workspace, 2 * cta + 1, smem, base + MAPS + MAP)
+        else:
+            a_tensor_map, b_tensor_map = a_map, b_map
+        if TMA:
+            if tid == 0:
+                for s in range(STAGES):
+                    mbarrier_init(smem, barrier_of(base, s), 1)
+            cuda.syncthreads()
+        for s in range(LOOKAHEAD):
+            if s < slices and (tid == 0 or not TMA):
+                fill(smem, base, s, k_tiles, a, stride_ab, stride_am, stride_ak, b, stride_bb,
+                     stride_bk, stride_bn, M, N, K, tid, a_tensor_map, b_tensor_map)  # fmt: skip
+            if not TMA:
+                cp_async_commit()
+
+        # -- the stream: slice g multiplied while slice g + LOOKAHEAD loads; after a tile's
+        # last slice, its epilogue --------------------------------------------------------------
+        for g in range(slices):
+            ahead, stage = g + LOOKAHEAD, g % STAGES
+            if TMA:  # as slice_step: a barrier, one thread's copies, the wait for slice g
+                cuda.syncthreads()
+                if tid == 0 and ahead < slices:
+                    fill(smem, base, ahead, k_tiles, a, stride_ab, stride_am, stride_ak, b,
+                         stride_bb, stride_bk, stride_bn, M, N, K, tid, a_tensor_map,
+                         b_tensor_map)  # fmt: skip
+                while not mbarrier_done(smem, barrier_of(base, stage), (g // STAGES) % 2):
+                    pass
+            else:
+                copies_landed()
+                async_proxy_fence()
+                cuda.syncthreads()
+                if ahead < slices:
+                    fill(smem, base, ahead, k_tiles, a, stride_ab, stride_am, stride_ak, b,
+                         stride_bb, stride_bk, stride_bn, M, N, K, tid, a_tensor_map,
+                         b_tensor_map)  # fmt: skip
+                cp_async_commit()
+            multiply_slice(acc, frag, smem, base + stage * A_STAGE,
+                           base + B_BASE + stage * B_STAGE, tid, 0)  # fmt: skip
+            if g % k_tiles == k_tiles - 1:
+                # the C tile has its own memory: the next slices keep loading meanwhile; the
+                # next epilogue comes after at least one more slice's barrier
+                wgmma_done()
+                tile = cuda.blockIdx.x + (g // k_tiles) * cuda.gridDim.x
+                m0, n0, batch, _, _ = origin_of(tile, cuda.blockIdx.y, M, N, stride_ab,
+                                                stride_am, stride_bb, stride_bn)  # fmt: skip
+                write_c(c, batch * stride_cb, stride_cm, stride_cn, M, N, m0, n0,
+                        cuda.shared.array(0, FLOAT32), acc)  # fmt: skip
+                zero_all(acc)
+
+    return persistent_kernel if config.persistent else wgmma_kernel
 
 
-def _c_writer(config: WgmmaConfig, out_dtype: np.dtype, c_mode: tuple):
+def _c_writer(config: WgmmaConfig, out_dtype: np.dtype, c_mode: tuple, maps: str = "none"):
     """Device function ``write_c(c, c0, stride_cm, stride_cn, M, N, m0, n0, c_tile, acc)``:
     the epilogue. The warpgroups write their accumulators ``acc`` (wgmma's layout) into a
     float32 C tile in shared memory (``c_tile``: the CTA's dynamic shared memory as float32,
-    free once every warpgroup is done with the k loop), its rows along C's contiguous axis
+    the tile at :meth:`WgmmaConfig.c_tile_offset` for tiles filled as ``maps`` says: the
+    pipeline's buffers, free once every warpgroup is done with the k loop, or for a persistent
+    config its own), its rows along C's contiguous axis
     (``c_mode``: ``operand_mode`` of C; transposed where C's columns are contiguous); then
     every thread converts 16 bytes' worth of C's elements at a time and stores them along that
     axis (consecutive threads, consecutive vectors), element by element at the edges or where
@@ -721,6 +858,7 @@ def _c_writer(config: WgmmaConfig, out_dtype: np.dtype, c_mode: tuple):
     C_ROW = COLS + 4  # a staged row, padded by 16 bytes (bank conflicts)
     C_VECTORS = ROWS * COLS // C_VEC // THREADS  # 16-byte stores per thread
     C_VECTORS_OK = c_mode[1] == VECTOR_BYTES  # C's lines take 16-byte stores
+    OFFSET = config.c_tile_offset(maps) // 4  # float32 elements
 
     @cuda.jit(device=True)
     def stage(c_tile, start, acc, row, col, j):
@@ -761,7 +899,7 @@ def _c_writer(config: WgmmaConfig, out_dtype: np.dtype, c_mode: tuple):
     def write_c(c, c0, stride_cm, stride_cn, M, N, m0, n0, c_tile, acc):
         # tid and the tile's start read afresh: nothing of the epilogue is computed before the
         # k loop and kept live across it (fewer registers and instructions in the SASS)
-        start = aligned_start(c_tile)
+        start = aligned_start(c_tile) + OFFSET
         tid = thread_index()
         warpgroup, lane, warp = tid // WARPGROUP, tid % 32, (tid % WARPGROUP) // 32
         stage_all(c_tile, start, acc, warpgroup * ROWS_PER_WARPGROUP + 16 * warp + lane // 4,
@@ -1029,11 +1167,12 @@ def wgmma_takes(preset: Preset, dtype) -> bool:
 
 
 def fills_with_tma(launch: KernelLaunch) -> bool:
-    """Whether a :func:`plan_wgmma` launch fills its tiles with TMA: the ``wgmma`` kernel whose
-    arguments end with A's and B's tensor maps (or templates), the workspace and split-k's
-    buffers, the maps not the zeros of its ``cp.async`` form."""
+    """Whether a :func:`plan_wgmma` launch fills its tiles with TMA: the ``wgmma`` kernel (or
+    its persistent form) whose arguments end with A's and B's tensor maps (or templates), the
+    workspace and split-k's buffers, the maps not the zeros of its ``cp.async`` form."""
     # the arguments end with a_map, b_map, workspace, partials, sync
-    return launch.kernel.py_func.__name__ == "wgmma_kernel" and launch.args[-5] != 0
+    kernel = launch.kernel.py_func.__name__
+    return kernel in ("wgmma_kernel", "persistent_kernel") and launch.args[-5] != 0
 
 
 def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: MatrixDesc,
@@ -1057,8 +1196,10 @@ def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: Mat
     uint8 buffer, as a descriptor, where it publishes them); else, or with "none",
     ``cp.async`` copies.
 
-    With ``config.k_ctas`` > 1 (the default config's where the tiles are few and ``scratch``
-    is given), that many CTAs share each tile's k loop (``kernels.split_k``; fewer where
+    With ``config.persistent`` > 0, that many CTAs per SM (at least one per product of the
+    batch) loop over the tiles (:func:`_kernel`). With ``config.k_ctas`` > 1 (the default
+    config's where the tiles are few and ``scratch`` is given), that many CTAs share each
+    tile's k loop (``kernels.split_k``; fewer where
     fewer get a range: ``split_k.working_k_ctas``):
     ``scratch(name, shape, dtype)`` gives the descriptors of their float32 ``"partials"``
     and of the uint32 counters ``"sync"`` (zero at launch; the kernel leaves them zero)."""
@@ -1092,7 +1233,10 @@ def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: Mat
     config.check(storage, converting)
     config = working_config(config, cdiv(K, tile_k(storage.itemsize)), scratch)
     x_mode, y_mode, d_mode = operand_mode(x, True), operand_mode(y, False), operand_mode(d, True)
-    grid = (cdiv(M, config.block_m) * cdiv(N, config.block_n), c.batch, config.k_ctas)
+    tiles = cdiv(M, config.block_m) * cdiv(N, config.block_n)
+    grid = (tiles, c.batch, config.k_ctas)
+    if config.persistent:  # config.persistent CTAs per SM, shared by the batch's products
+        grid = (min(tiles, max(1, config.persistent * multiprocessors() // c.batch)), c.batch, 1)
     maps = "none" if converting else tensor_maps
     if maps != "none":
         specs = (tensor_map_spec(x, x_mode[0], config.block_m, True, c.batch),
