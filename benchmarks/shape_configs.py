@@ -16,8 +16,8 @@ C^T = B^T A^T, so its M and N swap):
   from 2 to 16 rows, else the tuned ones) with 1 to 16 CTAs per tile, and the skinny kernel
   for a matrix-vector product;
 - TF32 and bf16 (the wgmma kernel): the tile shapes of :func:`_wgmma_tiles`, each with 1 to
-  16 CTAs per tile where the tiles are few enough for a split to fit two waves; for bf16 also
-  the persistent kernel's tiles (one CTA per tile's k).
+  16 CTAs per tile where the tiles are few enough for a split to fit two waves, and the
+  persistent kernel's tiles (one CTA per tile's k).
 
 Each row records ``auto`` (which candidate "auto"'s launch is, where it is one), every
 candidate's seconds, the ``best`` and ``auto_over_best`` (auto's time over the best's: the
@@ -36,8 +36,8 @@ AUTO_WITHIN = 1.05  # auto's time over the best candidate's that counts as a mat
 
 
 def _wgmma_tiles(case: str) -> tuple:
-    """The wgmma tile shapes to time for ``case``: "auto"'s and their neighbours, and for
-    16-bit operands the persistent kernel's (as many CTAs per SM as fit their memory)."""
+    """The wgmma tile shapes to time for ``case``: "auto"'s and their neighbours, and the
+    persistent kernel's (as many CTAs per SM as fit their memory)."""
     from numba_gemm.kernels import wgmma
 
     tiles = (
@@ -46,12 +46,17 @@ def _wgmma_tiles(case: str) -> tuple:
         wgmma.WgmmaConfig(64, 128, 6, 8), wgmma.WgmmaConfig(128, 64, 6, 8),
         wgmma.TINY_WGMMA_CONFIG,
     )  # fmt: skip
+    persistent = (wgmma.WgmmaConfig(64, 128, 3, 8, persistent=2),
+                  wgmma.WgmmaConfig(128, 128, 3, 8, persistent=1))  # fmt: skip
     if case == "tf32":
-        return tiles
-    return tiles + (
-        wgmma.WgmmaConfig(64, 128, 3, 8, persistent=2),
-        wgmma.WgmmaConfig(128, 64, 3, 8, persistent=2),
-        wgmma.WgmmaConfig(128, 128, 4, 8, persistent=1),
+        return tiles + persistent
+    return (
+        tiles
+        + persistent
+        + (
+            wgmma.WgmmaConfig(128, 64, 3, 8, persistent=2),
+            wgmma.WgmmaConfig(128, 128, 4, 8, persistent=1),
+        )
     )
 
 

@@ -13,6 +13,7 @@ from numba import cuda
 
 from numba_gemm.descriptor import describe
 from numba_gemm.kernels.tiled import TileConfig
+from numba_gemm.precision import resolve
 from numba_gemm.precision import tolerance as preset_tolerance
 from numba_gemm.reference import (
     LAYOUTS,
@@ -48,6 +49,18 @@ def assert_product(out, a, b, dtype) -> None:
     """Assert ``out`` is A @ B within :func:`tolerance` (float64 reference; NaN fails)."""
     error = relative_error(out, reference(a, b))
     assert error <= tolerance(dtype, a.shape[1]), f"relative error {error:.3e}"
+
+
+def assert_within_preset(out, a, b, preset=None, dtype=None, out_dtype=None) -> float:
+    """Assert ``out`` is A @ B within ``preset``'s tolerance (a name, a ``Preset``, or None for
+    the operands' default: ``numba_gemm.precision.resolve``) for operands of ``dtype`` (default
+    A's) and a result of ``out_dtype`` (default the operands' dtype) over A's last axis;
+    float64 reference, NaN fails. Returns the error."""
+    dtype = np.dtype(a.dtype if dtype is None else dtype)
+    error = relative_error(out, reference(a, b))
+    bound = preset_tolerance(resolve(preset, dtype), dtype, a.shape[-1], out_dtype)
+    assert error <= bound, f"relative error {error:.3e} > {bound:.3e}"
+    return error
 
 
 def assert_triple(out, a, b, c, dtype) -> None:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import numba_gemm
-from checks import assert_split_keeps_infinities, check_layouts
+from checks import assert_split_keeps_infinities, assert_within_preset, check_layouts
 from numba_gemm.kernels.mma import SIMULATOR_MMA_CONFIG, MmaConfig, operand_mode
 from numba_gemm.precision import PRESETS, resolve, tolerance
 from numba_gemm.reference import (
@@ -50,15 +50,6 @@ def case_id(case):
     return f"{dtype}-{preset}"
 
 
-def check(out, a, b, preset, dtype, out_dtype=None):
-    """``out`` is A @ B within the preset's tolerance (float64 reference, NaN fails)."""
-    K = a.shape[-1]
-    error = relative_error(out, reference(a, b))
-    bound = tolerance(resolve(preset, dtype), dtype, K, out_dtype)
-    assert error <= bound, f"relative error {error:.3e} > {bound:.3e}"
-    return error
-
-
 # Every case, shape and layout, but the three-part splits (9 or 6 products: the slowest on the
 # simulator) run the two-CTA shape in one layout only; their edges run in every layout.
 SIMULATED_CASES = [
@@ -83,7 +74,7 @@ def test_mma_matches_float64_reference(case, shape, layout, rng):
     if min(shape) > 1:
         check_layouts(layout, a, b, out)
     assert numba_gemm.matmul(a, b, out, precision=preset, config=SMALL) is out
-    check(out, a, b, preset, dtype)
+    assert_within_preset(out, a, b, preset, dtype)
 
 
 SPLIT_PRESETS = [p for p in PRESETS.values() if p.parts > 1]
@@ -103,7 +94,7 @@ def test_split_presets_hold_their_tolerance_down_to_2_to_the_minus_100(preset, r
     a = (np.sign(a) * (1 + abs(a)) * 2.0**-100).astype(F32)
     b = (b * 2.0**30).astype(F32)
     out = numba_gemm.matmul(a, b, precision=preset.name, algorithm="mma")
-    check(out, a, b, preset.name, F32)
+    assert_within_preset(out, a, b, preset.name, F32)
 
 
 @pytest.mark.gpu
@@ -117,10 +108,10 @@ def test_16_bit_operands_default_to_tensor_cores_and_may_write_float32(dtype, rn
     a, b = make_operands(24, 40, 37, dtype, "row", rng)
     out = poisoned((24, 40), np.float32)
     numba_gemm.matmul(a, b, out, config=SMALL)
-    check(out, a, b, None, dtype, np.float32)
+    assert_within_preset(out, a, b, None, dtype, np.float32)
     result = numba_gemm.matmul(a, b, config=SMALL)
     assert result.dtype == dtype
-    check(result, a, b, None, dtype)
+    assert_within_preset(result, a, b, None, dtype)
 
 
 def test_batched_stacks_run_on_tensor_cores(rng):
@@ -255,7 +246,7 @@ def test_copies_as_wide_as_the_rows_align(dtype, stride, copy_bytes, rng):
     preset = "TF32_TF32_F32" if dtype == F32 else "BF16_BF16_F32"
     out = poisoned((a.shape[0], b.shape[1]), F32, to_device=True)
     numba_gemm.matmul(a, b, out, precision=preset, config=SMALL)
-    check(to_host(out), to_host(a), to_host(b), preset, dtype, F32)
+    assert_within_preset(to_host(out), to_host(a), to_host(b), preset, dtype, F32)
 
 
 @pytest.mark.gpu
@@ -269,7 +260,7 @@ def test_gpu_copies_as_wide_as_the_rows_align(dtype, stride, copy_bytes, algorit
     out = poisoned((a.shape[0], b.shape[1]), F32, to_device=True)
     numba_gemm.matmul(a, b, out, precision=preset, algorithm=algorithm)
     cuda.synchronize()
-    check(to_host(out), to_host(a), to_host(b), preset, dtype, F32)
+    assert_within_preset(to_host(out), to_host(a), to_host(b), preset, dtype, F32)
 
 
 @pytest.mark.gpu
@@ -285,4 +276,4 @@ def test_gpu_mma_default_configs(case, shape, layout, rng):
     out = poisoned((M, N), dtype, to_device=True, layout=layout)
     numba_gemm.matmul(a, b, out, precision=preset, algorithm="mma")  # Hopper's auto: wgmma
     cuda.synchronize()
-    check(out, a, b, preset, dtype)
+    assert_within_preset(out, a, b, preset, dtype)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import numba_gemm
+from checks import assert_within_preset
 from numba_gemm.api import plan
 from numba_gemm.descriptor import describe
 from numba_gemm.kernels import split_k
@@ -17,8 +18,8 @@ from numba_gemm.kernels.mma import MmaConfig
 from numba_gemm.kernels.tiled import TileConfig
 from numba_gemm.kernels.wgmma import WgmmaConfig
 from numba_gemm.launch import simulated
-from numba_gemm.precision import PRESETS, default_preset, tolerance
-from numba_gemm.reference import LAYOUTS, make_operands, poisoned, reference, relative_error
+from numba_gemm.precision import default_preset
+from numba_gemm.reference import LAYOUTS, make_operands, poisoned
 from numba_gemm.scratch import SPLIT_K_SCRATCH
 
 F32, F64, BF16 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(ml_dtypes.bfloat16)
@@ -30,12 +31,6 @@ MMA_TILES = MmaConfig(32, 32, 16, 2, 1, 2, 1)
 # (M, N, K): edges of every tile with k cut inside a step; whole tiles; a K so short that the
 # later CTAs' ranges are empty (they add zeros).
 SHAPES = [(17, 23, 45), (32, 16, 64), (5, 7, 9)]
-
-
-def check(out, a, b, preset):
-    error = relative_error(out, reference(a, b))
-    bound = tolerance(PRESETS[preset], np.dtype(a.dtype), a.shape[-1], np.dtype(out.dtype))
-    assert error <= bound, f"relative error {error:.3e} > {bound:.3e}"
 
 
 def counters_zero() -> bool:
@@ -57,7 +52,7 @@ def test_tiled_split_k_matches_float64_reference(dtype, shape, layout, k_ctas, r
     a, b = make_operands(M, N, K, dtype, layout, rng)
     out = poisoned((M, N), dtype, layout=layout)
     numba_gemm.matmul(a, b, out, config=replace(TILES, k_ctas=k_ctas))
-    check(out, a, b, default_preset(dtype).name)
+    assert_within_preset(out, a, b, default_preset(dtype).name)
     assert counters_zero()
 
 
@@ -75,7 +70,7 @@ def test_wgmma_split_k_matches_float64_reference(dtype, preset, layout, k_ctas, 
     out = poisoned((M, N), np.float32, layout=layout)
     config = replace(WGMMA_TILES, k_ctas=k_ctas)
     numba_gemm.matmul(a, b, out, precision=preset, algorithm="wgmma", config=config)
-    check(out, a, b, preset)
+    assert_within_preset(out, a, b, preset, out_dtype=np.float32)
     assert counters_zero()
 
 
@@ -93,7 +88,7 @@ def test_mma_split_k_matches_float64_reference(dtype, preset, layout, rng):
     out = poisoned((M, N), np.float32, layout=layout)
     config = replace(MMA_TILES, k_ctas=3)
     numba_gemm.matmul(a, b, out, precision=preset, algorithm="mma", config=config)
-    check(out, a, b, preset)
+    assert_within_preset(out, a, b, preset, out_dtype=np.float32)
     assert counters_zero()
 
 
@@ -101,7 +96,7 @@ def test_split_k_runs_a_batch(rng):
     a = rng.standard_normal((3, 20, 70)).astype(np.float32)
     b = rng.standard_normal((70, 19)).astype(np.float32)  # broadcast over the batch
     out = numba_gemm.matmul(a, b, config=replace(TILES, k_ctas=3))
-    check(out, a, b, "F32_F32_F32")
+    assert_within_preset(out, a, b, "F32_F32_F32")
     assert counters_zero()
 
 
@@ -111,7 +106,7 @@ def test_split_k_result_is_the_same_bits_every_run(rng):
     first = numba_gemm.matmul(a, b, config=config)
     assert np.array_equal(first, numba_gemm.matmul(a, b, config=config))
     # the ranges add in order: not the unsplit kernel's order, but within its tolerance
-    check(first, a, b, "F32_F32_F32")
+    assert_within_preset(first, a, b, "F32_F32_F32")
 
 
 @pytest.mark.parametrize(
@@ -153,7 +148,7 @@ def test_bridge_runs_split_k(rng):
     a, b = make_operands(17, 23, 200, F32, "row", rng)
     config = replace(TILES, k_ctas=3)
     out = jax.jit(lambda x, y: jax_bridge.matmul(x, y, config=config))(a, b)
-    check(np.asarray(out), a, b, "F32_F32_F32")
+    assert_within_preset(np.asarray(out), a, b, "F32_F32_F32")
 
 
 # -- on a GPU: what "auto" chooses for few tiles, every kernel, XLA's kernel call ------------
@@ -176,7 +171,7 @@ def test_gpu_auto_splits_few_tiles(dtype, preset, shape, rng):
     out = poisoned((M, N), np.float32, to_device=True)
     numba_gemm.matmul(a, b, out, precision=preset)
     cuda.synchronize()
-    check(out, a, b, preset or "F32_F32_F32")
+    assert_within_preset(out, a, b, preset or "F32_F32_F32", out_dtype=np.float32)
     assert counters_zero()
 
 
@@ -197,7 +192,7 @@ def test_gpu_wgmma_split_k_every_layout(dtype, preset, layout, k_ctas, rng):
     config = WgmmaConfig(128, 128, 4, 8, k_ctas=k_ctas)
     numba_gemm.matmul(a, b, out, precision=preset, config=config)
     cuda.synchronize()
-    check(out, a, b, preset)
+    assert_within_preset(out, a, b, preset, out_dtype=np.float32)
 
 
 @pytest.mark.gpu
@@ -217,7 +212,7 @@ def test_gpu_bridge_kernel_call_splits_k(dtype, preset, shape, rng):
     step = jax.jit(lambda x, y: jax_bridge.matmul(x, y, precision=preset))
     assert "xui32>" in step.lower(a, b).as_text()  # the counters: an output of the call
     for _ in range(2):  # the second call finds the counters zeroed again
-        check(np.asarray(step(a, b)), a, b, preset or "F32_F32_F32")
+        assert_within_preset(np.asarray(step(a, b)), a, b, preset or "F32_F32_F32")
 
 
 @pytest.mark.skipif(not simulated(), reason="the simulator keeps every tile in one CTA")

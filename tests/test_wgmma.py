@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 import numba_gemm
-from checks import assert_split_keeps_infinities, check_layouts
+from checks import assert_split_keeps_infinities, assert_within_preset, check_layouts
 from numba_gemm.kernels.warpgroup import TF32_TILE_K, TILE_K, _element_byte, tile_slot
 from numba_gemm.kernels.wgmma import SIMULATOR_WGMMA_CONFIG, WgmmaConfig
 from numba_gemm.launch import simulated
-from numba_gemm.precision import PRESETS, tolerance
-from numba_gemm.reference import LAYOUTS, make_operands, poisoned, reference, relative_error
+from numba_gemm.precision import PRESETS
+from numba_gemm.reference import LAYOUTS, make_operands, poisoned
 
 BF16, F16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16), np.dtype(np.float32)
 PRESET = {BF16: "BF16_BF16_F32", F16: "F16_F16_F32"}
@@ -48,13 +48,6 @@ FLOAT32_CASES = (
     + [(TF32, SHAPES[2], layout) for layout in ("row", "a_col")]
     + [(TF32_X3, SHAPES[2], "row")]
 )
-
-
-def check(out, a, b, dtype, out_dtype=None, preset=None):
-    """``out`` is A @ B within the preset's tolerance (float64 reference, NaN fails)."""
-    error = relative_error(out, reference(a, b))
-    bound = tolerance(PRESETS[preset or PRESET[dtype]], dtype, a.shape[-1], out_dtype)
-    assert error <= bound, f"relative error {error:.3e} > {bound:.3e}"
 
 
 @pytest.mark.parametrize("axis, size", [("k", 2), ("x", 2), ("k", 4)])
@@ -87,7 +80,7 @@ def test_wgmma_matches_float64_reference(dtype, shape, layout, rng):
     if min(shape) > 1:
         check_layouts(layout, a, b, out)
     assert numba_gemm.matmul(a, b, out, algorithm="wgmma", config=SMALL) is out
-    check(out, a, b, dtype)
+    assert_within_preset(out, a, b, None, dtype)
 
 
 @pytest.mark.parametrize(
@@ -105,7 +98,7 @@ def test_wgmma_float32_matches_float64_reference(preset, shape, layout, rng):
     if min(shape) > 1:
         check_layouts(layout, a, b, out)
     numba_gemm.matmul(a, b, out, precision=preset, algorithm="wgmma")
-    check(out, a, b, F32, preset=preset)
+    assert_within_preset(out, a, b, preset, F32)
 
 
 # 1 + 3 2^-12: TF32 rounds it to 1 + 2^-10 (to nearest) and truncates it to 1
@@ -239,7 +232,7 @@ def test_tma_copies_edges(dtype, preset, a_col, b_col, shape, rng):
     out = poisoned((M, N), F32 if dtype == F32 else dtype)
     assert uses_tma(a, b, out, preset)
     numba_gemm.matmul(a, b, out, precision=preset, algorithm="wgmma", config=SMALL)
-    check(out, a, b, dtype, preset=preset)
+    assert_within_preset(out, a, b, preset, dtype)
 
 
 @simulator_only
@@ -268,7 +261,7 @@ def test_tma_copies_through_maps_the_kernel_builds(dtype, preset, a_col, b_col, 
     [(a_desc, b_desc, out_desc)] = describe_matmul(a, b, out, precision=preset).parts
     launch = plan(a_desc, b_desc, out_desc, "wgmma", SMALL, PRESETS[preset], "device", allocate)
     launch_kernel(launch)
-    check(out, a, b, dtype, preset=preset)
+    assert_within_preset(out, a, b, preset, dtype)
     slots = workspace[0].reshape(-1, MAP_BYTES)[:, :8].view(np.int64)[:, 0]  # twin maps' keys
     # two maps per CTA, 2 x 2 tiles per product, two products: every slot its own map
     assert len(slots) == 2 * 4 * 2 and len(set(slots)) == len(slots) and slots.all()
@@ -280,7 +273,7 @@ def test_tma_copies_batches(rng):
     out = np.full((3, 33, 40), np.nan, np.float32)
     assert uses_tma(a[0], b[0], out[0], PRESET[BF16])
     numba_gemm.matmul(a, b, out, algorithm="wgmma", config=SMALL)
-    check(out, a, b, BF16, np.float32)
+    assert_within_preset(out, a, b, None, BF16, np.float32)
 
 
 # On the simulator's one SM: two CTAs per product, each looping over its tiles.
@@ -298,7 +291,7 @@ def test_persistent_kernel_matches_float64_reference(shape, layout, out_dtype, r
     a, b = make_operands(M, N, K, BF16, layout, rng)
     out = poisoned((M, N), out_dtype, layout=layout)
     numba_gemm.matmul(a, b, out, algorithm="wgmma", config=PERSISTENT)
-    check(out, a, b, BF16, out_dtype)
+    assert_within_preset(out, a, b, None, BF16, out_dtype)
 
 
 @pytest.mark.parametrize("a_col, b_col", [(0, 0), (1, 0), (0, 1), (1, 1)])
@@ -314,7 +307,7 @@ def test_persistent_kernel_fills_with_tma(a_col, b_col, rng):
                   PRESETS[PRESET[F16]])  # fmt: skip
     assert fills_with_tma(launch) and launch.grid == (2, 1, 1)  # 6 tiles on 2 CTAs
     numba_gemm.matmul(a, b, out, algorithm="wgmma", config=PERSISTENT)
-    check(out, a, b, F16, F32)
+    assert_within_preset(out, a, b, None, F16, F32)
 
 
 @simulator_only
@@ -339,11 +332,11 @@ def test_persistent_kernel_in_xlas_launch_and_a_batch(rng):
                   "device", allocate)  # fmt: skip
     assert launch.grid == (1, 3, 1)  # 2 CTAs per SM on one SM, at least one per product
     launch_kernel(launch)
-    check(out, a, b, BF16, F32)
+    assert_within_preset(out, a, b, None, BF16, F32)
     assert len(workspace[0]) == 2 * MAP_BYTES * 3
     out[:] = np.nan
     numba_gemm.matmul(a, b, out, algorithm="wgmma", config=WgmmaConfig(64, 64, 3, 1, persistent=1))
-    check(out, a, b, BF16, F32)
+    assert_within_preset(out, a, b, None, BF16, F32)
 
 
 GPU_PERSISTENT = [
@@ -365,7 +358,7 @@ def test_gpu_persistent_kernel(shape, config, layout, rng):
     out = poisoned((M, N), F32, to_device=True, layout=layout)
     numba_gemm.matmul(a, b, out, algorithm="wgmma", config=config)
     cuda.synchronize()
-    check(out, a, b, BF16, F32)
+    assert_within_preset(out, a, b, None, BF16, F32)
 
 
 @pytest.mark.gpu
@@ -381,13 +374,22 @@ def test_gpu_persistent_kernel_batch(config, rng):
     out = to_device(np.full((64, 517, 300), np.nan, BF16))
     numba_gemm.matmul(to_device(a), to_device(b), out, algorithm="wgmma", config=config)
     cuda.synchronize()
-    check(out, a, b, BF16)
+    assert_within_preset(out, a, b, None, BF16)
+
+
+@pytest.mark.parametrize("layout", ["row", "b_col", "col"])  # C^T = B^T A^T; C = A B; C = A B
+def test_persistent_kernel_tf32(layout, rng):
+    a, b = make_operands(130, 67, 150, F32, layout, rng)  # 5 slices of 32: pairs, one left
+    out = poisoned((130, 67), F32, layout=layout)
+    config = WgmmaConfig(64, 64, 3, 1, persistent=1)  # one SM: one CTA over its 6 tiles
+    numba_gemm.matmul(a, b, out, precision=TF32, algorithm="wgmma", config=config)
+    assert_within_preset(out, a, b, TF32, F32)
 
 
 def test_persistent_kernel_refusals(rng):
     a, b = make_operands(70, 70, 70, F32, "row", rng)
-    with pytest.raises(ValueError, match="persistent must be 0 for float32"):
-        numba_gemm.matmul(a, b, precision=TF32, algorithm="wgmma", config=PERSISTENT)
+    with pytest.raises(ValueError, match="persistent must be 0 where float32 operands are conv"):
+        numba_gemm.matmul(a, b, precision=TF32_X3, algorithm="wgmma", config=PERSISTENT)
     a, b = make_operands(70, 70, 70, BF16, "row", rng)
     with pytest.raises(ValueError, match="persistent must be 0"):
         numba_gemm.matmul(a, b, algorithm="wgmma",
@@ -400,7 +402,7 @@ def test_wgmma_float32_batches(rng):
     a = rng.standard_normal((2, 33, 40)).astype(np.float32)
     b = rng.standard_normal((2, 40, 20)).astype(np.float32)
     out = numba_gemm.matmul(a, b, precision=TF32, algorithm="wgmma")
-    check(out, a, b, F32, preset=TF32)
+    assert_within_preset(out, a, b, TF32, F32)
 
 
 def test_wgmma_writes_float32_and_batches(rng):
@@ -408,7 +410,7 @@ def test_wgmma_writes_float32_and_batches(rng):
     b = rng.standard_normal((70, 40)).astype(ml_dtypes.bfloat16)  # broadcast over the batch
     out = np.full((2, 33, 40), np.nan, np.float32)
     numba_gemm.matmul(a, b, out, algorithm="wgmma")  # the simulator's default: SMALL
-    check(out, a, b, BF16, np.float32)
+    assert_within_preset(out, a, b, None, BF16, np.float32)
 
 
 @simulator_only
@@ -590,7 +592,7 @@ def test_gpu_wgmma_default_config(dtype, precision, out_dtype, shape, layout, rn
     out = poisoned((M, N), out_dtype or dtype, to_device=True, layout=layout)
     numba_gemm.matmul(a, b, out, precision=precision, algorithm="wgmma")
     cuda.synchronize()
-    check(out, a, b, dtype, out_dtype, preset=precision)
+    assert_within_preset(out, a, b, precision, dtype, out_dtype)
 
 
 @pytest.mark.gpu
@@ -614,7 +616,7 @@ def test_gpu_auto_on_tall_and_short_k_batches(dtype, precision, out_dtype, shape
     out = to_device(np.full((batch, M, N), np.nan, out_dtype or dtype))
     numba_gemm.matmul(to_device(a), to_device(b), out, precision=precision)
     cuda.synchronize()
-    check(out, a, b, dtype, out_dtype, preset=precision)
+    assert_within_preset(out, a, b, precision, dtype, out_dtype)
 
 
 @pytest.mark.gpu
@@ -638,4 +640,4 @@ def test_gpu_auto_on_narrow_short_k_and_small_products(dtype, precision, out_dty
     out = poisoned((M, N), out_dtype or dtype, to_device=True, layout=layout)
     numba_gemm.matmul(a, b, out, precision=precision)
     cuda.synchronize()
-    check(out, a, b, dtype, out_dtype, preset=precision)
+    assert_within_preset(out, a, b, precision, dtype, out_dtype)

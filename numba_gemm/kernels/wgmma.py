@@ -43,7 +43,7 @@ owns rows 64 w .. 64 w + 63 of the tile):
    axis (consecutive threads, consecutive vectors), element by element at the edges or where
    C's lines are not contiguous and aligned.
 
-The persistent form (``WgmmaConfig.persistent`` CTAs per SM, 16-bit operands): each CTA
+The persistent form (``WgmmaConfig.persistent`` CTAs per SM; ``_kernel`` only): each CTA
 loops over tiles x, x + grid x, ... of its product; the slices of all its tiles form one
 stream through the same pipeline, so the next tile's first slices load while a tile's last
 ones are multiplied and its epilogue runs, from a C tile of its own after the pipeline's
@@ -171,8 +171,8 @@ class WgmmaConfig:
     ``k_ctas``: CTAs per C tile, each over its own range of k, the last adding them
     (``kernels.split_k``; the 16-bit and register-A kernel only); ``persistent``: 0, one CTA
     per tile, or that many CTAs per SM, each looping over tiles with its pipeline running on
-    from one tile into the next (:func:`_kernel`'s persistent kernel; 16-bit operands, one CTA
-    per tile's k).
+    from one tile into the next (:func:`_kernel`'s persistent kernel; not the converting
+    kernel, one CTA per tile's k).
     """
 
     ZERO_MEANS_OFF: ClassVar[tuple] = ("persistent",)
@@ -207,10 +207,11 @@ class WgmmaConfig:
             )
         check_field_range(self)
         check_k_ctas(self)
-        if self.persistent and (converting or storage.itemsize != 2 or self.k_ctas > 1):
+        if self.persistent and (converting or self.k_ctas > 1):
             raise ValueError(
-                "WgmmaConfig.persistent must be 0 for float32 operands and where k_ctas > 1: "
-                "the persistent kernel takes 16-bit operands, each tile in one CTA"
+                "WgmmaConfig.persistent must be 0 where float32 operands are converted (neither "
+                "k-major, or TF32_TF32_F32_X3) and where k_ctas > 1: the persistent kernel "
+                "runs each tile in one CTA"
             )
         if converting and self.k_ctas > 1:
             raise ValueError(
@@ -759,10 +760,51 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
             load_stage(smem, base, g % STAGES, k0, a, a0, stride_am, stride_ak, b, b0,
                        stride_bk, stride_bn, M - m0, N - n0, K, tid)  # fmt: skip
 
+    @cuda.jit(device=True)
+    def stream_step(acc, frag, smem, base, g, parity, slices, k_tiles, a, stride_ab, stride_am,
+                    stride_ak, b, stride_bb, stride_bk, stride_bn, c, stride_cb, stride_cm,
+                    stride_cn, M, N, K, tid, a_map, b_map):  # fmt: skip
+        # Slice g of the stream, as slice_step: every warpgroup is done with slice
+        # g - 1 - IN_FLIGHT, whose buffer slice g + LOOKAHEAD refills, once slice g has landed
+        ahead, stage = g + LOOKAHEAD, g % STAGES
+        if TMA:  # a barrier, one thread's copies, then the wait for slice g's bytes
+            cuda.syncthreads()
+            if tid == 0 and ahead < slices:
+                fill(smem, base, ahead, k_tiles, a, stride_ab, stride_am, stride_ak, b,
+                     stride_bb, stride_bk, stride_bn, M, N, K, tid, a_map, b_map)  # fmt: skip
+            while not mbarrier_done(smem, barrier_of(base, stage), (g // STAGES) % 2):
+                pass
+        else:  # this thread's copies of g landed, made visible, a barrier, its next copies
+            copies_landed()
+            async_proxy_fence()
+            cuda.syncthreads()
+            if ahead < slices:
+                fill(smem, base, ahead, k_tiles, a, stride_ab, stride_am, stride_ak, b,
+                     stride_bb, stride_bk, stride_bn, M, N, K, tid, a_map, b_map)  # fmt: skip
+            cp_async_commit()
+        multiply_slice(acc, frag, smem, base + stage * A_STAGE, base + B_BASE + stage * B_STAGE,
+                       tid, parity)  # fmt: skip
+        if g % k_tiles == k_tiles - 1:
+            # the tile's epilogue, from a C tile of its own: the next slices keep loading
+            # meanwhile; the next epilogue comes after at least one more slice's barrier
+            wgmma_done()
+            tile = cuda.blockIdx.x + (g // k_tiles) * cuda.gridDim.x
+            m0, n0, batch, _, _ = origin_of(tile, cuda.blockIdx.y, M, N, stride_ab, stride_am,
+                                            stride_bb, stride_bn)  # fmt: skip
+            write_c(c, batch * stride_cb, stride_cm, stride_cn, M, N, m0, n0,
+                    cuda.shared.array(0, FLOAT32), acc)  # fmt: skip
+            zero_all(acc)
+
     @kernel_jit(THREADS)
     def persistent_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk,
                           stride_bn, c, stride_cb, stride_cm, stride_cn, M, N, K, a_map, b_map,
                           workspace, partials, sync):  # fmt: skip
+        if TRANSPOSED:  # C^T = B^T A^T, as in wgmma_kernel
+            a, b, a_map, b_map = b, a, b_map, a_map
+            stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn = (
+                stride_bb, stride_bn, stride_bk, stride_ab, stride_ak, stride_am
+            )  # fmt: skip
+            stride_cm, stride_cn, M, N = stride_cn, stride_cm, N, M
         smem = cuda.shared.array(0, STORAGE)
         acc = cuda.local.array(ACC_SIZE, np.float32)
         frag = cuda.local.array(FRAG_SIZE, REGISTER_DTYPE)
@@ -801,38 +843,28 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
                 cp_async_commit()
 
         # -- the stream: slice g multiplied while slice g + LOOKAHEAD loads; after a tile's
-        # last slice, its epilogue --------------------------------------------------------------
-        for g in range(slices):
-            ahead, stage = g + LOOKAHEAD, g % STAGES
-            if TMA:  # as slice_step: a barrier, one thread's copies, the wait for slice g
-                cuda.syncthreads()
-                if tid == 0 and ahead < slices:
-                    fill(smem, base, ahead, k_tiles, a, stride_ab, stride_am, stride_ak, b,
-                         stride_bb, stride_bk, stride_bn, M, N, K, tid, a_tensor_map,
-                         b_tensor_map)  # fmt: skip
-                while not mbarrier_done(smem, barrier_of(base, stage), (g // STAGES) % 2):
-                    pass
-            else:
-                copies_landed()
-                async_proxy_fence()
-                cuda.syncthreads()
-                if ahead < slices:
-                    fill(smem, base, ahead, k_tiles, a, stride_ab, stride_am, stride_ak, b,
-                         stride_bb, stride_bk, stride_bn, M, N, K, tid, a_tensor_map,
-                         b_tensor_map)  # fmt: skip
-                cp_async_commit()
-            multiply_slice(acc, frag, smem, base + stage * A_STAGE,
-                           base + B_BASE + stage * B_STAGE, tid, 0)  # fmt: skip
-            if g % k_tiles == k_tiles - 1:
-                # the C tile has its own memory: the next slices keep loading meanwhile; the
-                # next epilogue comes after at least one more slice's barrier
-                wgmma_done()
-                tile = cuda.blockIdx.x + (g // k_tiles) * cuda.gridDim.x
-                m0, n0, batch, _, _ = origin_of(tile, cuda.blockIdx.y, M, N, stride_ab,
-                                                stride_am, stride_bb, stride_bn)  # fmt: skip
-                write_c(c, batch * stride_cb, stride_cm, stride_cn, M, N, m0, n0,
-                        cuda.shared.array(0, FLOAT32), acc)  # fmt: skip
-                zero_all(acc)
+        # last slice, its epilogue (TF32: slices in pairs, A's registers in two sets) ---------
+        if REGISTER_A:
+            for g in range(0, slices - 1, 2):
+                stream_step(acc, frag, smem, base, g, 0, slices, k_tiles, a, stride_ab,
+                            stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn, c,
+                            stride_cb, stride_cm, stride_cn, M, N, K, tid, a_tensor_map,
+                            b_tensor_map)  # fmt: skip
+                stream_step(acc, frag, smem, base, g + 1, 1, slices, k_tiles, a, stride_ab,
+                            stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn, c,
+                            stride_cb, stride_cm, stride_cn, M, N, K, tid, a_tensor_map,
+                            b_tensor_map)  # fmt: skip
+            if slices % 2:
+                stream_step(acc, frag, smem, base, slices - 1, 0, slices, k_tiles, a, stride_ab,
+                            stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn, c,
+                            stride_cb, stride_cm, stride_cn, M, N, K, tid, a_tensor_map,
+                            b_tensor_map)  # fmt: skip
+        else:
+            for g in range(slices):
+                stream_step(acc, frag, smem, base, g, 0, slices, k_tiles, a, stride_ab,
+                            stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn, c,
+                            stride_cb, stride_cm, stride_cn, M, N, K, tid, a_tensor_map,
+                            b_tensor_map)  # fmt: skip
 
     return persistent_kernel if config.persistent else wgmma_kernel
 
