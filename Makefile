@@ -35,9 +35,10 @@ format: $(STAMP)
 	$(PY) -m ruff check --fix .
 	$(PY) -m ruff format .
 
-# The CPU suite: kernels on the Numba CUDA simulator, JAX on the CPU; `gpu` tests skip.
+# The CPU suite: kernels on the Numba CUDA simulator, JAX on the CPU; `gpu` tests skip. One
+# pytest process per CPU (pytest-xdist): the simulator is bound by one core's Python.
 test: $(STAMP)
-	NUMBA_ENABLE_CUDASIM=1 JAX_PLATFORMS=cpu $(PY) -m pytest -q
+	NUMBA_ENABLE_CUDASIM=1 JAX_PLATFORMS=cpu $(PY) -m pytest -q -n auto
 
 # On a GPU machine: the whole test suite against the real GPU (the `gpu` tests included).
 test-gpu: $(STAMP)-gpu

@@ -72,9 +72,10 @@ def test_auto_runs_matrix_vector_products_on_the_skinny_kernel(shape, expected):
     assert _kernel_of(a, b).py_func.__name__ == expected
 
 
-@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize(
+    "dtype, layout", [(F32, layout) for layout in LAYOUTS] + [(F64, "row"), (F64, "col")], ids=str
+)
 @pytest.mark.parametrize("shape", [(2, 40, 37), (16, 33, 70), (40, 3, 37), (5, 5, 9)], ids=str)
-@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
 def test_narrow_results_on_the_tiled_kernel_match_float64_reference(dtype, shape, layout, rng):
     # 2 to 16 rows, or columns (run as C^T = B^T A^T): the tiled kernel's narrow path, which
     # "auto" takes from 64^3 multiply-adds (these simulator sizes ask for it by name)
