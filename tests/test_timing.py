@@ -114,7 +114,9 @@ def test_slow_first_calls_do_not_shrink_the_rounds():
     medians, _, calls = interleaved_medians(methods, rounds=3, round_s=0.01, warmup=1)
     rounds = _blocks(log)[-6:]
     assert [name for name, _ in rounds] == ["m", "other"] * 3
-    assert calls["m"] >= 10  # about 20 at 0.5 ms
+    # about 20 at 0.5 ms, as many as the method that never stalls (both slower alike where the
+    # host is loaded: other test processes), never the stalls' one or two
+    assert calls["m"] >= max(3, calls["other"] // 2)
     assert all(count == calls["m"] for name, count in rounds if name == "m")
     assert medians["m"] < 0.002
 
