@@ -198,7 +198,11 @@ def test_gpu_wgmma_split_k_every_layout(dtype, preset, layout, k_ctas, rng):
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "dtype, preset, shape",
-    [(BF16, "BF16_BF16_F32", (16, 2048, 4096)), (F32, None, (300, 256, 8192))],
+    [
+        (BF16, "BF16_BF16_F32", (16, 2048, 4096)),
+        (F32, None, (300, 256, 8192)),
+        (F32, None, (16, 2048, 4096)),  # float32's narrow 16-row tiles
+    ],
     ids=str,
 )
 def test_gpu_bridge_kernel_call_splits_k(dtype, preset, shape, rng):
