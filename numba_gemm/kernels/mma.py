@@ -54,7 +54,7 @@ from ..ordering import tile_of
 from ..precision import BFLOAT16, FLOAT16, FLOAT32, Preset
 from .fragments import K_STEP, fragment_loader, fragment_words, mma, output_converter, splitter
 from .ptx import cp_async, cp_async_commit, cp_async_wait
-from .split_k import check_k_ctas, choose_k_ctas, settler, split_buffers, working_config
+from .split_k import check_k_ctas, settler, split_buffers, split_into_wave, working_config
 from .tiled import check_field_range, int_fields, kernel_jit, unrolled
 
 __all__ = [
@@ -208,9 +208,7 @@ def default_mma_config(storage, preset: Preset, M: int, N: int, K: int, batch: i
     config = shape_mma_config(N, K) or DEFAULT_MMA_CONFIGS[np.dtype(storage), preset.parts > 1]
     if not split:
         return config
-    tiles = cdiv(M, config.block_m) * cdiv(N, config.block_n) * batch
-    steps = cdiv(K, config.block_k)
-    return replace(config, k_ctas=choose_k_ctas(tiles, steps, multiprocessors()))
+    return split_into_wave(config, M, N, K, batch, config.block_k, multiprocessors())
 
 
 def storage_dtype(dtype) -> np.dtype:

@@ -36,6 +36,7 @@ __all__ = [
     "MAX_K_CTAS",
     "MIN_STEPS_PER_CTA",
     "choose_k_ctas",
+    "split_into_wave",
     "working_k_ctas",
     "check_k_ctas",
     "working_config",
@@ -57,6 +58,14 @@ def choose_k_ctas(tiles: int, k_steps: int, slots: int) -> int:
         return 1
     return working_k_ctas(max(1, min(slots // tiles, k_steps // MIN_STEPS_PER_CTA, MAX_K_CTAS)),
                           k_steps)  # fmt: skip
+
+
+def split_into_wave(config, M: int, N: int, K: int, batch: int, step_k: int, slots: int):
+    """``config`` (its ``block_m x block_n`` tiles over an M x N x K product, ``batch`` of
+    them, k in steps of ``step_k``) with the CTAs per tile :func:`choose_k_ctas` gives for a
+    GPU with room for ``slots`` CTAs at once."""
+    tiles = cdiv(M, config.block_m) * cdiv(N, config.block_n) * batch
+    return replace(config, k_ctas=choose_k_ctas(tiles, cdiv(K, step_k), slots))
 
 
 def working_k_ctas(k_ctas: int, k_steps: int) -> int:

@@ -87,7 +87,7 @@ from .ptx import (
     store_vector,
     warp_barrier,
 )
-from .split_k import check_k_ctas, choose_k_ctas, settler, split_buffers, working_config
+from .split_k import check_k_ctas, settler, split_buffers, split_into_wave, working_config
 from .unroll import unrolled
 
 __all__ = [
@@ -312,9 +312,7 @@ def narrow_config(M: int, N: int, K: int, batch: int, dtype, split: bool) -> Til
     config = NARROW_CONFIGS[np.dtype(dtype)]
     if not split:
         return config
-    tiles = cdiv(M, config.block_m) * cdiv(N, config.block_n) * batch
-    slots = NARROW_CTAS_PER_SM * multiprocessors()
-    return replace(config, k_ctas=choose_k_ctas(tiles, cdiv(K, config.block_k), slots))
+    return with_k_ctas(config, M, N, K, batch, NARROW_CTAS_PER_SM)
 
 
 # Tall tiles with large register tiles (block_m > block_n, at least LARGE_REGISTER_TILE elements
@@ -1078,15 +1076,15 @@ def _kernel(
     return tiled_kernel
 
 
-def with_k_ctas(config: TileConfig, M: int, N: int, K: int, batch: int) -> TileConfig:
+def with_k_ctas(config: TileConfig, M: int, N: int, K: int, batch: int,
+                ctas_per_sm: int = 1) -> TileConfig:  # fmt: skip
     """``config`` with as many CTAs per tile as :func:`split_k.choose_k_ctas` gives an
-    M x N x K product (``batch`` of them) under it for one wave of one CTA per SM on the
-    current device (the tuned tiles take most of an SM's registers)."""
+    M x N x K product (``batch`` of them) under it for one wave of ``ctas_per_sm`` CTAs per SM
+    on the current device (one for the tuned tiles, which take most of an SM's registers)."""
     if simulated():
         return config
-    tiles = cdiv(M, config.block_m) * cdiv(N, config.block_n) * batch
-    steps = cdiv(K, config.block_k * config.split_k)
-    return replace(config, k_ctas=choose_k_ctas(tiles, steps, multiprocessors()))
+    step_k = config.block_k * config.split_k
+    return split_into_wave(config, M, N, K, batch, step_k, ctas_per_sm * multiprocessors())
 
 
 def plan_tiled(config: TileConfig, a: MatrixDesc, b: MatrixDesc, c: MatrixDesc,

@@ -64,7 +64,7 @@ conversion runs 8 warps) and ``stages`` >= 2.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -95,7 +95,7 @@ from .mma import (
     work_origin,
 )
 from .ptx import cp_async_commit, cp_async_wait, load_vector, store_vector
-from .split_k import check_k_ctas, choose_k_ctas, settler, split_buffers, working_config
+from .split_k import check_k_ctas, settler, split_buffers, split_into_wave, working_config
 from .tiled import check_field_range, int_fields, kernel_jit, unrolled
 from .tma import (
     BARRIER_BYTES,
@@ -361,17 +361,16 @@ def default_wgmma_config(M: int, N: int, K: int, batch: int = 1, converting_part
         return SIMULATOR_CONVERTING_WGMMA_CONFIG if converting_parts else SIMULATOR_WGMMA_CONFIG
     if converting_parts:
         return CONVERTING_WGMMA_CONFIGS[converting_parts]
-    sms, steps = multiprocessors(), cdiv(K, tile_k(size))
+    sms = multiprocessors()
 
     def tiles(config):
         return cdiv(M, config.block_m) * cdiv(N, config.block_n) * batch
 
-    def split_into_wave(config):
-        k_ctas = choose_k_ctas(tiles(config), steps, sms) if split else 1
-        return replace(config, k_ctas=k_ctas)
+    def in_wave(config):
+        return split_into_wave(config, M, N, K, batch, tile_k(size), sms) if split else config
 
     if min(M, N) <= NARROW:
-        return split_into_wave(narrow_wgmma_config(M, N))
+        return in_wave(narrow_wgmma_config(M, N))
     wide = tiles(DEFAULT_WGMMA_CONFIG) <= tiles(TALL_WGMMA_CONFIG)  # else N under 256 < M
     if 2 * tiles(DEFAULT_WGMMA_CONFIG) >= sms and K <= SHORT_K:
         return SHORT_K_WGMMA_CONFIG
@@ -379,10 +378,10 @@ def default_wgmma_config(M: int, N: int, K: int, batch: int = 1, converting_part
         return DEFAULT_WGMMA_CONFIG
     if tiles(TALL_WGMMA_CONFIG) >= sms and not wide:
         return TALL_WGMMA_CONFIG
-    big = split_into_wave(DEFAULT_WGMMA_CONFIG)
+    big = in_wave(DEFAULT_WGMMA_CONFIG)
     if min(M, N) >= big.block_n and 2 * tiles(big) * big.k_ctas >= sms:
         return big
-    small, tiny = split_into_wave(SMALL_WGMMA_CONFIG), split_into_wave(TINY_WGMMA_CONFIG)
+    small, tiny = in_wave(SMALL_WGMMA_CONFIG), in_wave(TINY_WGMMA_CONFIG)
     if 4 * tiles(small) >= sms or tiles(small) * small.k_ctas >= tiles(tiny) * tiny.k_ctas:
         return small
     return tiny
@@ -612,6 +611,44 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
         return base + BARRIERS + stage * BARRIER
 
     @cuda.jit(device=True)
+    def as_computed(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn,
+                    stride_cm, stride_cn, M, N, a_map, b_map):  # fmt: skip
+        # the arguments as the kernel computes with them: with TRANSPOSED, C^T = B^T A^T, so A
+        # is B^T, B is A^T and C is C^T
+        if TRANSPOSED:
+            return (b, stride_bb, stride_bn, stride_bk, a, stride_ab, stride_ak, stride_am,
+                    stride_cn, stride_cm, N, M, b_map, a_map)  # fmt: skip
+        return (a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn,
+                stride_cm, stride_cn, M, N, a_map, b_map)  # fmt: skip
+
+    @cuda.jit(device=True)
+    def tensor_maps(smem, base, a, b, a_map, b_map, workspace, tid):
+        # (A's map, B's map) for the TMA copies: as given, or where the kernel builds them
+        # (DEVICE_MAPS) completed with the buffers' addresses and published by warp 0 to this
+        # CTA's two slots of the workspace
+        if not DEVICE_MAPS:
+            return a_map, b_map
+        if tid == 0:
+            tensor_map_in_place(smem, base + MAPS, a_map, a)
+            tensor_map_in_place(smem, base + MAPS + MAP, b_map, b)
+        cuda.syncthreads()
+        a_tensor_map, b_tensor_map = 0, 0
+        if tid < 32:  # a warp's instruction; tid 0, which issues the copies, is in it
+            cta = (cuda.blockIdx.z * cuda.gridDim.y + cuda.blockIdx.y) * cuda.gridDim.x
+            slot = 2 * (cta + cuda.blockIdx.x)
+            a_tensor_map = publish_tensor_map(workspace, slot, smem, base + MAPS)
+            b_tensor_map = publish_tensor_map(workspace, slot + 1, smem, base + MAPS + MAP)
+        return a_tensor_map, b_tensor_map
+
+    @cuda.jit(device=True)
+    def init_barriers(smem, base, tid):
+        # TMA: every stage's mbarrier initialised before any thread waits on one
+        if tid == 0:
+            for s in range(STAGES):
+                mbarrier_init(smem, barrier_of(base, s), 1)
+        cuda.syncthreads()
+
+    @cuda.jit(device=True)
     def copy_stage(smem, base, stage, k0, a_map, b_map, m0, n0, batch):
         # one thread: the TMA copies of the slice at k0 into buffer ``stage``, expected on its
         # barrier first
@@ -653,12 +690,10 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     def wgmma_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn,
                      c, stride_cb, stride_cm, stride_cn, M, N, K, a_map, b_map, workspace,
                      partials, sync):  # fmt: skip
-        if TRANSPOSED:  # C^T = B^T A^T: from here on A is B^T, B is A^T and C is C^T
-            a, b, a_map, b_map = b, a, b_map, a_map
-            stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn = (
-                stride_bb, stride_bn, stride_bk, stride_ab, stride_ak, stride_am
-            )  # fmt: skip
-            stride_cm, stride_cn, M, N = stride_cn, stride_cm, N, M
+        (a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn, stride_cm,
+         stride_cn, M, N, a_map, b_map) = as_computed(
+            a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn, stride_cm,
+            stride_cn, M, N, a_map, b_map)  # fmt: skip
         smem = cuda.shared.array(0, STORAGE)
         acc = cuda.local.array(ACC_SIZE, np.float32)
         frag = cuda.local.array(FRAG_SIZE, REGISTER_DTYPE)  # TF32: two sets of A's words
@@ -678,24 +713,9 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
             k_tiles = min(per_cta, k_tiles - t_first)  # never empty: working_k_ctas
 
         # -- pipeline: LOOKAHEAD slices load ahead of the one multiplied ----------------------
-        if DEVICE_MAPS:  # the maps completed with the buffers' addresses, published by warp 0
-            if tid == 0:
-                tensor_map_in_place(smem, base + MAPS, a_map, a)
-                tensor_map_in_place(smem, base + MAPS + MAP, b_map, b)
-            cuda.syncthreads()
-            a_tensor_map, b_tensor_map = 0, 0
-            if tid < 32:  # a warp's instruction; tid 0, which issues the copies, is in it
-                cta = (cuda.blockIdx.z * cuda.gridDim.y + cuda.blockIdx.y) * cuda.gridDim.x
-                slot = 2 * (cta + cuda.blockIdx.x)
-                a_tensor_map = publish_tensor_map(workspace, slot, smem, base + MAPS)
-                b_tensor_map = publish_tensor_map(workspace, slot + 1, smem, base + MAPS + MAP)
-        else:
-            a_tensor_map, b_tensor_map = a_map, b_map
+        a_tensor_map, b_tensor_map = tensor_maps(smem, base, a, b, a_map, b_map, workspace, tid)
         if TMA:
-            if tid == 0:
-                for s in range(STAGES):
-                    mbarrier_init(smem, barrier_of(base, s), 1)
-            cuda.syncthreads()  # the barriers initialised before any thread waits on them
+            init_barriers(smem, base, tid)
             if tid == 0:
                 for s in range(LOOKAHEAD):
                     if s < k_tiles:
@@ -799,12 +819,10 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     def persistent_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk,
                           stride_bn, c, stride_cb, stride_cm, stride_cn, M, N, K, a_map, b_map,
                           workspace, partials, sync):  # fmt: skip
-        if TRANSPOSED:  # C^T = B^T A^T, as in wgmma_kernel
-            a, b, a_map, b_map = b, a, b_map, a_map
-            stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn = (
-                stride_bb, stride_bn, stride_bk, stride_ab, stride_ak, stride_am
-            )  # fmt: skip
-            stride_cm, stride_cn, M, N = stride_cn, stride_cm, N, M
+        (a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn, stride_cm,
+         stride_cn, M, N, a_map, b_map) = as_computed(
+            a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn, stride_cm,
+            stride_cn, M, N, a_map, b_map)  # fmt: skip
         smem = cuda.shared.array(0, STORAGE)
         acc = cuda.local.array(ACC_SIZE, np.float32)
         frag = cuda.local.array(FRAG_SIZE, REGISTER_DTYPE)
@@ -818,23 +836,9 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
         slices = (tiles - cuda.blockIdx.x + cuda.gridDim.x - 1) // cuda.gridDim.x * k_tiles
 
         # -- pipeline: the first LOOKAHEAD slices --------------------------------------------
-        if DEVICE_MAPS:  # as in wgmma_kernel
-            if tid == 0:
-                tensor_map_in_place(smem, base + MAPS, a_map, a)
-                tensor_map_in_place(smem, base + MAPS + MAP, b_map, b)
-            cuda.syncthreads()
-            a_tensor_map, b_tensor_map = 0, 0
-            if tid < 32:
-                cta = cuda.blockIdx.y * cuda.gridDim.x + cuda.blockIdx.x
-                a_tensor_map = publish_tensor_map(workspace, 2 * cta, smem, base + MAPS)
-                b_tensor_map = publish_tensor_map(workspace, 2 * cta + 1, smem, base + MAPS + MAP)
-        else:
-            a_tensor_map, b_tensor_map = a_map, b_map
+        a_tensor_map, b_tensor_map = tensor_maps(smem, base, a, b, a_map, b_map, workspace, tid)
         if TMA:
-            if tid == 0:
-                for s in range(STAGES):
-                    mbarrier_init(smem, barrier_of(base, s), 1)
-            cuda.syncthreads()
+            init_barriers(smem, base, tid)
         for s in range(LOOKAHEAD):
             if s < slices and (tid == 0 or not TMA):
                 fill(smem, base, s, k_tiles, a, stride_ab, stride_am, stride_ak, b, stride_bb,
