@@ -144,7 +144,7 @@ def measure(case: str, shape: tuple) -> dict:
         except ValueError as error:  # a config this shape or device cannot take
             errors[name] = f"refused: {error}"
             continue
-        errors[name] = shapes._relative_errors((out,), reference)[0]
+        errors[name] = shapes.relative_errors((out,), reference)[0]
         if not errors[name] <= bound:
             errors[name] = f"error {errors[name]:.1e} above {bound:.1e}"
             continue

@@ -73,7 +73,7 @@ def moved_bytes(batch: int, M: int, N: int, K: int, itemsize: int) -> int:
     return batch * (M * K + K * N + M * N) * itemsize
 
 
-def _relative_errors(results: tuple, reference) -> list[float]:
+def relative_errors(results: tuple, reference) -> list[float]:
     """||x - reference||_F / ||reference||_F of each of ``results`` (NaN where x has one)."""
     import torch
 
@@ -137,7 +137,7 @@ def measure(case: str, shape: tuple, bandwidth: float | None) -> dict:
 
     ours()
     cublas()
-    errors = _relative_errors((out, peer_out), a.double() @ b.double())
+    errors = relative_errors((out, peer_out), a.double() @ b.double())
     row = {
         "class": kind, "M": M, "N": N, "K": K, "batch": batch, "dtype": dtype_name,
         "precision": preset_name, "error": errors[0], "cublas_error": errors[1],
