@@ -3,11 +3,13 @@
     python benchmarks/shape_configs.py [--cases f32 tf32 bf16] [--classes skinny ...] [--out DIR]
 
 For each row of ``shapes.py`` (its shapes, cases and operands): the user's
-``numba_gemm.matmul`` with ``config=`` each candidate (:func:`candidates`), with the default
-config ("auto") and ``torch.matmul`` at the case's precision, in interleaved rounds with a
-lead-in (``timing.interleaved_medians``, ``lead_in``: each round starts from the method's own
-steady state, whatever ran before it). Each candidate's result is checked against float64
-first; one that fails is recorded with its error and not timed.
+``numba_gemm.matmul`` with ``config=`` each candidate (:func:`candidates`) and with the
+default config ("auto"), in interleaved rounds with a lead-in (``timing.interleaved_medians``).
+Where auto's launch is one of the candidates' (same kernel, grid, block and shared memory),
+auto's time is that candidate's. cuBLAS is timed apart, in rounds of its own against auto:
+a method timed right after ``torch.matmul`` in a round can read several percent slower
+(``timing_order.py``), which would bias auto against its candidates. Each candidate's result
+is checked against float64 first; one that fails is recorded with its error and not timed.
 
 Candidates, in the frame the kernel computes (TF32 with row-major operands runs as
 C^T = B^T A^T, so its M and N swap):
@@ -112,10 +114,8 @@ def _label(algorithm: str, config) -> str:
 def measure(case: str, shape: tuple) -> dict:
     """One row: ``shape`` under ``case``, every candidate against auto and cuBLAS."""
     import numba_gemm
-    from numba_gemm.api import plan, split_k_scratch
-    from numba_gemm.descriptor import describe
+    from numba_gemm.api import describe_matmul, plan, split_k_scratch
     from numba_gemm.launch import multiprocessors
-    from numba_gemm.precision import resolve
     from numba_gemm.timing import interleaved_medians
 
     kind, batch, M, N, K = shape
@@ -123,20 +123,23 @@ def measure(case: str, shape: tuple) -> dict:
     a, b, out, _, precision, cublas = shapes.operands(case, shape)
     reference = a.double() @ b.double()
     bound = shapes.error_bound(case, K)
-    descs = describe(a, "a"), describe(b, "b"), describe(out, "out")
+    product = describe_matmul(a, b, out, precision=precision)
+    (part,) = product.parts  # (a, b, out) of the one launch, the batch folded into it
 
     def launch_of(algorithm, config):
-        preset = resolve(preset_name, descs[0].dtype)
-        return plan(*descs, algorithm, config, preset, scratch=split_k_scratch(0))
+        return plan(*part, algorithm, config, product.preset, scratch=split_k_scratch(0))
 
-    auto = launch_of("auto", None)
-    fns, errors, auto_is = {"cublas": cublas}, {}, None
-    for algorithm, config in [("auto", None)] + candidates(case, shape, multiprocessors()):
-        name = "auto" if (algorithm, config) == ("auto", None) else _label(algorithm, config)
-
-        def call(algorithm=algorithm, config=config):
+    def call_of(algorithm, config):
+        def call():
             numba_gemm.matmul(a, b, out, precision=precision, algorithm=algorithm, config=config)
 
+        return call
+
+    auto = launch_of("auto", None)
+    fns, errors, auto_is = {}, {}, None
+    for algorithm, config in [("auto", None)] + candidates(case, shape, multiprocessors()):
+        name = "auto" if (algorithm, config) == ("auto", None) else _label(algorithm, config)
+        call = call_of(algorithm, config)
         try:
             launch = launch_of(algorithm, config)
             out.fill_(float("nan"))
@@ -148,21 +151,25 @@ def measure(case: str, shape: tuple) -> dict:
         if not errors[name] <= bound:
             errors[name] = f"error {errors[name]:.1e} above {bound:.1e}"
             continue
-        fns[name] = call
         same = (launch.kernel, launch.grid, launch.block, launch.shared)
         if name != "auto" and same == (auto.kernel, auto.grid, auto.block, auto.shared):
             auto_is = name
+            fns.pop("auto", None)  # auto is timed as its twin
+        fns[name] = call
     medians = interleaved_medians(fns, rounds=5, round_s=0.02, lead_in=0.5).medians
-    timed = {name: s for name, s in medians.items() if name not in ("cublas", "auto")}
-    best, best_s = auto_is or "auto", medians["auto"]  # auto itself, unless a candidate beats it
-    if timed and min(timed.values()) < best_s:
-        best = min(timed, key=timed.get)
-        best_s = timed[best]
+    auto_s = medians[auto_is] if auto_is else medians.pop("auto")
+    against = interleaved_medians({"cublas": cublas, "auto": call_of("auto", None)}, rounds=5,
+                                  round_s=0.02).medians  # fmt: skip
+    best, best_s = auto_is or "auto", auto_s  # auto itself, unless a candidate beats it
+    if medians and min(medians.values()) < best_s:
+        best = min(medians, key=medians.get)
+        best_s = medians[best]
     return {
         "class": kind, "M": M, "N": N, "K": K, "batch": batch, "dtype": dtype_name,
-        "precision": preset_name, "auto": auto_is, "auto_s": medians["auto"],
-        "best": best, "best_s": best_s, "auto_over_best": medians["auto"] / best_s,
-        "cublas_s": medians["cublas"], "candidates": timed,
+        "precision": preset_name, "auto": auto_is, "auto_s": auto_s,
+        "best": best, "best_s": best_s, "auto_over_best": auto_s / best_s,
+        "cublas_s": against["cublas"], "auto_against_cublas_s": against["auto"],
+        "candidates": medians,
         "failed": {name: e for name, e in errors.items() if isinstance(e, str)},
     }  # fmt: skip
 

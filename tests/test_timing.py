@@ -250,8 +250,10 @@ def test_the_shape_configs_benchmark_times_every_split_that_fits(benchmark_modul
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", ["f32", "tf32", "bf16"])
-def test_gpu_shape_configs_benchmark_measures_a_row(case, benchmark_module):
+@pytest.mark.parametrize("shape", [("projection", 1, 16, 1024, 2048), ("batched", 4, 128, 256, 64)])
+def test_gpu_shape_configs_benchmark_measures_a_row(case, shape, benchmark_module):
     shape_configs = benchmark_module("shape_configs")
-    row = shape_configs.measure(case, ("projection", 1, 16, 1024, 2048))
+    row = shape_configs.measure(case, shape)
     assert row["auto_over_best"] >= 1 and row["cublas_s"] > 0 and row["candidates"]
+    assert "auto" not in row["candidates"] and row["best_s"] <= row["auto_s"]
     assert not [e for e in row["failed"].values() if not e.startswith("refused")], row["failed"]

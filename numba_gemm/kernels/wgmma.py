@@ -763,7 +763,9 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     # ... in the grouped order, each tile's k in slices as above. The slices of all its tiles
     # form one stream, g = (tile ordinal) x k_tiles + (slice of the tile), so the pipeline
     # runs on across tiles: while a tile's last slices are multiplied and its epilogue writes
-    # C (from a C tile of its own in shared memory), the next tile's first slices load.
+    # C (from a C tile of its own in shared memory), the next tile's first slices load. The
+    # epilogue follows each tile's loop over its slices, not a branch inside it: ptxas
+    # serialises every wgmma of a loop whose body reads the accumulators on a branch.
 
     @cuda.jit(device=True)
     def fill(smem, base, g, k_tiles, a, stride_ab, stride_am, stride_ak, b, stride_bb,
@@ -782,8 +784,8 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
 
     @cuda.jit(device=True)
     def stream_step(acc, frag, smem, base, g, parity, slices, k_tiles, a, stride_ab, stride_am,
-                    stride_ak, b, stride_bb, stride_bk, stride_bn, c, stride_cb, stride_cm,
-                    stride_cn, M, N, K, tid, a_map, b_map):  # fmt: skip
+                    stride_ak, b, stride_bb, stride_bk, stride_bn, M, N, K, tid, a_map,
+                    b_map):  # fmt: skip
         # Slice g of the stream, as slice_step: every warpgroup is done with slice
         # g - 1 - IN_FLIGHT, whose buffer slice g + LOOKAHEAD refills, once slice g has landed
         ahead, stage = g + LOOKAHEAD, g % STAGES
@@ -804,16 +806,6 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
             cp_async_commit()
         multiply_slice(acc, frag, smem, base + stage * A_STAGE, base + B_BASE + stage * B_STAGE,
                        tid, parity)  # fmt: skip
-        if g % k_tiles == k_tiles - 1:
-            # the tile's epilogue, from a C tile of its own: the next slices keep loading
-            # meanwhile; the next epilogue comes after at least one more slice's barrier
-            wgmma_done()
-            tile = cuda.blockIdx.x + (g // k_tiles) * cuda.gridDim.x
-            m0, n0, batch, _, _ = origin_of(tile, cuda.blockIdx.y, M, N, stride_ab, stride_am,
-                                            stride_bb, stride_bn)  # fmt: skip
-            write_c(c, batch * stride_cb, stride_cm, stride_cn, M, N, m0, n0,
-                    cuda.shared.array(0, FLOAT32), acc)  # fmt: skip
-            zero_all(acc)
 
     @kernel_jit(THREADS)
     def persistent_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk,
@@ -833,7 +825,8 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
         # -- this CTA's stream: its tiles' slices, k_tiles each --------------------------------
         tiles = ((M + BLOCK_M - 1) // BLOCK_M) * ((N + BLOCK_N - 1) // BLOCK_N)
         k_tiles = (K + SLICE_K - 1) // SLICE_K
-        slices = (tiles - cuda.blockIdx.x + cuda.gridDim.x - 1) // cuda.gridDim.x * k_tiles
+        my_tiles = (tiles - cuda.blockIdx.x + cuda.gridDim.x - 1) // cuda.gridDim.x
+        slices = my_tiles * k_tiles
 
         # -- pipeline: the first LOOKAHEAD slices --------------------------------------------
         a_tensor_map, b_tensor_map = tensor_maps(smem, base, a, b, a_map, b_map, workspace, tid)
@@ -846,29 +839,37 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
             if not TMA:
                 cp_async_commit()
 
-        # -- the stream: slice g multiplied while slice g + LOOKAHEAD loads; after a tile's
-        # last slice, its epilogue (TF32: slices in pairs, A's registers in two sets) ---------
-        if REGISTER_A:
-            for g in range(0, slices - 1, 2):
-                stream_step(acc, frag, smem, base, g, 0, slices, k_tiles, a, stride_ab,
-                            stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn, c,
-                            stride_cb, stride_cm, stride_cn, M, N, K, tid, a_tensor_map,
-                            b_tensor_map)  # fmt: skip
-                stream_step(acc, frag, smem, base, g + 1, 1, slices, k_tiles, a, stride_ab,
-                            stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn, c,
-                            stride_cb, stride_cm, stride_cn, M, N, K, tid, a_tensor_map,
-                            b_tensor_map)  # fmt: skip
-            if slices % 2:
-                stream_step(acc, frag, smem, base, slices - 1, 0, slices, k_tiles, a, stride_ab,
-                            stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn, c,
-                            stride_cb, stride_cm, stride_cn, M, N, K, tid, a_tensor_map,
-                            b_tensor_map)  # fmt: skip
-        else:
-            for g in range(slices):
-                stream_step(acc, frag, smem, base, g, 0, slices, k_tiles, a, stride_ab,
-                            stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn, c,
-                            stride_cb, stride_cm, stride_cn, M, N, K, tid, a_tensor_map,
-                            b_tensor_map)  # fmt: skip
+        for i in range(my_tiles):
+            # -- tile i's slices: slice g multiplied while slice g + LOOKAHEAD loads (TF32:
+            # slices in pairs, A's registers in two sets) -----------------------------------
+            g0 = i * k_tiles
+            if REGISTER_A:
+                for t in range(0, k_tiles - 1, 2):
+                    stream_step(acc, frag, smem, base, g0 + t, 0, slices, k_tiles, a,
+                                stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk,
+                                stride_bn, M, N, K, tid, a_tensor_map, b_tensor_map)  # fmt: skip
+                    stream_step(acc, frag, smem, base, g0 + t + 1, 1, slices, k_tiles, a,
+                                stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk,
+                                stride_bn, M, N, K, tid, a_tensor_map, b_tensor_map)  # fmt: skip
+                if k_tiles % 2:
+                    stream_step(acc, frag, smem, base, g0 + k_tiles - 1, 0, slices, k_tiles, a,
+                                stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk,
+                                stride_bn, M, N, K, tid, a_tensor_map, b_tensor_map)  # fmt: skip
+            else:
+                for t in range(k_tiles):
+                    stream_step(acc, frag, smem, base, g0 + t, 0, slices, k_tiles, a,
+                                stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk,
+                                stride_bn, M, N, K, tid, a_tensor_map, b_tensor_map)  # fmt: skip
+            wgmma_done()
+
+            # -- its epilogue, from a C tile of its own: the next slices keep loading
+            # meanwhile; the next epilogue comes after at least one more slice's barrier ----
+            m0, n0, batch, _, _ = origin_of(cuda.blockIdx.x + i * cuda.gridDim.x,
+                                            cuda.blockIdx.y, M, N, stride_ab, stride_am,
+                                            stride_bb, stride_bn)  # fmt: skip
+            write_c(c, batch * stride_cb, stride_cm, stride_cn, M, N, m0, n0,
+                    cuda.shared.array(0, FLOAT32), acc)  # fmt: skip
+            zero_all(acc)
 
     return persistent_kernel if config.persistent else wgmma_kernel
 
