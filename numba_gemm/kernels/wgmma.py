@@ -763,36 +763,50 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     # ... in the grouped order, each tile's k in slices as above. The slices of all its tiles
     # form one stream, g = (tile ordinal) x k_tiles + (slice of the tile), so the pipeline
     # runs on across tiles: while a tile's last slices are multiplied and its epilogue writes
-    # C (from a C tile of its own in shared memory), the next tile's first slices load. The
-    # epilogue follows each tile's loop over its slices, not a branch inside it: ptxas
-    # serialises every wgmma of a loop whose body reads the accumulators on a branch.
+    # C (from a C tile of its own in shared memory), the next tile's first slices load.
+    # - The epilogue follows each tile's loop over its slices, not a branch inside it: ptxas
+    #   serialises every wgmma of a loop whose body reads the accumulators on a branch.
+    # - The copies follow a cursor (the next slice to load: its tile's origin and k), advanced
+    #   after each slice's wgmmas are issued: a tile's origin takes 64-bit divisions (about
+    #   0.4 us), once per tile and off the way from a landed slice to its wgmmas.
 
     @cuda.jit(device=True)
-    def fill(smem, base, g, k_tiles, a, stride_ab, stride_am, stride_ak, b, stride_bb,
+    def fill(smem, base, g, cursor, a, stride_ab, stride_am, stride_ak, b, stride_bb,
              stride_bk, stride_bn, M, N, K, tid, a_map, b_map):  # fmt: skip
-        # slice g of this CTA's stream into buffer g % STAGES: TMA (the caller's one thread)
-        # or this thread's cp.async copies
-        tile = cuda.blockIdx.x + (g // k_tiles) * cuda.gridDim.x
-        m0, n0, batch, a0, b0 = origin_of(tile, cuda.blockIdx.y, M, N, stride_ab, stride_am,
-                                          stride_bb, stride_bn)  # fmt: skip
-        k0 = (g % k_tiles) * SLICE_K
+        # slice g of this CTA's stream, at ``cursor``, into buffer g % STAGES: TMA (the
+        # caller's one thread) or this thread's cp.async copies
+        _, k_slice, m0, n0, batch = cursor
+        k0 = k_slice * SLICE_K
         if TMA:
             copy_stage(smem, base, g % STAGES, k0, a_map, b_map, m0, n0, batch)
         else:
-            load_stage(smem, base, g % STAGES, k0, a, a0, stride_am, stride_ak, b, b0,
-                       stride_bk, stride_bn, M - m0, N - n0, K, tid)  # fmt: skip
+            load_stage(smem, base, g % STAGES, k0, a, batch * stride_ab + m0 * stride_am,
+                       stride_am, stride_ak, b, batch * stride_bb + n0 * stride_bn, stride_bk,
+                       stride_bn, M - m0, N - n0, K, tid)  # fmt: skip
 
     @cuda.jit(device=True)
-    def stream_step(acc, frag, smem, base, g, parity, slices, k_tiles, a, stride_ab, stride_am,
-                    stride_ak, b, stride_bb, stride_bk, stride_bn, M, N, K, tid, a_map,
-                    b_map):  # fmt: skip
+    def advance(cursor, k_tiles, M, N, stride_ab, stride_am, stride_bb, stride_bn):
+        # the cursor (tile, slice of the tile, the tile's m0, n0, batch) one slice on
+        tile, k_slice, m0, n0, batch = cursor
+        k_slice += 1
+        if k_slice == k_tiles:
+            k_slice, tile = 0, tile + cuda.gridDim.x
+            m0, n0, batch, _, _ = origin_of(tile, cuda.blockIdx.y, M, N, stride_ab, stride_am,
+                                            stride_bb, stride_bn)  # fmt: skip
+        return tile, k_slice, m0, n0, batch
+
+    @cuda.jit(device=True)
+    def stream_step(acc, frag, smem, base, g, parity, slices, cursor, k_tiles, a, stride_ab,
+                    stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn, M, N, K, tid,
+                    a_map, b_map):  # fmt: skip
         # Slice g of the stream, as slice_step: every warpgroup is done with slice
-        # g - 1 - IN_FLIGHT, whose buffer slice g + LOOKAHEAD refills, once slice g has landed
+        # g - 1 - IN_FLIGHT, whose buffer slice g + LOOKAHEAD (at ``cursor``) refills, once
+        # slice g has landed. Returns the cursor advanced.
         ahead, stage = g + LOOKAHEAD, g % STAGES
         if TMA:  # a barrier, one thread's copies, then the wait for slice g's bytes
             cuda.syncthreads()
             if tid == 0 and ahead < slices:
-                fill(smem, base, ahead, k_tiles, a, stride_ab, stride_am, stride_ak, b,
+                fill(smem, base, ahead, cursor, a, stride_ab, stride_am, stride_ak, b,
                      stride_bb, stride_bk, stride_bn, M, N, K, tid, a_map, b_map)  # fmt: skip
             while not mbarrier_done(smem, barrier_of(base, stage), (g // STAGES) % 2):
                 pass
@@ -801,11 +815,12 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
             async_proxy_fence()
             cuda.syncthreads()
             if ahead < slices:
-                fill(smem, base, ahead, k_tiles, a, stride_ab, stride_am, stride_ak, b,
+                fill(smem, base, ahead, cursor, a, stride_ab, stride_am, stride_ak, b,
                      stride_bb, stride_bk, stride_bn, M, N, K, tid, a_map, b_map)  # fmt: skip
             cp_async_commit()
         multiply_slice(acc, frag, smem, base + stage * A_STAGE, base + B_BASE + stage * B_STAGE,
                        tid, parity)  # fmt: skip
+        return advance(cursor, k_tiles, M, N, stride_ab, stride_am, stride_bb, stride_bn)
 
     @kernel_jit(THREADS)
     def persistent_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk,
@@ -828,16 +843,20 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
         my_tiles = (tiles - cuda.blockIdx.x + cuda.gridDim.x - 1) // cuda.gridDim.x
         slices = my_tiles * k_tiles
 
-        # -- pipeline: the first LOOKAHEAD slices --------------------------------------------
+        # -- pipeline: the first LOOKAHEAD slices; the cursor then at slice LOOKAHEAD ---------
         a_tensor_map, b_tensor_map = tensor_maps(smem, base, a, b, a_map, b_map, workspace, tid)
         if TMA:
             init_barriers(smem, base, tid)
+        m0, n0, batch, _, _ = origin_of(cuda.blockIdx.x, cuda.blockIdx.y, M, N, stride_ab,
+                                        stride_am, stride_bb, stride_bn)  # fmt: skip
+        cursor = (cuda.blockIdx.x, 0, m0, n0, batch)
         for s in range(LOOKAHEAD):
             if s < slices and (tid == 0 or not TMA):
-                fill(smem, base, s, k_tiles, a, stride_ab, stride_am, stride_ak, b, stride_bb,
+                fill(smem, base, s, cursor, a, stride_ab, stride_am, stride_ak, b, stride_bb,
                      stride_bk, stride_bn, M, N, K, tid, a_tensor_map, b_tensor_map)  # fmt: skip
             if not TMA:
                 cp_async_commit()
+            cursor = advance(cursor, k_tiles, M, N, stride_ab, stride_am, stride_bb, stride_bn)
 
         for i in range(my_tiles):
             # -- tile i's slices: slice g multiplied while slice g + LOOKAHEAD loads (TF32:
@@ -845,21 +864,25 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
             g0 = i * k_tiles
             if REGISTER_A:
                 for t in range(0, k_tiles - 1, 2):
-                    stream_step(acc, frag, smem, base, g0 + t, 0, slices, k_tiles, a,
-                                stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk,
-                                stride_bn, M, N, K, tid, a_tensor_map, b_tensor_map)  # fmt: skip
-                    stream_step(acc, frag, smem, base, g0 + t + 1, 1, slices, k_tiles, a,
-                                stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk,
-                                stride_bn, M, N, K, tid, a_tensor_map, b_tensor_map)  # fmt: skip
+                    cursor = stream_step(acc, frag, smem, base, g0 + t, 0, slices, cursor,
+                                         k_tiles, a, stride_ab, stride_am, stride_ak, b,
+                                         stride_bb, stride_bk, stride_bn, M, N, K, tid,
+                                         a_tensor_map, b_tensor_map)  # fmt: skip
+                    cursor = stream_step(acc, frag, smem, base, g0 + t + 1, 1, slices, cursor,
+                                         k_tiles, a, stride_ab, stride_am, stride_ak, b,
+                                         stride_bb, stride_bk, stride_bn, M, N, K, tid,
+                                         a_tensor_map, b_tensor_map)  # fmt: skip
                 if k_tiles % 2:
-                    stream_step(acc, frag, smem, base, g0 + k_tiles - 1, 0, slices, k_tiles, a,
-                                stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk,
-                                stride_bn, M, N, K, tid, a_tensor_map, b_tensor_map)  # fmt: skip
+                    cursor = stream_step(acc, frag, smem, base, g0 + k_tiles - 1, 0, slices,
+                                         cursor, k_tiles, a, stride_ab, stride_am, stride_ak, b,
+                                         stride_bb, stride_bk, stride_bn, M, N, K, tid,
+                                         a_tensor_map, b_tensor_map)  # fmt: skip
             else:
                 for t in range(k_tiles):
-                    stream_step(acc, frag, smem, base, g0 + t, 0, slices, k_tiles, a,
-                                stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk,
-                                stride_bn, M, N, K, tid, a_tensor_map, b_tensor_map)  # fmt: skip
+                    cursor = stream_step(acc, frag, smem, base, g0 + t, 0, slices, cursor,
+                                         k_tiles, a, stride_ab, stride_am, stride_ak, b,
+                                         stride_bb, stride_bk, stride_bn, M, N, K, tid,
+                                         a_tensor_map, b_tensor_map)  # fmt: skip
             wgmma_done()
 
             # -- its epilogue, from a C tile of its own: the next slices keep loading
