@@ -37,7 +37,7 @@ from .launch import (
     to_device,
 )
 from .loops import fold_loops
-from .precision import Preset, default_preset, normalise, output_dtypes, resolve
+from .precision import BFLOAT16, FLOAT16, Preset, default_preset, normalise, output_dtypes, resolve
 from .prepared import Done, PreparedCall, PreparedCalls
 from .scratch import SPLIT_K_SCRATCH
 from .tuned_configs import config_for
@@ -73,9 +73,11 @@ __all__ = [
 
 ALGORITHMS = ("auto", "tiled", "skinny", "mma", "wgmma") + tuple(LOOP_ORDERS)
 # The algorithms of each kind of preset: the FFMA kernels compute float32 and float64 exactly,
-# the tensor-core kernel every bf16, f16 and TF32 preset.
+# the tensor-core kernel every bf16, f16 and TF32 preset; the skinny kernel also computes bf16
+# and f16 operands at their own presets (float32 products and sums, as the tensor cores).
 FFMA_ALGORITHMS = ("auto", "tiled", "skinny") + tuple(LOOP_ORDERS)
 TENSOR_CORE_ALGORITHMS = ("auto", "mma", "wgmma")
+SKINNY_16_BIT_PRESETS = ("BF16_BF16_F32", "F16_F16_F32")
 CONFIG_TYPES = {"tiled": TileConfig, "mma": MmaConfig, "wgmma": WgmmaConfig}
 
 # "auto" runs the tiled kernel from this many multiply-adds on (64^3); below it a large tile
@@ -232,6 +234,8 @@ def check_preset(preset: Preset, algorithm: str, config) -> None:
     """``ValueError`` unless ``algorithm`` (and ``config``'s kind) can compute ``preset``."""
     tensor_cores = preset.tensor_cores
     algorithms = TENSOR_CORE_ALGORITHMS if tensor_cores else FFMA_ALGORITHMS
+    if preset.name in SKINNY_16_BIT_PRESETS:
+        algorithms += ("skinny",)
     if algorithm not in algorithms:
         raise ValueError(
             f"algorithm={algorithm!r} cannot compute precision {preset.name}; it runs on "
@@ -244,6 +248,23 @@ def check_preset(preset: Preset, algorithm: str, config) -> None:
             f"kernel, which takes a numba_gemm.{' or '.join(k.__name__ for k in kinds)}; got "
             f"{type(config).__name__}"
         )
+
+
+def skinny_16_bit(algorithm: str, config, preset: Preset, a: MatrixDesc, b: MatrixDesc) -> bool:
+    """Whether a tensor-core preset's product runs on the skinny kernel: asked for, or
+    ``"auto"`` (no config) on a matrix-vector product (a decode step's one token), where
+    bf16 and f16 operands at their own preset are bound by reading the matrix once and the
+    skinny kernel streams it (``kernels/skinny.py``) faster than a tile of 64 rows of which
+    one is used. ``ValueError`` where ``"skinny"`` is asked for on operands it does not
+    take (float32 ones at a bf16 preset round to bf16 first: the tensor cores' work)."""
+    own_preset = np.dtype(a.dtype) in (BFLOAT16, FLOAT16) and default_preset(a.dtype) == preset
+    if algorithm == "skinny" and not own_preset:
+        raise ValueError(
+            f"algorithm='skinny' computes bf16 and f16 operands at their own precision; "
+            f"{a.dtype} operands at precision {preset.name} run on 'mma' or 'wgmma'"
+        )
+    one = min(a.shape[0], b.shape[1]) == 1
+    return algorithm == "skinny" or (algorithm == "auto" and config is None and own_preset and one)
 
 
 def tensor_core_algorithm(algorithm: str, config, preset: Preset, a: MatrixDesc,
@@ -306,6 +327,8 @@ def plan(
     """
     preset = default_preset(a.dtype) if preset is None else preset
     check_preset(preset, algorithm, config)
+    if preset.tensor_cores and skinny_16_bit(algorithm, config, preset, a, b):
+        return plan_skinny(a, b, out)
     if preset.tensor_cores:
         if tensor_core_algorithm(algorithm, config, preset, a, b) == "wgmma":
             return plan_wgmma(config, preset, a, b, out, tensor_maps, workspace, scratch)

@@ -1,7 +1,8 @@
 """The skinny kernel (``kernels/skinny.py``): results of at most 16 rows or columns, float32
-and float64, every layout, edges of every strip and step, batches, and when "auto" runs it;
-and what "auto" runs for the other narrow results, 2 to 16 rows or columns: the tiled
-kernel's 16-row tiles (``tiled.narrow_config``), transposed where the columns are few."""
+and float64, bf16 and f16 at their own precision (a 16-bit or float32 result), every layout,
+edges of every strip and step, batches, and when "auto" runs it; and what "auto" runs for the
+other narrow results, 2 to 16 rows or columns: the tiled kernel's 16-row tiles
+(``tiled.narrow_config``), transposed where the columns are few."""
 
 from dataclasses import replace
 
@@ -9,13 +10,15 @@ import numpy as np
 import pytest
 
 import numba_gemm
-from checks import assert_product
+from checks import assert_product, assert_within_preset
 from numba_gemm.api import plan
 from numba_gemm.descriptor import describe
 from numba_gemm.kernels import skinny
+from numba_gemm.precision import BFLOAT16, FLOAT16, resolve
 from numba_gemm.reference import LAYOUTS, make_operands, poisoned, reference, relative_error
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
+BF16, F16 = BFLOAT16, FLOAT16
 # (M, N, K): one row and one column; rows of every accumulator size (1, 2-16 rounded up to a
 # power of two) against strips cut at N and steps cut at K (a step is 256 rows of k for
 # float32 with 2 simulated warps of 4 columns); the transposed case (N <= 16 < M).
@@ -31,6 +34,24 @@ def test_skinny_matches_float64_reference(dtype, shape, layout, rng):
     out = poisoned((M, N), dtype, layout=layout)  # NaN: an unwritten element fails the check
     assert numba_gemm.matmul(a, b, out, algorithm="skinny") is out
     assert_product(out, a, b, dtype)
+
+
+# 16-bit operands: 8 columns per strip and 8 k per run (16 bytes), a step of 128 rows of k
+SHAPES_16 = [(1, 1, 1), (1, 40, 37), (3, 9, 300), (16, 17, 9), (40, 2, 130)]
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("shape", SHAPES_16, ids=str)
+@pytest.mark.parametrize("dtype, out_dtype", [(BF16, BF16), (BF16, F32), (F16, F16)], ids=str)
+def test_skinny_computes_16_bit_operands_at_their_own_precision(dtype, out_dtype, shape, layout,
+                                                                  rng):  # fmt: skip
+    M, N, K = shape
+    a, b = make_operands(M, N, K, dtype, layout, rng)
+    out = poisoned((M, N), out_dtype, layout=layout)
+    assert numba_gemm.matmul(a, b, out, algorithm="skinny") is out
+    error = assert_within_preset(out, a, b, out_dtype=out_dtype)
+    if out_dtype == F32:  # products and sums in float32: far inside bf16's bound
+        assert error < 1e-5, error
 
 
 def test_skinny_runs_a_batch_and_a_broadcast_operand(rng):
@@ -70,6 +91,21 @@ def test_auto_runs_matrix_vector_products_on_the_skinny_kernel(shape, expected):
     M, N, K = shape
     a, b = np.ones((M, K), np.float32), np.ones((K, N), np.float32)
     assert _kernel_of(a, b).py_func.__name__ == expected
+
+
+@pytest.mark.parametrize("dtype", [BF16, F16], ids=str)
+def test_auto_runs_16_bit_matrix_vector_products_on_the_skinny_kernel(dtype):
+    # one row or column: the skinny kernel; more: the tensor cores (mma on the simulator)
+    def kernel(M, N, K=64, precision=None):
+        a, b = np.ones((M, K), dtype), np.ones((K, N), dtype)
+        out = np.empty((M, N), dtype)
+        preset = resolve(precision, dtype)
+        launch = plan(describe(a, "a"), describe(b, "b"), describe(out, "out"), "auto", None,
+                      preset)  # fmt: skip
+        return launch.kernel.py_func.__name__
+
+    assert kernel(1, 4096) == kernel(4096, 1) == "skinny_kernel"
+    assert kernel(2, 4096) != "skinny_kernel" and kernel(16, 16) != "skinny_kernel"
 
 
 @pytest.mark.parametrize(
@@ -114,13 +150,13 @@ def test_narrow_results_split_into_a_wave_of_two_ctas_per_sm(monkeypatch):
 def test_aligned_rows_and_columns_take_vector_loads_and_others_element_loads(rng):
     rows = skinny.skinny_rows
     a, b = make_operands(3, 64, 64, F32, "row", rng)  # rows of 64 floats: 16-byte aligned
-    assert _kernel_of(a, b, "skinny") is skinny._kernel(F32, rows(3), "rows", True)
+    assert _kernel_of(a, b, "skinny") is skinny._kernel(F32, F32, rows(3), "rows", True)
     a, b = make_operands(3, 63, 63, F32, "row", rng)  # rows of 63: misaligned
-    assert _kernel_of(a, b, "skinny") is skinny._kernel(F32, rows(3), "elements", False)
+    assert _kernel_of(a, b, "skinny") is skinny._kernel(F32, F32, rows(3), "elements", False)
     a, b = make_operands(3, 64, 64, F32, "b_col", rng)  # B k-contiguous: runs along k
-    assert _kernel_of(a, b, "skinny") is skinny._kernel(F32, rows(3), "runs", True)
+    assert _kernel_of(a, b, "skinny") is skinny._kernel(F32, F32, rows(3), "runs", True)
     a, b = make_operands(64, 3, 64, F32, "row", rng)  # run transposed: B^T's columns are A's rows
-    assert _kernel_of(a, b, "skinny") is skinny._kernel(F32, rows(3), "runs", False)
+    assert _kernel_of(a, b, "skinny") is skinny._kernel(F32, F32, rows(3), "runs", False)
 
 
 @pytest.mark.parametrize("shapes", [((2, 0), (0, 5)), ((40, 0), (0, 2)), ((0, 3), (3, 5))])
@@ -151,6 +187,15 @@ def test_skinny_refuses_what_it_cannot_run(rng):
         numba_gemm.matmul(a, b, algorithm="skinny", config=numba_gemm.TileConfig())
     with pytest.raises(ValueError, match="1 to 16 rows"):
         skinny.skinny_rows(17)
+    a, b = make_operands(1, 17, 8, BF16, "row", rng)
+    with pytest.raises(ValueError, match="takes none"):
+        numba_gemm.matmul(a, b, algorithm="skinny", config=numba_gemm.MmaConfig())
+    with pytest.raises(ValueError, match="cannot compute precision TF32_TF32_F32"):
+        numba_gemm.matmul(a.astype(np.float32), b.astype(np.float32), algorithm="skinny",
+                          precision="TF32_TF32_F32")  # fmt: skip
+    with pytest.raises(ValueError, match="computes bf16 and f16 operands at their own"):
+        numba_gemm.matmul(a.astype(np.float32), b.astype(np.float32), algorithm="skinny",
+                          precision="BF16_BF16_F32")  # fmt: skip
 
 
 @pytest.mark.gpu
@@ -183,3 +228,20 @@ def test_gpu_skinny_matches_float64_reference(algorithm, dtype, shape, layout, r
     cuda.synchronize()
     error = relative_error(out, reference(a, b))
     assert error <= tolerance(default_preset(dtype), dtype, K), error
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize(
+    "shape", [(1, 4096, 4096), (1, 1000, 777), (4096, 1, 4099), (16, 999, 4096)], ids=str
+)
+@pytest.mark.parametrize("dtype, out_dtype", [(BF16, BF16), (BF16, F32), (F16, F16)], ids=str)
+def test_gpu_skinny_computes_16_bit_operands(dtype, out_dtype, shape, layout, rng):
+    from numba import cuda
+
+    M, N, K = shape
+    a, b = make_operands(M, N, K, dtype, layout, rng, to_device=True)
+    out = poisoned((M, N), out_dtype, to_device=True, layout=layout)
+    numba_gemm.matmul(a, b, out, algorithm="skinny" if M > 1 else "auto")
+    cuda.synchronize()
+    assert_within_preset(out, a, b, out_dtype=out_dtype)

@@ -43,6 +43,7 @@ __all__ = [
     "operand_part",
     "mma",
     "output_converter",
+    "input_converter",
     "float_bits",
     "bits_float",
     "toward_zero",
@@ -493,9 +494,10 @@ if not SIMULATED:
 @functools.cache
 def output_converter(out: np.dtype):
     """Device function ``convert(x)``: float32 ``x`` as an element of an ``out`` array:
-    itself for float32, the bits (uint16) of its bf16 or f16 rounding (to nearest even)."""
+    itself for float32 (and float64 ``x`` for float64), the bits (uint16) of its bf16 or f16
+    rounding (to nearest even)."""
     out = np.dtype(out)
-    if out == np.float32:
+    if out in (np.float32, np.float64):
 
         @cuda.jit(device=True)
         def identity(x):
@@ -522,5 +524,48 @@ def output_converter(out: np.dtype):
             return builder.call(asm, args)
 
         return types.uint16(x), codegen
+
+    return intrinsic(typer)
+
+
+@functools.cache
+def input_converter(operand: np.dtype):
+    """Device function ``widen(x)``: an element of an ``operand`` array as the kernels hold it
+    (:func:`numba_gemm.kernels.mma.storage_dtype`) as the float it stands for, exactly:
+    itself for float32 and float64; float32 from the bits (uint16) of a bf16 (the bits moved
+    up: bf16 is float32's upper half) or an f16 (``cvt.f32.f16``)."""
+    operand = np.dtype(operand)
+    if operand not in (ml_dtypes.bfloat16, np.float16):
+
+        @cuda.jit(device=True)
+        def identity(x):
+            return x
+
+        return identity
+    if SIMULATED:
+        narrow = operand.type
+
+        def from_bits(x):
+            return np.float32(np.array(x, np.uint16).view(narrow)[()])
+
+        return from_bits
+    if operand == ml_dtypes.bfloat16:
+
+        @cuda.jit(device=True)
+        def from_bf16(x):
+            return bits_float(np.uint32(x) << np.uint32(16))
+
+        return from_bf16
+
+    def typer(typingctx, x):
+        if x != types.uint16:
+            return None
+
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(_F32, [ir.IntType(16)]), "cvt.f32.f16 $0, $1;",
+                               "=f,h")  # fmt: skip
+            return builder.call(asm, args)
+
+        return types.float32(x), codegen
 
     return intrinsic(typer)

@@ -162,17 +162,26 @@ else:
                 width = 16 // (dst_t.dtype.bitwidth // 8)
                 vec_ptr_t = ir.VectorType(elem, width).as_pointer()
                 if kind in ("load", "global load"):  # vector load, element stores into dst
-                    src_vec_ptr = builder.bitcast(src_ptr, vec_ptr_t)
+                    # as four 32-bit words, each word's elements split off it (a vector of
+                    # narrower elements would load 8 bytes at a time)
+                    i32 = ir.IntType(32)
+                    words_t = ir.VectorType(i32, 4)
+                    src_vec_ptr = builder.bitcast(src_ptr, words_t.as_pointer())
                     if kind == "global load":
-                        src_vec_ptr = builder.addrspacecast(
-                            src_vec_ptr, ir.PointerType(vec_ptr_t.pointee, 1)
-                        )
-                    vec = builder.load(src_vec_ptr, align=16)
+                        src_vec_ptr = builder.addrspacecast(src_vec_ptr, ir.PointerType(words_t, 1))
+                    words = builder.load(src_vec_ptr, align=16)
+                    bits = dst_t.dtype.bitwidth
+                    if bits >= 32:
+                        whole = builder.bitcast(words, ir.VectorType(elem, width))
                     for e in range(width):
-                        builder.store(
-                            builder.extract_element(vec, ir.Constant(ir.IntType(32), e)),
-                            builder.gep(dst_ptr, [ir.Constant(ir.IntType(64), e)]),
-                        )
+                        if bits >= 32:
+                            value = builder.extract_element(whole, ir.Constant(i32, e))
+                        else:  # element e % (32 / bits) of its word, from the low bits up
+                            word = builder.extract_element(words, ir.Constant(i32, e * bits // 32))
+                            shift = ir.Constant(i32, (e * bits) % 32)
+                            value = builder.trunc(builder.lshr(word, shift), ir.IntType(bits))
+                            value = builder.bitcast(value, elem)
+                        builder.store(value, builder.gep(dst_ptr, [ir.Constant(ir.IntType(64), e)]))
                 else:  # element loads from src, vector store into dst
                     vec = ir.Constant(ir.VectorType(elem, width), ir.Undefined)
                     for e in range(width):

@@ -1,6 +1,8 @@
 """Skinny products on the FMA units: C (M x N) = A (M x K) @ B (K x N) with M <= SKINNY_M.
 
-float32 or float64, any strides, a batch along grid y. A product with few rows (one token of a
+float32 or float64, or bf16 and f16 at their own precision (products and sums in float32, as
+the tensor cores' presets ``BF16_BF16_F32`` and ``F16_F16_F32`` ask), any strides, a batch
+along grid y. A product with few rows (one token of a
 decode step: M = 1) reads all of B (K x N) for M x N results: it is bound by reading B once,
 and a tile of 64 rows or more (the tiled kernel's) computes mostly zeros and reads B no faster.
 Here every element of B is loaded once, by one lane, with several loads in flight per lane,
@@ -19,11 +21,13 @@ Algorithm (one CTA of ``WARPS`` warps per ``WARPS x width`` columns of C, all it
    ``Dense`` kernel) or a vector per column and run (column-major B, an ``nn.Linear``
    weight's transpose, and the transposed products of row-major operands); else element by
    element. Then each row of k multiplies the same k of every row of A (a 16-byte vector per
-   run where A's rows are contiguous and aligned) into ``rows x width`` float accumulators
+   run where A's rows are contiguous and aligned; 16-bit elements widened to float32 first,
+   exactly) into ``rows x width`` float accumulators
    (``rows``: M rounded up to a power of two, a compile-time constant). Whole steps of a whole
    strip run without bounds tests; the last step, and a strip that N cuts, test each element.
 3. *Sum over lanes*: five butterfly exchanges (``shfl.xor``) leave every lane of the warp with
-   the strip's ``rows x width`` sums; lane l writes sums l, l + 32, ... to C.
+   the strip's ``rows x width`` sums; lane l writes sums l, l + 32, ... to C (converted to C's
+   dtype: bf16 or f16 rounded to nearest even, where C is 16-bit).
 
 Every C element is the sum of its 32 lanes' partial sums, each over its own k in order, so the
 result is the same run to run.
@@ -41,7 +45,9 @@ from numba import cuda
 
 from ..descriptor import MatrixDesc
 from ..launch import KernelLaunch, cdiv, kernel_launch, simulated
-from .mma import VECTOR_BYTES, WARP, operand_mode
+from ..precision import FLOAT32
+from .fragments import input_converter, output_converter
+from .mma import UINT16, VECTOR_BYTES, WARP, operand_mode, storage_dtype, storage_view
 from .ptx import load_global_vector, move_element
 from .tiled import unrolled
 
@@ -96,12 +102,17 @@ def _lane_summer(dtype: np.dtype, size: int):
 
 
 @functools.cache
-def _kernel(dtype: np.dtype, rows: int, b_loads: str, a_vectors: bool):
-    """The kernel for operands of ``dtype``, ``rows`` accumulator rows (a power of two >= M),
-    B's strip loaded by ``b_loads`` (``"rows"``: a 16-byte vector per row, B's rows contiguous
-    and aligned; ``"runs"``: a 16-byte vector per column and run of k, B's columns contiguous
-    and aligned; ``"elements"``), and A's runs of k as 16-byte vectors (``a_vectors``) or
-    element by element."""
+def _kernel(operand: np.dtype, out: np.dtype, rows: int, b_loads: str, a_vectors: bool):
+    """The kernel for operands of dtype ``operand`` and a result of dtype ``out``, ``rows``
+    accumulator rows (a power of two >= M), B's strip loaded by ``b_loads`` (``"rows"``: a
+    16-byte vector per row, B's rows contiguous and aligned; ``"runs"``: a 16-byte vector per
+    column and run of k, B's columns contiguous and aligned; ``"elements"``), and A's runs of
+    k as 16-byte vectors (``a_vectors``) or element by element. 16-bit operands travel as
+    their bits (uint16) and accumulate in float32."""
+    dtype = storage_dtype(operand)  # the elements as loaded
+    acc_dtype = FLOAT32 if dtype == UINT16 else dtype
+    widen = input_converter(operand)
+    narrow = output_converter(out)
     WIDTH = VECTOR_BYTES // dtype.itemsize  # columns per warp's strip, and k per lane's run
     RUN = WIDTH
     RUNS = UNROLL // RUN  # runs per lane per step
@@ -111,8 +122,8 @@ def _kernel(dtype: np.dtype, rows: int, b_loads: str, a_vectors: bool):
     WARPS_ = _warps()
     THREADS = WARPS_ * WARP
     SCRATCH = THREADS * ACC if simulated() else 1  # the simulator's lane sums
-    sum_lanes = _lane_summer(dtype, ACC)
-    zero = dtype.type(0)
+    sum_lanes = _lane_summer(acc_dtype, ACC)
+    zero, acc_zero = dtype.type(0), acc_dtype.type(0)
     ROW_VECTORS = b_loads == "rows"  # (kernels compare no strings)
 
     @cuda.jit(device=True)
@@ -176,7 +187,7 @@ def _kernel(dtype: np.dtype, rows: int, b_loads: str, a_vectors: bool):
                          inside(run0, K), a_vectors)  # fmt: skip
                 for i in range(RUN):
                     for j in range(WIDTH):
-                        acc[m * WIDTH + j] += x[i] * strip[(r * RUN + i) * WIDTH + j]
+                        acc[m * WIDTH + j] += widen(x[i]) * widen(strip[(r * RUN + i) * WIDTH + j])
 
         multiply_strip = unrolled(
             multiply_run,
@@ -190,7 +201,7 @@ def _kernel(dtype: np.dtype, rows: int, b_loads: str, a_vectors: bool):
 
     @cuda.jit(device=True)
     def zero_one(acc, e):
-        acc[e] = zero
+        acc[e] = acc_zero
 
     zero_all = unrolled(zero_one, ACC, "acc")
 
@@ -198,16 +209,16 @@ def _kernel(dtype: np.dtype, rows: int, b_loads: str, a_vectors: bool):
     def store(c, c0, stride_cm, stride_cn, M, n_left, acc, lane, e):
         m, j = e // WIDTH, e % WIDTH
         if e % WARP == lane and m < M and j < n_left:
-            c[c0 + m * stride_cm + j * stride_cn] = acc[e]
+            c[c0 + m * stride_cm + j * stride_cn] = narrow(acc[e])
 
     store_all = unrolled(store, ACC, "c, c0, stride_cm, stride_cn, M, n_left, acc, lane")
 
     @cuda.jit
     def skinny_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn,
                       c, stride_cb, stride_cm, stride_cn, M, N, K):  # fmt: skip
-        acc = cuda.local.array(ACC, dtype)  # (rows, WIDTH): this lane's partial sums
+        acc = cuda.local.array(ACC, acc_dtype)  # (rows, WIDTH): this lane's partial sums
         strip = cuda.local.array(STRIP, dtype)  # (RUNS, RUN, WIDTH): rows of B
-        scratch = cuda.shared.array(SCRATCH, dtype)
+        scratch = cuda.shared.array(SCRATCH, acc_dtype)
         zero_all(acc)
 
         # -- which strip: warp w of CTA x, columns n0 .. n0 + WIDTH ------------------------
@@ -253,13 +264,17 @@ def plan_skinny(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc) -> KernelLaunch:
             )
         a, b, c = b.transposed(), a.transposed(), c.transposed()
         (M, K), N = a.shape, b.shape[1]
-    dtype = np.dtype(a.dtype)
-    width = VECTOR_BYTES // dtype.itemsize
+    operand, out = np.dtype(a.dtype), np.dtype(c.dtype)
+    if operand.itemsize == 2:  # bf16 or f16: their bits
+        a, b = storage_view(a, UINT16), storage_view(b, UINT16)
+    if out.itemsize == 2:
+        c = storage_view(c, UINT16)
+    width = VECTOR_BYTES // storage_dtype(operand).itemsize
     b_loads = {("x", VECTOR_BYTES): "rows", ("k", VECTOR_BYTES): "runs"}.get(
         operand_mode(b, False), "elements"
     )  # B's rows, or its columns, contiguous and 16-byte aligned
     a_vectors = operand_mode(a, True) == ("k", VECTOR_BYTES)  # A's rows contiguous, aligned
-    kernel = _kernel(dtype, skinny_rows(M), b_loads, a_vectors)
+    kernel = _kernel(operand, out, skinny_rows(M), b_loads, a_vectors)
     grid = (cdiv(N, _warps() * width), c.batch)
     return kernel_launch(kernel, grid, _warps() * WARP, 0,
                          (a, a.batch_stride, *a.strides, b, b.batch_stride, *b.strides,
