@@ -12,7 +12,9 @@ import numpy as np
 from .descriptor import ArrayDesc, MatrixDesc, current_device, describe, describe_array
 from .kernels.loop_orders import LOOP_ORDERS, plan_loop_order
 from .kernels.mma import MmaConfig, default_mma_config, plan_mma, shape_mma_config, storage_dtype
+from .kernels.skinny import as_computed as skinny_as_computed
 from .kernels.skinny import plan_skinny
+from .kernels.skinny import strips as skinny_strips
 from .kernels.tiled import NARROW_M, TileConfig, narrow_config, plan_tiled, with_k_ctas
 from .kernels.wgmma import (
     WGMMA_CC,
@@ -31,6 +33,7 @@ from .launch import (
     device_operand,
     fresh_device_output,
     launch_kernel,
+    multiprocessors,
     require_gpu,
     serialised_on_simulator,
     simulated,
@@ -78,6 +81,9 @@ ALGORITHMS = ("auto", "tiled", "skinny", "mma", "wgmma") + tuple(LOOP_ORDERS)
 FFMA_ALGORITHMS = ("auto", "tiled", "skinny") + tuple(LOOP_ORDERS)
 TENSOR_CORE_ALGORITHMS = ("auto", "mma", "wgmma")
 SKINNY_16_BIT_PRESETS = ("BF16_BF16_F32", "F16_F16_F32")
+# "auto" runs 16-bit matrix-vector products on the skinny kernel from one CTA per two SMs
+# (read along k, 128 CTAs streamed 3.5 TB/s on an H200's 132 SMs)
+SKINNY_16_BIT_SMS_PER_CTA = 2
 CONFIG_TYPES = {"tiled": TileConfig, "mma": MmaConfig, "wgmma": WgmmaConfig}
 
 # "auto" runs the tiled kernel from this many multiply-adds on (64^3); below it a large tile
@@ -252,19 +258,29 @@ def check_preset(preset: Preset, algorithm: str, config) -> None:
 
 def skinny_16_bit(algorithm: str, config, preset: Preset, a: MatrixDesc, b: MatrixDesc) -> bool:
     """Whether a tensor-core preset's product runs on the skinny kernel: asked for, or
-    ``"auto"`` (no config) on a matrix-vector product (a decode step's one token), where
-    bf16 and f16 operands at their own preset are bound by reading the matrix once and the
-    skinny kernel streams it (``kernels/skinny.py``) faster than a tile of 64 rows of which
-    one is used. ``ValueError`` where ``"skinny"`` is asked for on operands it does not
-    take (float32 ones at a bf16 preset round to bf16 first: the tensor cores' work)."""
+    ``"auto"`` (no config) on a matrix-vector product of bf16 or f16 operands at their own
+    preset (a decode step's token) where the kernel reads the matrix along k (B k-major as
+    computed: a weight stored (out, in), times a column) in at least one CTA per
+    :data:`SKINNY_16_BIT_SMS_PER_CTA` SMs. There it streams the matrix faster than a
+    tensor-core tile of 64 rows of which one is used; read along n (a JAX ``Dense`` kernel
+    times a row) it does not (``docs/design/skinny.md``). ``ValueError`` where ``"skinny"`` is
+    asked for on operands it does not take (float32 ones at a bf16 preset are rounded to bf16
+    first: the tensor cores' work)."""
     own_preset = np.dtype(a.dtype) in (BFLOAT16, FLOAT16) and default_preset(a.dtype) == preset
     if algorithm == "skinny" and not own_preset:
         raise ValueError(
             f"algorithm='skinny' computes bf16 and f16 operands at their own precision; "
             f"{a.dtype} operands at precision {preset.name} run on 'mma' or 'wgmma'"
         )
-    one = min(a.shape[0], b.shape[1]) == 1
-    return algorithm == "skinny" or (algorithm == "auto" and config is None and own_preset and one)
+    if algorithm == "skinny":
+        return True
+    if algorithm != "auto" or config is not None or not own_preset:
+        return False
+    if min(a.shape[0], b.shape[1]) != 1:
+        return False
+    _, y, _, b_loads = skinny_as_computed(a, b, b)  # (C's descriptor plays no part here)
+    strips = skinny_strips(y.shape[1], a.dtype)
+    return b_loads == "runs" and strips * SKINNY_16_BIT_SMS_PER_CTA >= multiprocessors()
 
 
 def tensor_core_algorithm(algorithm: str, config, preset: Preset, a: MatrixDesc,

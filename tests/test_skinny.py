@@ -94,18 +94,24 @@ def test_auto_runs_matrix_vector_products_on_the_skinny_kernel(shape, expected):
 
 
 @pytest.mark.parametrize("dtype", [BF16, F16], ids=str)
-def test_auto_runs_16_bit_matrix_vector_products_on_the_skinny_kernel(dtype):
-    # one row or column: the skinny kernel; more: the tensor cores (mma on the simulator)
-    def kernel(M, N, K=64, precision=None):
-        a, b = np.ones((M, K), dtype), np.ones((K, N), dtype)
+def test_auto_runs_16_bit_matrix_vector_products_read_along_k_on_the_skinny_kernel(
+    dtype, monkeypatch
+):
+    # one row or column read along k (the matrix k-contiguous as computed) in enough CTAs: the
+    # skinny kernel; read along n, or more rows: the tensor cores (mma on the simulator)
+    def kernel(M, N, K=64, b_layout="row"):
+        a = np.ones((M, K), dtype)
+        b = np.ones((K, N), dtype) if b_layout == "row" else np.ones((N, K), dtype).T
         out = np.empty((M, N), dtype)
-        preset = resolve(precision, dtype)
         launch = plan(describe(a, "a"), describe(b, "b"), describe(out, "out"), "auto", None,
-                      preset)  # fmt: skip
+                      resolve(None, dtype))  # fmt: skip
         return launch.kernel.py_func.__name__
 
-    assert kernel(1, 4096) == kernel(4096, 1) == "skinny_kernel"
-    assert kernel(2, 4096) != "skinny_kernel" and kernel(16, 16) != "skinny_kernel"
+    assert kernel(4096, 1) == kernel(1, 4096, b_layout="col") == "skinny_kernel"
+    assert kernel(1, 4096) != "skinny_kernel"  # a JAX Dense kernel times a row: along n
+    assert kernel(2, 4096, b_layout="col") != "skinny_kernel"
+    monkeypatch.setattr(numba_gemm.api, "multiprocessors", lambda: 10**6)  # strips too few
+    assert kernel(4096, 1) != "skinny_kernel"
 
 
 @pytest.mark.parametrize(
@@ -242,6 +248,6 @@ def test_gpu_skinny_computes_16_bit_operands(dtype, out_dtype, shape, layout, rn
     M, N, K = shape
     a, b = make_operands(M, N, K, dtype, layout, rng, to_device=True)
     out = poisoned((M, N), out_dtype, to_device=True, layout=layout)
-    numba_gemm.matmul(a, b, out, algorithm="skinny" if M > 1 else "auto")
+    numba_gemm.matmul(a, b, out, algorithm="skinny")
     cuda.synchronize()
     assert_within_preset(out, a, b, out_dtype=out_dtype)

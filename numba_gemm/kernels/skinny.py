@@ -51,7 +51,10 @@ from .mma import UINT16, VECTOR_BYTES, WARP, operand_mode, storage_dtype, storag
 from .ptx import load_global_vector, move_element
 from .tiled import unrolled
 
-__all__ = ["SKINNY_M", "WARPS", "SIMULATOR_WARPS", "UNROLL", "skinny_rows", "plan_skinny"]
+__all__ = [
+    "SKINNY_M", "WARPS", "SIMULATOR_WARPS", "UNROLL", "skinny_rows", "as_computed", "strips",
+    "plan_skinny",
+]  # fmt: skip
 
 SKINNY_M = 16  # rows of C (after the transposition) the kernel's accumulators hold at most
 WARPS = 8  # warps per CTA: one column strip each
@@ -251,11 +254,13 @@ def _kernel(operand: np.dtype, out: np.dtype, rows: int, b_loads: str, a_vectors
     return skinny_kernel
 
 
-def plan_skinny(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc) -> KernelLaunch:
-    """The skinny kernel's launch on validated operands: C (M x N) = A (M x K) @ B (K x N), for
-    each of ``c.batch`` products, with M <= SKINNY_M, or N <= SKINNY_M (run as its transpose).
-    ``ValueError`` where neither is."""
-    (M, K), N = a.shape, b.shape[1]
+def as_computed(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc) -> tuple:
+    """``(a, b, c, b_loads)``: the product as the kernel computes it (transposed where M >
+    SKINNY_M, so that C has at most SKINNY_M rows) and how it loads B's strips: ``"rows"``
+    (B's rows contiguous and 16-byte aligned: a vector per row of k), ``"runs"`` (its columns
+    so: a vector per column and run of k, B read along k) or ``"elements"``. ``ValueError``
+    where C has more than SKINNY_M rows and columns."""
+    M, N = a.shape[0], b.shape[1]
     if M > SKINNY_M:
         if N > SKINNY_M:
             raise ValueError(
@@ -263,19 +268,32 @@ def plan_skinny(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc) -> KernelLaunch:
                 f"of the result; this one is {M} x {N}: use 'tiled'"
             )
         a, b, c = b.transposed(), a.transposed(), c.transposed()
-        (M, K), N = a.shape, b.shape[1]
+    b_loads = {("x", VECTOR_BYTES): "rows", ("k", VECTOR_BYTES): "runs"}.get(
+        operand_mode(b, False), "elements"
+    )
+    return a, b, c, b_loads
+
+
+def strips(N: int, dtype: np.dtype) -> int:
+    """CTAs of the skinny kernel for a C of ``N`` columns (as computed) of ``dtype``
+    operands: one strip of 16 bytes' worth of columns per warp."""
+    return cdiv(N, _warps() * (VECTOR_BYTES // storage_dtype(dtype).itemsize))
+
+
+def plan_skinny(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc) -> KernelLaunch:
+    """The skinny kernel's launch on validated operands: C (M x N) = A (M x K) @ B (K x N), for
+    each of ``c.batch`` products, with M <= SKINNY_M, or N <= SKINNY_M (run as its transpose:
+    :func:`as_computed`). ``ValueError`` where neither is."""
+    a, b, c, b_loads = as_computed(a, b, c)
+    (M, K), N = a.shape, b.shape[1]
     operand, out = np.dtype(a.dtype), np.dtype(c.dtype)
     if operand.itemsize == 2:  # bf16 or f16: their bits
         a, b = storage_view(a, UINT16), storage_view(b, UINT16)
     if out.itemsize == 2:
         c = storage_view(c, UINT16)
-    width = VECTOR_BYTES // storage_dtype(operand).itemsize
-    b_loads = {("x", VECTOR_BYTES): "rows", ("k", VECTOR_BYTES): "runs"}.get(
-        operand_mode(b, False), "elements"
-    )  # B's rows, or its columns, contiguous and 16-byte aligned
     a_vectors = operand_mode(a, True) == ("k", VECTOR_BYTES)  # A's rows contiguous, aligned
     kernel = _kernel(operand, out, skinny_rows(M), b_loads, a_vectors)
-    grid = (cdiv(N, _warps() * width), c.batch)
+    grid = (strips(N, operand), c.batch)
     return kernel_launch(kernel, grid, _warps() * WARP, 0,
                          (a, a.batch_stride, *a.strides, b, b.batch_stride, *b.strides,
                           c, c.batch_stride, *c.strides, M, N, K))  # fmt: skip
