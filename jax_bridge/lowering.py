@@ -38,7 +38,15 @@ from jax.interpreters import mlir
 from jax.interpreters.mlir import ir
 
 from .mapping import StridedGemm, strided_gemm
-from .primitive import check_options, gemm_p, platform_preset
+from .primitive import (
+    _host_product,
+    check_options,
+    contraction,
+    gemm_p,
+    gemm_shard_p,
+    platform_preset,
+)
+from .sharding import register_partitioned
 
 __all__ = ["kernel_call", "kernel_call_lowering", "callback_lowering", "ptx_for", "xla_ptx"]
 
@@ -341,8 +349,9 @@ def callback_lowering(ctx, callback, *operands):
 
 def _lowering(platform: str):
     def lower(
-        ctx, lhs, rhs, *, dimension_numbers, precision, out_dtype, algorithm, lowering, config
-    ):
+        ctx, lhs, rhs, *, dimension_numbers, precision, out_dtype, out_sharding, algorithm,
+        lowering, config
+    ):  # fmt: skip
         out_aval, lhs_shape = ctx.avals_out[0], ctx.avals_in[0].shape
         if out_aval.size == 0 or any(lhs_shape[a] == 0 for a in dimension_numbers[0][0]):
             return _zeros(out_aval)(ctx, lhs, rhs)
@@ -361,5 +370,7 @@ def _lowering(platform: str):
     return lower
 
 
-mlir.register_lowering(gemm_p, _lowering("cpu"), platform="cpu")
-mlir.register_lowering(gemm_p, _lowering("cuda"), platform="cuda")
+# The kernels on one device's shards; the product through the partitioner (jax_bridge.sharding)
+mlir.register_lowering(gemm_shard_p, _lowering("cpu"), platform="cpu")
+mlir.register_lowering(gemm_shard_p, _lowering("cuda"), platform="cuda")
+register_partitioned(gemm_p, contraction, gemm_shard_p.bind, _host_product, n_operands=2)

@@ -32,10 +32,13 @@ from jax.interpreters import ad, batching
 from numba_gemm.descriptor import SUPPORTED_DTYPES
 from numba_gemm.precision import FLOAT32, normalise, output_dtypes, resolve
 
-from .mapping import free_axes, output_shape, strided_gemm
+from .mapping import free_axes, strided_gemm
+from .sharding import Contraction
 
 __all__ = [
     "gemm_p",
+    "gemm_shard_p",
+    "contraction",
     "matmul",
     "dot_general",
     "make_dot_general",
@@ -139,7 +142,7 @@ def platform_preset(precision, dtype, platform: str):
 
 
 def _abstract_eval(
-    lhs, rhs, *, dimension_numbers, precision, out_dtype, algorithm, lowering, config
+    lhs, rhs, *, dimension_numbers, precision, out_dtype, out_sharding, algorithm, lowering, config
 ):
     _check(lhs, rhs, dimension_numbers)
     dtype = np.dtype(lhs.dtype)
@@ -155,7 +158,14 @@ def _abstract_eval(
     # exact on the CPU, so there the lowering checks (check_options), before any launch.
     if dtype != FLOAT32 or precision not in PLATFORM_PRECISIONS:
         check_options(preset, algorithm, config, dtype)
-    return jax.core.ShapedArray(output_shape(lhs.shape, rhs.shape, dimension_numbers), out_dtype)
+    # The result's shape, sharding (Explicit mesh axes: batch, free axes as the operands'; a
+    # sharded contracting axis needs out_sharding) and varying manual axes (in shard_map) are
+    # lax.dot_general's: the same rules, the same errors
+    aval, _ = lax.dot_general_p.abstract_eval(
+        lhs, rhs, dimension_numbers=dimension_numbers, precision=None,
+        preferred_element_type=out_dtype, out_sharding=out_sharding,
+    )  # fmt: skip
+    return aval
 
 
 def check_options(preset, algorithm: str, config, dtype) -> None:
@@ -175,6 +185,7 @@ def check_options(preset, algorithm: str, config, dtype) -> None:
         "dimension_numbers",
         "precision",
         "out_dtype",
+        "out_sharding",
         "algorithm",
         "lowering",
         "config",
@@ -186,6 +197,39 @@ def _compiled(lhs, rhs, **params):
 
 gemm_p.def_abstract_eval(_abstract_eval)
 gemm_p.def_impl(_compiled)  # outside jit: one cached executable per signature, as for lax ops
+
+# The product on one device's shards: the kernels' launch (``jax_bridge.lowering``). gemm_p
+# lowers to it through the partitioner (``jax_bridge.sharding``), inlined on one device.
+gemm_shard_p = Primitive("numba_gemm_dot_shard")
+gemm_shard_p.def_abstract_eval(_abstract_eval)
+
+
+def contraction(params: dict, shapes) -> Contraction:
+    """The product's factors (``jax_bridge.sharding``): batch ``b<i>``, lhs free ``m<i>``,
+    rhs free ``n<i>`` and contracting ``k<i>`` axes, in each operand's axis order."""
+    (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = params["dimension_numbers"]
+    lhs_ndim, rhs_ndim = map(len, shapes)
+    lhs, rhs = [""] * lhs_ndim, [""] * rhs_ndim
+    for i, (la, ra) in enumerate(zip(lhs_batch, rhs_batch)):
+        lhs[la] = rhs[ra] = f"b{i}"
+    for i, (la, ra) in enumerate(zip(lhs_contract, rhs_contract)):
+        lhs[la] = rhs[ra] = f"k{i}"
+    lhs_free = free_axes(lhs_ndim, lhs_contract, lhs_batch)
+    rhs_free = free_axes(rhs_ndim, rhs_contract, rhs_batch)
+    for i, a in enumerate(lhs_free):
+        lhs[a] = f"m{i}"
+    for i, a in enumerate(rhs_free):
+        rhs[a] = f"n{i}"
+    result = (*(f"b{i}" for i in range(len(lhs_batch))), *(f"m{i}" for i in range(len(lhs_free))),
+              *(f"n{i}" for i in range(len(rhs_free))))  # fmt: skip
+    return Contraction((tuple(lhs), tuple(rhs)), result)
+
+
+def _host_product(lhs, rhs, *, dimension_numbers, precision, out_dtype, **_):
+    """A device's product inside a partitioned program on the CPU (``jax_bridge.sharding``):
+    XLA's dot at the preset's accuracy (float32 exactly, as XLA:CPU and the simulator do)."""
+    return lax.dot_general(lhs, rhs, dimension_numbers, precision=lax.Precision.HIGHEST,
+                           preferred_element_type=out_dtype or lhs.dtype)  # fmt: skip
 
 
 # -- differentiation ---------------------------------------------------------------------
@@ -202,6 +246,7 @@ def _transpose_lhs(ct, x, y, *, dimension_numbers, swap_ans=False, **params):
     if ct.dtype != x_aval.dtype:
         ct = lax.convert_element_type(ct, x_aval.dtype)
     params = {**params, "out_dtype": None}
+    del params["out_sharding"]  # the cotangent's product is sharded as x is (_sharding_like)
     (x_contract, y_contract), (x_batch, y_batch) = dimension_numbers
     y_ndim = np.ndim(y)
     x_kept = free_axes(x_aval.ndim, x_contract, x_batch)
@@ -231,10 +276,24 @@ def _transpose_lhs(ct, x, y, *, dimension_numbers, swap_ans=False, **params):
         except NotImplementedError:
             continue
         if axes == identity:
-            return gemm_p.bind(*operands, dimension_numbers=dims, **params)
+            return gemm_p.bind(*operands, dimension_numbers=dims,
+                               **params, out_sharding=_sharding_like(x_aval, axes))  # fmt: skip
         fallback = fallback or (operands, dims, axes)
     operands, dims, axes = fallback or candidates[0]  # none strided: laid out anew (bind)
-    return lax.transpose(bind(*operands, dims, **params), tuple(np.argsort(axes)))
+    product = bind(*operands, dims, **params, out_sharding=_sharding_like(x_aval, axes))
+    return lax.transpose(product, tuple(np.argsort(axes)))
+
+
+def _sharding_like(aval, axes):
+    """The sharding of a product whose axis i is ``aval``'s axis ``axes[i]``, sharded as
+    ``aval`` is (lax's transpose rule does the same: with Explicit mesh axes a cotangent's
+    product may contract a sharded axis, and takes its operand's sharding); None without a
+    mesh."""
+    sharding = getattr(aval, "sharding", None)
+    if not isinstance(sharding, jax.sharding.NamedSharding) or sharding.mesh.empty:
+        return None
+    spec = tuple(sharding.spec) + (None,) * (aval.ndim - len(sharding.spec))
+    return sharding.update(spec=jax.sharding.PartitionSpec(*(spec[a] for a in axes)))
 
 
 def _transpose_rhs(ct, x, y, *, dimension_numbers, **params):
@@ -274,7 +333,12 @@ def _batch(args, dims, *, dimension_numbers, **params):
             + free_axes(np.ndim(rhs), rhs_contract, rhs_batch).index(rhs_dim)
         )
     dims = ((lhs_contract, rhs_contract), (lhs_batch, rhs_batch))
-    return bind(lhs, rhs, dims, **params), out_dim
+    out_sharding = params.pop("out_sharding")
+    if out_sharding is not None:  # the mapped axis, unsharded, where the result has it
+        spec = list(out_sharding.spec) + [None] * (out_dim - len(out_sharding.spec))
+        spec.insert(out_dim, None)
+        out_sharding = out_sharding.update(spec=jax.sharding.PartitionSpec(*spec))
+    return bind(lhs, rhs, dims, **params, out_sharding=out_sharding), out_dim
 
 
 batching.primitive_batchers[gemm_p] = _batch
@@ -339,6 +403,24 @@ def _out_dtype(preferred_element_type):
     return None if preferred_element_type is None else np.dtype(preferred_element_type)
 
 
+def _out_sharding(out_sharding):
+    """``out_sharding`` as lax takes it: None, a ``NamedSharding``, or a ``PartitionSpec`` on
+    the mesh in context (``jax.set_mesh``)."""
+    if out_sharding is None or isinstance(out_sharding, jax.sharding.NamedSharding):
+        return out_sharding
+    if isinstance(out_sharding, jax.sharding.PartitionSpec):
+        mesh = jax.sharding.get_abstract_mesh()
+        if mesh.empty:
+            raise ValueError(
+                f"out_sharding={out_sharding} is a PartitionSpec but no mesh is set; pass a "
+                "NamedSharding, or set one with jax.set_mesh(mesh)"
+            )
+        return jax.sharding.NamedSharding(mesh, out_sharding)
+    raise TypeError(
+        f"out_sharding must be None, a NamedSharding or a PartitionSpec; got {out_sharding!r}"
+    )
+
+
 # jax_default_matmul_precision's values, as lax reads them
 _CONFIG_PRECISION = {
     "bfloat16": "DEFAULT",
@@ -386,6 +468,7 @@ def matmul(
     algorithm: str = "auto",
     lowering: str = "native",
     config=None,
+    out_sharding=None,
 ):
     """``op(a) @ op(b)`` with numba-gemm's kernels, inside or outside ``jax.jit``.
 
@@ -401,10 +484,13 @@ def matmul(
     ``lowering="native"`` has XLA launch the kernel itself (no Python per
     call); ``"callback"`` launches it from Python through ``buffer_callback``.
     On the CPU both run the kernels on the Numba CUDA simulator.
-    Differentiable (``grad``, ``jvp``, ``vjp``) and batchable (``vmap``).
+    Differentiable (``grad``, ``jvp``, ``vjp``) and batchable (``vmap``). Under ``jax.jit``
+    with sharded operands each device multiplies its shards (``jax_bridge.sharding``);
+    ``out_sharding`` is ``lax.dot_general``'s (with Explicit mesh axes, where k is sharded).
     """
     options = _options(algorithm, lowering, config)
-    options.update(precision=normalise(precision), out_dtype=_out_dtype(preferred_element_type))
+    options.update(precision=normalise(precision), out_dtype=_out_dtype(preferred_element_type),
+                   out_sharding=_out_sharding(out_sharding))  # fmt: skip
     transpose_a, transpose_b = _flag("transpose_a", transpose_a), _flag("transpose_b", transpose_b)
     for name, x in (("a", a), ("b", b)):
         if np.ndim(x) != 2:
@@ -440,8 +526,6 @@ def make_dot_general(
         try:
             if fallback and (lhs.dtype != rhs.dtype or np.dtype(lhs.dtype) not in SUPPORTED_DTYPES):
                 raise NotImplementedError(f"dtypes {lhs.dtype} and {rhs.dtype}")
-            if kwargs.get("out_sharding") is not None:
-                raise NotImplementedError("out_sharding is not supported")
             out_dtype = _out_dtype(preferred_element_type)
             if out_dtype is not None and np.dtype(lhs.dtype) in SUPPORTED_DTYPES:
                 allowed = output_dtypes(resolve(name, lhs.dtype), lhs.dtype)
@@ -451,7 +535,9 @@ def make_dot_general(
                         f"kernels write {' or '.join(map(str, allowed))}"
                     )
             dims = _normalise(dimension_numbers, lhs.ndim, rhs.ndim)
-            return bind(lhs, rhs, dims, precision=name, out_dtype=out_dtype, **options)
+            out_sharding = _out_sharding(kwargs.get("out_sharding"))
+            return bind(lhs, rhs, dims, precision=name, out_dtype=out_dtype,
+                        out_sharding=out_sharding, **options)  # fmt: skip
         except NotImplementedError:
             if not fallback:
                 raise

@@ -1,0 +1,206 @@
+"""SPMD partitioning of the bridge's primitives: each device runs the kernels on its own shards.
+
+Under ``jax.jit`` with sharded operands, XLA's partitioner splits every operation across the
+devices of a mesh. A custom call it knows nothing about gets its operands gathered and runs
+whole on every device. So the bridge's primitives (``numba_gemm_dot``, ``numba_gemm_triple``)
+lower through ``jax.experimental.custom_partitioning``, which tells the partitioner how a
+product splits, and put the kernels' own launch in per-device primitives
+(``numba_gemm_dot_shard``, ``numba_gemm_triple_shard``) whose lowerings are
+``jax_bridge.lowering``'s. A program on one device (or inside ``jax.shard_map``, where every
+mesh axis is manual) inlines the per-device primitive: nothing changes there.
+
+A product is an einsum over *factors* (:class:`Contraction`): each operand axis is one factor;
+the result keeps the batch and free factors; the contracting factors are reduced.
+
+1. *Rule.* Shardy, JAX's partitioner, reads an einsum-like rule (``"b m k, b k n -> b m n"``,
+   the contracting factors named as reduction factors) and propagates shardings through it;
+   the older GSPMD partitioner asks :func:`Contraction.plan` for the result's sharding.
+2. *Plan* (:meth:`Contraction.plan`). Each factor takes the mesh axes its first operand
+   (in argument order) shards it on, less axes an earlier factor took: every mesh axis splits
+   one factor at most. Operands are resharded to agree where they differ (the partitioner
+   inserts the collectives); the result is sharded as its kept factors are.
+3. *Per device.* Each device runs the kernels on its shards. Where contracting factors are
+   sharded, each device's product is a partial sum: one ``psum`` over those mesh axes, or a
+   ``psum_scatter`` along a result axis where the result's sharding asks for that axis split
+   over them (a reduce-scatter: each device keeps its part of the sum).
+
+Batch, M and N shardings pass through with no communication; only a sharded contracting
+dimension communicates, once. On the CPU (the Numba simulator), a Python callback cannot run
+inside a partitioned program (XLA:CPU loses the callback: a segfault), so there the
+per-device products of a partitioned program are XLA's own ``dot_general`` at the same
+precision; the rules, shapes and collectives are those of the GPU, where the kernels run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jax import lax
+from jax._src import dispatch  # no public way to say a primitive's lowering needs the devices
+from jax.experimental.custom_partitioning import custom_partitioning
+from jax.interpreters import mlir
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+__all__ = ["Contraction", "Plan", "register_partitioned", "axes_of"]
+
+
+def axes_of(entry) -> tuple[str, ...]:
+    """A ``PartitionSpec`` entry (None, an axis name, a tuple of them) as a tuple of names."""
+    if entry is None or entry is P.UNCONSTRAINED:
+        return ()
+    return (entry,) if isinstance(entry, str) else tuple(entry)
+
+
+def _entry(axes: tuple[str, ...]):
+    """A tuple of mesh axis names as a ``PartitionSpec`` entry."""
+    return None if not axes else axes[0] if len(axes) == 1 else tuple(axes)
+
+
+def _spec(sharding, ndim: int) -> list[tuple[str, ...]]:
+    """A ``NamedSharding``'s spec as ``ndim`` tuples of axis names (unsharded: empty)."""
+    spec = tuple(getattr(sharding, "spec", ()) or ())
+    return [axes_of(e) for e in spec] + [()] * (ndim - len(spec))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a contraction runs on a mesh: each operand's spec and the result's (tuples of mesh
+    axis names per axis), the mesh axes its partial sums are added over, and the result axis a
+    reduce-scatter splits over ``scatter_axes`` (None: a plain ``psum``)."""
+
+    operands: tuple
+    result: tuple
+    reduce_axes: tuple[str, ...]
+    scatter_dim: int | None = None
+    scatter_axes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Contraction:
+    """An einsum over factors: ``operands`` (one tuple of factor names per operand, one per
+    axis), ``result`` (the kept factors in the result's axis order) and ``reduced`` (the
+    contracting factors: in the operands, not in the result)."""
+
+    operands: tuple[tuple[str, ...], ...]
+    result: tuple[str, ...]
+
+    @property
+    def reduced(self) -> tuple[str, ...]:
+        seen = dict.fromkeys(f for factors in self.operands for f in factors)
+        return tuple(f for f in seen if f not in self.result)
+
+    def rule(self) -> tuple[str, dict]:
+        """Shardy's rule: the einsum-like string and its reduction factors."""
+        operands = ", ".join(" ".join(factors) for factors in self.operands)
+        rule = f"{operands} -> {' '.join(self.result)}"
+        return rule, ({"reduction_factors": self.reduced} if self.reduced else {})
+
+    def plan(self, specs, wanted=None, axis_sizes=None, result_shape=None) -> Plan:
+        """The :class:`Plan` for operands sharded as ``specs`` (one list of axis-name tuples
+        per operand, :func:`_spec`), steps 2 and 3 of the module's docstring. ``wanted``: the
+        result spec the partitioner asks for (a reduce-scatter where it splits a result axis
+        over reduced mesh axes that divide it: ``axis_sizes`` and ``result_shape`` say)."""
+        taken, factor_axes = set(), {}
+        for factors, spec in zip(self.operands, specs):
+            for factor, axes in zip(factors, spec):
+                if factor in factor_axes:
+                    continue
+                free = tuple(a for a in axes if a not in taken)
+                factor_axes[factor] = free if free == axes else ()  # all of its axes or none
+                taken.update(factor_axes[factor])
+        operands = tuple(tuple(factor_axes[f] for f in factors) for factors in self.operands)
+        result = [factor_axes[f] for f in self.result]
+        reduce_axes = tuple(a for f in self.reduced for a in factor_axes[f])
+        if reduce_axes and wanted is not None and axis_sizes and result_shape is not None:
+            for dim, axes in enumerate(wanted):
+                split = 1
+                for a in axes:
+                    split *= axis_sizes.get(a, 1)
+                whole_shard = result_shape[dim] % split == 0 if axes else False
+                if axes and not result[dim] and set(axes) <= set(reduce_axes) and whole_shard:
+                    result[dim] = tuple(axes)
+                    rest = tuple(a for a in reduce_axes if a not in axes)
+                    return Plan(operands, tuple(result), rest, dim, tuple(axes))
+        return Plan(operands, tuple(result), reduce_axes)
+
+
+def _shardings(mesh, specs) -> tuple:
+    return tuple(NamedSharding(mesh, P(*(_entry(a) for a in spec))) for spec in specs)
+
+
+def register_partitioned(primitive, contraction_of, per_device, host_per_device,
+                         n_operands: int) -> None:  # fmt: skip
+    """Lower ``primitive`` through the partitioner on every platform: its operands split as
+    ``contraction_of(params, shapes)`` (a :class:`Contraction`) says; ``per_device(*operands,
+    **params)`` binds the per-device primitive; ``host_per_device`` is the CPU's stand-in
+    inside a partitioned program (module docstring). Its lowering needs the program's devices
+    (as ``custom_partitioning``'s own does) and is not cached: a cached lowering sees none."""
+    dispatch.prim_requires_devices_during_lowering.add(primitive)
+    mlir.register_lowering(
+        primitive,
+        _partitioned_lowering(contraction_of, per_device, host_per_device, n_operands),
+        cacheable=False,
+    )
+
+
+def _partitioned_lowering(contraction_of, per_device, host_per_device, n_operands: int):
+
+    def body2(a, b, params):  # custom_partitioning reads the signature: fixed arity
+        return per_device(a, b, **dict(params))
+
+    def body3(a, b, c, params):
+        return per_device(a, b, c, **dict(params))
+
+    product = custom_partitioning({2: body2, 3: body3}[n_operands], static_argnums=(n_operands,))
+
+    def contraction(params, shapes):
+        return contraction_of(dict(params), shapes)
+
+    def sharding_rule(params, mesh, operand_types, result_types):
+        shapes = [tuple(t.shape) for t in operand_types]
+        return contraction(params, shapes).rule()
+
+    def partition(params, mesh, arg_shapes, result_shape):
+        shapes = [tuple(a.shape) for a in arg_shapes]
+        c = contraction(params, shapes)
+        specs = [_spec(a.sharding, len(a.shape)) for a in arg_shapes]
+        wanted = _spec(result_shape.sharding, len(result_shape.shape))
+        plan = c.plan(specs, wanted, dict(mesh.shape), tuple(result_shape.shape))
+        on_host = mesh.devices.flat[0].platform == "cpu"
+        compute = host_per_device if on_host else per_device
+
+        def lower_fn(*operands):
+            out = compute(*operands, **dict(params))
+            if plan.reduce_axes:
+                out = lax.psum(out, plan.reduce_axes)
+            if plan.scatter_axes:
+                out = lax.psum_scatter(out, plan.scatter_axes, scatter_dimension=plan.scatter_dim,
+                                       tiled=True)  # fmt: skip
+            return out
+
+        result = _shardings(mesh, [plan.result])[0]
+        return mesh, lower_fn, result, _shardings(mesh, plan.operands)
+
+    def infer_sharding_from_operands(params, mesh, arg_shapes, result_shape):
+        shapes = [tuple(a.shape) for a in arg_shapes]
+        specs = [_spec(a.sharding, len(a.shape)) for a in arg_shapes]
+        return _shardings(mesh, [contraction(params, shapes).plan(specs).result])[0]
+
+    def propagate_user_sharding(params, mesh, user_shape):
+        return user_shape.sharding
+
+    product.def_partition(
+        partition,
+        infer_sharding_from_operands=infer_sharding_from_operands,
+        propagate_user_sharding=propagate_user_sharding,
+        sharding_rule=sharding_rule,
+    )
+
+    def lower(ctx, *operands, **params):
+        frozen = tuple(sorted(params.items(), key=lambda item: item[0]))
+        return mlir.lower_fun(lambda *xs: product(*xs, frozen), multiple_results=False)(
+            ctx, *operands
+        )
+
+    return lower
