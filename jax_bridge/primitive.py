@@ -33,7 +33,7 @@ from numba_gemm.descriptor import SUPPORTED_DTYPES
 from numba_gemm.precision import FLOAT32, normalise, output_dtypes, resolve
 
 from .mapping import free_axes, strided_gemm
-from .sharding import Contraction
+from .sharding import Contraction, varying_alike
 
 __all__ = [
     "gemm_p",
@@ -276,7 +276,7 @@ def _transpose_lhs(ct, x, y, *, dimension_numbers, swap_ans=False, **params):
         except NotImplementedError:
             continue
         if axes == identity:
-            return gemm_p.bind(*operands, dimension_numbers=dims,
+            return gemm_p.bind(*varying_alike(*operands), dimension_numbers=dims,
                                **params, out_sharding=_sharding_like(x_aval, axes))  # fmt: skip
         fallback = fallback or (operands, dims, axes)
     operands, dims, axes = fallback or candidates[0]  # none strided: laid out anew (bind)
@@ -381,7 +381,7 @@ def bind(lhs, rhs, dimension_numbers, **params):
         except NotImplementedError:
             continue
         laid_out = [x if axes is None else lax.transpose(x, axes) for x, axes in operands]
-        return gemm_p.bind(*laid_out, dimension_numbers=dims, **params)
+        return gemm_p.bind(*varying_alike(*laid_out), dimension_numbers=dims, **params)
     raise AssertionError("operands laid out as _canonical says always fold")
 
 

@@ -36,13 +36,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from jax import lax
+from jax._src import core as jax_core  # operands' varying manual axes matched as lax does
 from jax._src import dispatch  # no public way to say a primitive's lowering needs the devices
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.interpreters import mlir
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-__all__ = ["Contraction", "Plan", "register_partitioned", "axes_of"]
+__all__ = [
+    "Contraction", "Plan", "register_partitioned", "axes_of", "entry_of", "spec_of",
+    "varying_alike",
+]  # fmt: skip
+
+
+def varying_alike(*operands):
+    """``operands`` varying over the same manual mesh axes inside ``jax.shard_map`` (the ones
+    that do not are marked varying, ``pvary``), as lax's products take them: a block sharded
+    over x times a replicated one is a product that varies over x."""
+    insert = getattr(jax_core, "auto_insert_reshard", None) or getattr(
+        jax_core, "standard_insert_pvary", None
+    )
+    return tuple(insert(*operands)) if insert is not None else operands
 
 
 def axes_of(entry) -> tuple[str, ...]:
@@ -52,12 +66,12 @@ def axes_of(entry) -> tuple[str, ...]:
     return (entry,) if isinstance(entry, str) else tuple(entry)
 
 
-def _entry(axes: tuple[str, ...]):
+def entry_of(axes: tuple[str, ...]):
     """A tuple of mesh axis names as a ``PartitionSpec`` entry."""
     return None if not axes else axes[0] if len(axes) == 1 else tuple(axes)
 
 
-def _spec(sharding, ndim: int) -> list[tuple[str, ...]]:
+def spec_of(sharding, ndim: int) -> list[tuple[str, ...]]:
     """A ``NamedSharding``'s spec as ``ndim`` tuples of axis names (unsharded: empty)."""
     spec = tuple(getattr(sharding, "spec", ()) or ())
     return [axes_of(e) for e in spec] + [()] * (ndim - len(spec))
@@ -98,7 +112,7 @@ class Contraction:
 
     def plan(self, specs, wanted=None, axis_sizes=None, result_shape=None) -> Plan:
         """The :class:`Plan` for operands sharded as ``specs`` (one list of axis-name tuples
-        per operand, :func:`_spec`), steps 2 and 3 of the module's docstring. ``wanted``: the
+        per operand, :func:`spec_of`), steps 2 and 3 of the module's docstring. ``wanted``: the
         result spec the partitioner asks for (a reduce-scatter where it splits a result axis
         over reduced mesh axes that divide it: ``axis_sizes`` and ``result_shape`` say)."""
         taken, factor_axes = set(), {}
@@ -126,7 +140,7 @@ class Contraction:
 
 
 def _shardings(mesh, specs) -> tuple:
-    return tuple(NamedSharding(mesh, P(*(_entry(a) for a in spec))) for spec in specs)
+    return tuple(NamedSharding(mesh, P(*(entry_of(a) for a in spec))) for spec in specs)
 
 
 def register_partitioned(primitive, contraction_of, per_device, host_per_device,
@@ -164,8 +178,8 @@ def _partitioned_lowering(contraction_of, per_device, host_per_device, n_operand
     def partition(params, mesh, arg_shapes, result_shape):
         shapes = [tuple(a.shape) for a in arg_shapes]
         c = contraction(params, shapes)
-        specs = [_spec(a.sharding, len(a.shape)) for a in arg_shapes]
-        wanted = _spec(result_shape.sharding, len(result_shape.shape))
+        specs = [spec_of(a.sharding, len(a.shape)) for a in arg_shapes]
+        wanted = spec_of(result_shape.sharding, len(result_shape.shape))
         plan = c.plan(specs, wanted, dict(mesh.shape), tuple(result_shape.shape))
         on_host = mesh.devices.flat[0].platform == "cpu"
         compute = host_per_device if on_host else per_device
@@ -184,7 +198,7 @@ def _partitioned_lowering(contraction_of, per_device, host_per_device, n_operand
 
     def infer_sharding_from_operands(params, mesh, arg_shapes, result_shape):
         shapes = [tuple(a.shape) for a in arg_shapes]
-        specs = [_spec(a.sharding, len(a.shape)) for a in arg_shapes]
+        specs = [spec_of(a.sharding, len(a.shape)) for a in arg_shapes]
         return _shardings(mesh, [contraction(params, shapes).plan(specs).result])[0]
 
     def propagate_user_sharding(params, mesh, user_shape):

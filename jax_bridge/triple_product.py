@@ -24,8 +24,11 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from numba_gemm.descriptor import SUPPORTED_DTYPES
 from numba_gemm.launch import SIMULATOR_LOCK
@@ -38,8 +41,9 @@ from .lowering import (
     kernel_call_lowering,
 )
 from .primitive import matmul
+from .sharding import Contraction, entry_of, register_partitioned, spec_of, varying_alike
 
-__all__ = ["triple", "triple_p"]
+__all__ = ["triple", "triple_p", "triple_shard_p"]
 
 triple_p = Primitive("numba_gemm_triple")
 
@@ -81,7 +85,24 @@ def _check_plan(a, c, algorithm: str, order: str, config) -> None:
 def _abstract_eval(a, b, c, *, algorithm, order, config):
     _check(a, b, c)
     _check_plan(a, c, algorithm, order, config)
-    return jax.core.ShapedArray((a.shape[0], c.shape[1]), a.dtype)
+    # The result as lax's two products give it (its varying manual axes in shard_map), sharded
+    # with Explicit mesh axes as the partitioner runs it: A's rows, C's columns, the sums
+    # over sharded k1 and k2 reduced (jax_bridge.sharding)
+    mesh = getattr(a.sharding, "mesh", None)
+    ab_sharding = out_sharding = None
+    if mesh is not None and not mesh.empty:
+        specs = [spec_of(x.sharding, 2) for x in (a, b, c)]
+        plan = CONTRACTION.plan(specs)
+        ab_sharding = NamedSharding(mesh, P(entry_of(plan.result[0]), None))
+        out_sharding = NamedSharding(mesh, P(*map(entry_of, plan.result)))
+    product = (((1,), (0,)), ((), ()))
+    ab, _ = lax.dot_general_p.abstract_eval(a, b, dimension_numbers=product, precision=None,
+                                            preferred_element_type=a.dtype,
+                                            out_sharding=ab_sharding)  # fmt: skip
+    out, _ = lax.dot_general_p.abstract_eval(ab, c, dimension_numbers=product, precision=None,
+                                             preferred_element_type=a.dtype,
+                                             out_sharding=out_sharding)  # fmt: skip
+    return out
 
 
 @functools.partial(jax.jit, static_argnames=("algorithm", "order", "config"))
@@ -91,6 +112,19 @@ def _compiled(a, b, c, **params):
 
 triple_p.def_abstract_eval(_abstract_eval)
 triple_p.def_impl(_compiled)
+
+# The chain on one device's shards: the kernels' launch. triple_p lowers to it through the
+# partitioner (jax_bridge.sharding), inlined on one device.
+triple_shard_p = Primitive("numba_gemm_triple_shard")
+triple_shard_p.def_abstract_eval(_abstract_eval)
+CONTRACTION = Contraction((("m", "k1"), ("k1", "k2"), ("k2", "n")), ("m", "n"))
+
+
+def _host_chain(a, b, c, **_):
+    """A device's chain inside a partitioned program on the CPU (jax_bridge.sharding): XLA's
+    products, float32 exactly."""
+    highest = lax.Precision.HIGHEST
+    return jnp.matmul(jnp.matmul(a, b, precision=highest), c, precision=highest)
 
 
 # -- lowerings ----------------------------------------------------------------------------
@@ -184,8 +218,10 @@ def _lower_gpu(ctx, a, b, c, **params):
     return _native(ctx, a, b, c, **params)
 
 
-mlir.register_lowering(triple_p, _lower_cpu, platform="cpu")
-mlir.register_lowering(triple_p, _lower_gpu, platform="cuda")
+mlir.register_lowering(triple_shard_p, _lower_cpu, platform="cpu")
+mlir.register_lowering(triple_shard_p, _lower_gpu, platform="cuda")
+register_partitioned(triple_p, lambda params, shapes: CONTRACTION, triple_shard_p.bind,
+                     _host_chain, n_operands=3)  # fmt: skip
 
 
 # -- batching: two batched products -----------------------------------------------------
@@ -217,6 +253,7 @@ batching.primitive_batchers[triple_p] = _batch
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
 def _triple(a, b, c, algorithm, order, config):
+    a, b, c = varying_alike(a, b, c)
     return triple_p.bind(a, b, c, algorithm=algorithm, order=order, config=config)
 
 
@@ -226,11 +263,22 @@ def _triple_fwd(a, b, c, algorithm, order, config):
 
 def _triple_bwd(algorithm, order, config, residuals, g):
     a, b, c = residuals
-    return (
+    cotangents = (
         _triple(g, c.T, b.T, algorithm, "auto", config),
         _triple(a.T, g, c.T, algorithm, "auto", config),
         _triple(b.T, a.T, g, algorithm, "auto", config),
     )
+    return tuple(map(_sharded_as, cotangents, residuals))
+
+
+def _sharded_as(x, like):
+    """``x`` resharded as ``like`` where an Explicit mesh gives them different shardings (a
+    cotangent has its primal's type)."""
+    sharding = jax.typeof(like).sharding
+    if isinstance(sharding, NamedSharding) and not sharding.mesh.empty:
+        if jax.typeof(x).sharding.spec != sharding.spec:
+            return jax.reshard(x, sharding.spec)
+    return x
 
 
 _triple.defvjp(_triple_fwd, _triple_bwd)

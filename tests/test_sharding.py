@@ -1,0 +1,296 @@
+"""The bridge under JAX's SPMD partitioning (``jax_bridge.sharding``): ``jax.jit`` with sharded
+operands on a mesh of several devices (CI: four CPU devices, ``conftest.HOST_DEVICES``; a GPU
+machine: its GPUs, from two).
+
+- The rules: factors and Shardy's rule per contraction, the plan per sharding.
+- The compiled programs against ``lax.dot_general`` under the same shardings: batch, M and N
+  shardings pass through with no collective, each device's product has its shard's shape, a
+  sharded k gives one all-reduce (or a reduce-scatter where the result's sharding asks), and
+  no all-gather of an operand where lax has none; results against float64 NumPy; for every
+  dtype and precision preset; Auto and Explicit mesh axes; grads and vmap; the triple product.
+- ``shard_map`` with the bridge inside (the kernels on the simulator on the CPU).
+
+On the CPU a partitioned program's per-device products are XLA's dots (a Python callback
+cannot run inside one: ``jax_bridge.sharding``); on a GPU they are the kernels.
+"""
+
+import re
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+from jax import lax  # noqa: E402
+from jax.sharding import AxisType, NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+import jax_bridge  # noqa: E402
+from jax_bridge.primitive import contraction  # noqa: E402
+from jax_bridge.sharding import Contraction, axes_of  # noqa: E402
+from numba_gemm.precision import BFLOAT16, FLOAT16, resolve, tolerance  # noqa: E402
+from numba_gemm.reference import relative_error  # noqa: E402
+
+DEVICES = jax.devices()
+pytestmark = pytest.mark.skipif(len(DEVICES) < 2, reason="needs two devices")
+ON_GPU = DEVICES[0].platform == "gpu"
+COLLECTIVES = re.compile(
+    r"\b(all-gather|all-reduce|reduce-scatter|all-to-all|collective-permute)\("
+)
+
+
+def mesh(axis_type=AxisType.Auto):
+    """A 2 x 2 mesh (x, y) of four devices, or 2 x 1 of two."""
+    shape = (2, 2) if len(DEVICES) >= 4 else (2, 1)
+    return jax.make_mesh(shape, ("x", "y"), axis_types=(axis_type,) * 2)
+
+
+def collectives(fn, *args) -> set:
+    return set(COLLECTIVES.findall(fn.lower(*args).compile().as_text()))
+
+
+def products(fn, *args) -> list:
+    """The result shapes of each device's products in the compiled program: the kernel calls
+    on a GPU, XLA's dots on the CPU (module docstring)."""
+    text = fn.lower(*args).compile().as_text()
+    op = r"custom-call\(.*numba_gemm_kernel_call" if ON_GPU else r"dot\("
+    return [tuple(map(int, s.split(","))) for s in re.findall(rf"= \w+\[([\d,]+)\]\S* {op}", text)]
+
+
+def spec(x) -> tuple:
+    """A result's sharding (or a ``PartitionSpec``) as a tuple of axis tuples, trailing
+    unsharded axes dropped."""
+    axes = [axes_of(e) for e in (x if isinstance(x, P) else x.sharding.spec)]
+    while axes and not axes[-1]:
+        axes.pop()
+    return tuple(axes)
+
+
+def assert_product(out, ref, preset, dtype, K, out_dtype=None):
+    error = relative_error(np.asarray(out, np.float64), ref)
+    bound = tolerance(resolve(preset, dtype), dtype, K, out_dtype)
+    assert error <= bound, f"relative error {error:.3e} > {bound:.3e}"
+
+
+def put(m, x, *spec_):
+    return jax.device_put(x, NamedSharding(m, P(*spec_)))
+
+
+# -- the rules -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "dimension_numbers, ndims, rule",
+    [
+        ((((1,), (0,)), ((), ())), (2, 2), "m0 k0, k0 n0 -> m0 n0"),
+        ((((0,), (0,)), ((), ())), (2, 2), "k0 m0, k0 n0 -> m0 n0"),  # transposed a
+        ((((1,), (1,)), ((), ())), (2, 2), "m0 k0, n0 k0 -> m0 n0"),  # transposed b
+        ((((2,), (1,)), ((0,), (0,))), (3, 3), "b0 m0 k0, b0 k0 n0 -> b0 m0 n0"),
+        ((((2,), (0,)), ((), ())), (3, 2), "m0 m1 k0, k0 n0 -> m0 m1 n0"),  # Dense on (b, s, f)
+        ((((0,), (0,)), ((), ())), (1, 1), "k0, k0 -> "),  # a dot of vectors
+    ],
+)
+def test_each_contraction_has_its_factors_and_shardy_rule(dimension_numbers, ndims, rule):
+    shapes = [(3,) * n for n in ndims]
+    found, reductions = contraction({"dimension_numbers": dimension_numbers}, shapes).rule()
+    assert found.strip() == rule.strip()
+    assert reductions == {"reduction_factors": ("k0",)}
+
+
+MATMUL = Contraction((("m", "k"), ("k", "n")), ("m", "n"))
+
+
+@pytest.mark.parametrize(
+    "specs, operands, result, reduce_axes",
+    [
+        ([[("x",), ()], [(), ("y",)]], ((("x",), ()), ((), ("y",))), (("x",), ("y",)), ()),
+        ([[(), ("x",)], [("x",), ()]], (((), ("x",)), (("x",), ())), ((), ()), ("x",)),
+        # b's k differs from a's: resharded as a's; b's n on x, which m took: unsharded
+        ([[("x",), ("y",)], [(), ("x",)]], ((("x",), ("y",)), (("y",), ())), (("x",), ()),
+         ("y",)),
+        ([[("x", "y"), ()], [(), ()]], ((("x", "y"), ()), ((), ())), (("x", "y"), ()), ()),
+    ],
+)  # fmt: skip
+def test_the_plan_keeps_each_mesh_axis_on_one_factor(specs, operands, result, reduce_axes):
+    plan = MATMUL.plan(specs)
+    assert (plan.operands, plan.result, plan.reduce_axes) == (operands, result, reduce_axes)
+    assert plan.scatter_dim is None
+
+
+def test_the_plan_reduce_scatters_where_the_result_asks():
+    plan = MATMUL.plan([[(), ("x",)], [("x",), ()]], [("x",), ()], {"x": 2}, (8, 6))
+    assert (plan.result, plan.reduce_axes, plan.scatter_dim, plan.scatter_axes) == (
+        (("x",), ()), (), 0, ("x",))  # fmt: skip
+    odd = MATMUL.plan([[(), ("x",)], [("x",), ()]], [("x",), ()], {"x": 2}, (7, 6))
+    assert (odd.result, odd.reduce_axes, odd.scatter_dim) == (((), ()), ("x",), None)
+
+
+# -- jit with sharded operands: Auto mesh axes -----------------------------------------------
+
+# (a's spec, b's spec, the shard of C each device computes for an (M, N) result on 2 x 2)
+SHARDINGS = {
+    "rows": ((("x",), None), (None, None)),
+    "columns": ((None, None), (None, "y")),
+    "rows and columns": (("x", None), (None, "y")),
+    "rows on both axes": ((("x", "y"), None), (None, None)),
+    "k": ((None, "x"), ("x", None)),
+    "k and rows": (("y", "x"), ("x", None)),
+}
+CASES = [  # (operand dtype, precision preset, result dtype)
+    (np.float32, None, None),
+    (np.float32, "TF32_TF32_F32_X3", None),
+    (BFLOAT16, None, None),
+    (BFLOAT16, None, np.float32),
+    (FLOAT16, None, None),
+]
+
+
+def _case_id(case):
+    dtype, preset, out = case
+    return f"{np.dtype(dtype).name}-{preset or 'default'}" + (f"-to-{out.__name__}" if out else "")
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+@pytest.mark.parametrize("sharding", list(SHARDINGS))
+def test_sharded_products_communicate_no_more_than_lax(sharding, case, rng):
+    dtype, preset, out_dtype = case
+    m = mesh()
+    (sa, sb) = SHARDINGS[sharding]
+    M, N, K = 64, 48, 96
+    a = rng.standard_normal((M, K)).astype(dtype)
+    b = rng.standard_normal((K, N)).astype(dtype)
+    A, B = put(m, a, *sa), put(m, b, *sb)
+    ours = jax.jit(lambda x, y: jax_bridge.matmul(x, y, precision=preset,
+                                                  preferred_element_type=out_dtype))  # fmt: skip
+    theirs = jax.jit(lambda x, y: lax.dot_general(x, y, (((1,), (0,)), ((), ())),
+                                                  preferred_element_type=out_dtype))  # fmt: skip
+    out, expected = ours(A, B), theirs(A, B)
+    assert_product(out, a.astype(np.float64) @ b, preset, np.dtype(dtype), K, out_dtype)
+    assert spec(out) == spec(expected)
+    found, lax_found = collectives(ours, A, B), collectives(theirs, A, B)
+    assert "all-gather" not in found or "all-gather" in lax_found, (found, lax_found)
+    k_axes = axes_of(sa[1]) if sharding.startswith("k") else ()
+    split = {"x": m.shape["x"], "y": m.shape["y"]}
+    if k_axes and np.prod([split[a] for a in k_axes]) > 1:
+        assert found & {"all-reduce", "reduce-scatter"}, found
+    else:
+        assert not found, found
+    rows = np.prod([split[a] for a in axes_of(sa[0])]) if sa[0] else 1
+    columns = np.prod([split[a] for a in axes_of(sb[1])]) if sb[1] else 1
+    assert products(ours, A, B) == [(M // rows, N // columns)]
+
+
+def test_a_batched_dot_general_keeps_its_batch_sharding(rng):
+    m = mesh()
+    a = rng.standard_normal((4, 16, 32)).astype(np.float32)
+    b = rng.standard_normal((4, 32, 8)).astype(np.float32)
+    A, B = put(m, a, "x", None, None), put(m, b, "x", None, None)
+    dims = (((2,), (1,)), ((0,), (0,)))
+    ours = jax.jit(lambda x, y: jax_bridge.dot_general(x, y, dims))
+    out = ours(A, B)
+    assert_product(out, np.einsum("bmk,bkn->bmn", a.astype(np.float64), b), None, np.float32, 32)
+    assert spec(out) == (("x",),) and not collectives(ours, A, B)
+    assert products(ours, A, B) == [(2, 16, 8)]
+
+
+@pytest.mark.parametrize("wanted", [P(), P("x", None)], ids=["replicated", "rows"])
+def test_a_sharded_k_reduces_once_as_the_result_is_sharded(wanted, rng):
+    m = mesh()
+    a, b = (rng.standard_normal(s).astype(np.float32) for s in ((64, 96), (96, 48)))
+    A, B = put(m, a, None, "x"), put(m, b, "x", None)
+    ours = jax.jit(jax_bridge.matmul, out_shardings=NamedSharding(m, wanted))
+    out = ours(A, B)
+    assert_product(out, a.astype(np.float64) @ b, None, np.float32, 96)
+    expected = {"all-reduce"} if wanted == P() else {"reduce-scatter"}
+    assert collectives(ours, A, B) == expected
+
+
+def test_grads_and_vmap_under_sharding_match_lax(rng):
+    m = mesh()
+    a, b = (rng.standard_normal(s).astype(np.float32) for s in ((64, 32), (32, 48)))
+    A, B = put(m, a, "x", None), put(m, b, None, "y")
+
+    def loss(matmul):
+        return jax.jit(jax.grad(lambda x, y: jnp.sum(jnp.sin(matmul(x, y))), argnums=(0, 1)))
+
+    ours, theirs = loss(jax_bridge.matmul), loss(lambda x, y: jnp.matmul(x, y, precision="highest"))
+    for got, expected in zip(ours(A, B), theirs(A, B)):
+        assert relative_error(np.asarray(got, np.float64), np.asarray(expected)) < 1e-5
+        assert spec(got) == spec(expected)
+    assert collectives(ours, A, B) <= collectives(theirs, A, B)
+    x = put(m, rng.standard_normal((4, 16, 32)).astype(np.float32), "x", None, None)
+    mapped = jax.jit(jax.vmap(jax_bridge.matmul, in_axes=(0, None)))
+    out = mapped(x, B)
+    assert_product(out, np.asarray(x, np.float64) @ b, None, np.float32, 32)
+    assert spec(out) == spec(jax.jit(jax.vmap(jnp.matmul, in_axes=(0, None)))(x, B))
+    assert not collectives(mapped, x, B)
+
+
+# -- Explicit mesh axes (jax.make_mesh's default) ---------------------------------------------
+
+
+def test_explicit_axes_type_results_as_lax_does(rng):
+    m = mesh(AxisType.Explicit)
+    a, b = (rng.standard_normal(s).astype(np.float32) for s in ((64, 96), (96, 48)))
+    with jax.set_mesh(m):
+        A, B = jax.device_put(a, P("x", None)), jax.device_put(b, P(None, "y"))
+        out = jax.jit(jax_bridge.matmul)(A, B)
+        assert spec(jax.typeof(out)) == spec(jax.typeof(jnp.matmul(A, B)))
+        assert_product(out, a.astype(np.float64) @ b, None, np.float32, 96)
+        # a sharded k: lax's rule (the result's sharding is asked for), one reduction
+        A, B = jax.device_put(a, P(None, "x")), jax.device_put(b, P("x", None))
+        with pytest.raises(jax.sharding.ShardingTypeError if hasattr(jax.sharding,
+                           "ShardingTypeError") else Exception, match="out_sharding"):  # fmt: skip
+            jax.jit(jax_bridge.matmul)(A, B)
+        for wanted, expected in ((P(), {"all-reduce"}), (P("x", None), {"reduce-scatter"})):
+            fn = jax.jit(lambda x, y, wanted=wanted: jax_bridge.matmul(x, y, out_sharding=wanted))
+            out = fn(A, B)
+            assert spec(jax.typeof(out)) == spec(wanted)
+            assert_product(out, a.astype(np.float64) @ b, None, np.float32, 96)
+            assert collectives(fn, A, B) == expected
+        # grads: each cotangent typed as its operand
+        A, B = jax.device_put(a, P("x", None)), jax.device_put(b, P(None, "y"))
+        grads = jax.jit(jax.grad(lambda x, y: jnp.sum(jax_bridge.matmul(x, y) ** 2), (0, 1)))
+        for got, operand in zip(grads(A, B), (A, B)):
+            assert spec(jax.typeof(got)) == spec(jax.typeof(operand))
+
+
+# -- the triple product ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "specs, reduces",
+    [
+        (((("x",), None), (None, None), (None, "y")), False),  # A's rows, C's columns
+        (((None, "x"), ("x", None), (None, None)), True),  # k1
+        (((None, None), (None, "x"), ("x", None)), True),  # k2
+    ],
+    ids=["rows and columns", "k1", "k2"],
+)
+def test_the_triple_product_partitions_as_a_chain(specs, reduces, rng):
+    m = mesh()
+    a, b, c = (rng.standard_normal(s).astype(np.float32) for s in ((64, 32), (32, 48), (48, 40)))
+    operands = [put(m, x, *s) for x, s in zip((a, b, c), specs)]
+    fn = jax.jit(jax_bridge.triple)
+    out = fn(*operands)
+    assert_product(out, a.astype(np.float64) @ b @ c, None, np.float32, 48 * 4)
+    found = collectives(fn, *operands)
+    assert ("all-reduce" in found) if reduces else not found, found
+    grads = jax.jit(jax.grad(lambda *xs: jnp.sum(jax_bridge.triple(*xs) ** 2), (0, 1, 2)))
+    expected = jax.grad(lambda *xs: jnp.sum((xs[0] @ xs[1] @ xs[2]) ** 2), (0, 1, 2))(a, b, c)
+    for got, want in zip(grads(*operands), expected):
+        assert relative_error(np.asarray(got, np.float64), np.asarray(want)) < 1e-4
+
+
+# -- shard_map: the kernels on each device's block ----------------------------------------------
+
+
+def test_shard_map_runs_the_bridge_on_each_block(rng):
+    m = mesh()
+    a, b = (rng.standard_normal(s).astype(np.float32) for s in ((64, 96), (96, 48)))
+    rows = jax.shard_map(jax_bridge.matmul, mesh=m, in_specs=(P("x", None), P()),
+                         out_specs=P("x", None))  # fmt: skip
+    k = jax.shard_map(lambda x, y: lax.psum(jax_bridge.matmul(x, y), "x"), mesh=m,
+                      in_specs=(P(None, "x"), P("x", None)), out_specs=P())  # fmt: skip
+    for fn in (rows, k):
+        assert_product(jax.jit(fn)(a, b), a.astype(np.float64) @ b, None, np.float32, 96)
