@@ -294,3 +294,18 @@ def test_shard_map_runs_the_bridge_on_each_block(rng):
                       in_specs=(P(None, "x"), P("x", None)), out_specs=P())  # fmt: skip
     for fn in (rows, k):
         assert_product(jax.jit(fn)(a, b), a.astype(np.float64) @ b, None, np.float32, 96)
+
+
+# -- the example ----------------------------------------------------------------------------------
+
+
+def test_the_tensor_parallel_example_trains_as_lax_does(capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "examples" / "tensor_parallel_mlp.py"
+    spec_ = importlib.util.spec_from_file_location("tensor_parallel_mlp", path)
+    example = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(example)
+    assert example.main(["--steps", "24", "--width", "64", "--batch", "32"]) == 0
+    assert "all-reduce" in capsys.readouterr().out  # the row-parallel layer's one reduction
