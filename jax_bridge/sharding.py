@@ -184,8 +184,12 @@ def _partitioned_lowering(contraction_of, per_device, host_per_device, n_operand
         on_host = mesh.devices.flat[0].platform == "cpu"
         compute = host_per_device if on_host else per_device
 
+        # each device's product of its shards: a result sharding a primitive carries
+        # (out_sharding) is the whole result's, not the shard's
+        local = {k: None if k == "out_sharding" else v for k, v in params}
+
         def lower_fn(*operands):
-            out = compute(*operands, **dict(params))
+            out = compute(*operands, **local)
             if plan.reduce_axes:
                 out = lax.psum(out, plan.reduce_axes)
             if plan.scatter_axes:

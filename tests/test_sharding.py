@@ -50,11 +50,14 @@ def collectives(fn, *args) -> set:
 
 
 def products(fn, *args) -> list:
-    """The result shapes of each device's products in the compiled program: the kernel calls
-    on a GPU, XLA's dots on the CPU (module docstring)."""
-    text = fn.lower(*args).compile().as_text()
-    op = r"custom-call\(.*numba_gemm_kernel_call" if ON_GPU else r"dot\("
-    return [tuple(map(int, s.split(","))) for s in re.findall(rf"= \w+\[([\d,]+)\]\S* {op}", text)]
+    """The result shape of each device's products in the compiled program: the kernel calls
+    on a GPU (the first of their outputs: a kernel may have scratch outputs too), XLA's dots
+    on the CPU (module docstring)."""
+    found = []
+    for line in fn.lower(*args).compile().as_text().splitlines():
+        if ('custom_call_target="numba_gemm_kernel_call"' in line) if ON_GPU else " dot(" in line:
+            found.append(tuple(map(int, re.search(r"= \(?\w+\[([\d,]+)\]", line)[1].split(","))))
+    return found
 
 
 def spec(x) -> tuple:
