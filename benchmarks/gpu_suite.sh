@@ -18,11 +18,11 @@
 # n-th test from the k-th), so that each part fits a time limit per command (each part
 # compiles what its tests need, so it takes more than 1/n of the whole); the demo runs with
 # part 1 only. On a machine of several GPUs the parts run at once, one per GPU, and then the
-# tests of several GPUs (tests/test_gpu_devices.py, which skip where one GPU is visible) with
-# every GPU visible; on the device machine's 4-GPU kind (64 cores):
+# tests of several GPUs (tests/test_gpu_devices.py, and tests/test_sharding.py: the bridge
+# under jax's sharding; both skip where one GPU is visible) with every GPU visible; on the device machine's 4-GPU kind (64 cores):
 #   for k in 1 2 3 4; do CUDA_VISIBLE_DEVICES=$((k-1)) TEST_SHARDS=14 TEST_PART=$k/4 \
 #     ONLY_TESTS=1 NUMBA_GEMM_RESULTS_DIR=/tmp/part$k bash benchmarks/gpu_suite.sh & done; wait
-#   python3 -m pytest -q tests/test_gpu_devices.py
+#   python3 -m pytest -q tests/test_gpu_devices.py tests/test_sharding.py
 # and on its 2-GPU kinds (32 cores) two such rounds of two parts (TEST_SHARDS=14).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -87,6 +87,8 @@ models=$?
 shapes=$?
 "$PY" benchmarks/timing_order.py --out "$RESULTS" > "$LOG_DIR/timing_order.log" 2>&1
 order=$?
+"$PY" benchmarks/sharding.py --out "$RESULTS" > "$LOG_DIR/sharding.log" 2>&1  # 1, 2, 4 GPUs
+sharding=$?
 l2=0
 if command -v ncu > /dev/null; then
   ncu --clock-control none --kernel-name regex:tiled --csv \
@@ -100,10 +102,10 @@ grep -E "warps per SM|layout|Error" "$LOG_DIR/fma_throughput.log"
 sed -n '/^Back-to-back calls/,$p' "$LOG_DIR/launch_overlap.log"
 sed -n '/^D = A @ B @ C/,$p' "$LOG_DIR/triple_product.log"
 cat "$LOG_DIR/call_overhead.log" "$LOG_DIR/models.log" "$LOG_DIR/shapes.log" \
-  "$LOG_DIR/timing_order.log"
+  "$LOG_DIR/timing_order.log" "$LOG_DIR/sharding.log"
 echo "tests exit $tests, benchmarks exit $bench, mlp exit $mlp, triple exit $triple," \
   "fma exit $fma, overlap exit $overlap, calls exit $calls, models exit $models," \
-  "shapes exit $shapes, timing order exit $order, l2 exit $l2"
+  "shapes exit $shapes, timing order exit $order, sharding exit $sharding, l2 exit $l2"
 [ "$tests" = 0 ] && [ "$bench" = 0 ] && [ "$mlp" = 0 ] && [ "$triple" = 0 ] && [ "$fma" = 0 ] \
   && [ "$overlap" = 0 ] && [ "$calls" = 0 ] && [ "$models" = 0 ] && [ "$shapes" = 0 ] \
-  && [ "$order" = 0 ] && [ "$l2" = 0 ]
+  && [ "$order" = 0 ] && [ "$sharding" = 0 ] && [ "$l2" = 0 ]
