@@ -139,12 +139,18 @@ SHARDINGS = {
     "k": ((None, "x"), ("x", None)),
     "k and rows": (("y", "x"), ("x", None)),
 }
-CASES = [  # (operand dtype, precision preset, result dtype)
+CASES = [  # (operand dtype, precision preset, result dtype): every preset (float64 needs x64)
     (np.float32, None, None),
+    (np.float32, "TF32_TF32_F32", None),
     (np.float32, "TF32_TF32_F32_X3", None),
+    (np.float32, "BF16_BF16_F32", None),
+    (np.float32, "BF16_BF16_F32_X3", None),
+    (np.float32, "BF16_BF16_F32_X6", None),
+    (np.float32, "BF16_BF16_F32_X9", None),
     (BFLOAT16, None, None),
     (BFLOAT16, None, np.float32),
     (FLOAT16, None, None),
+    (FLOAT16, None, np.float32),
 ]
 
 
