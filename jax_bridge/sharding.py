@@ -33,6 +33,7 @@ precision; the rules, shapes and collectives are those of the GPU, where the ker
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from jax import lax
@@ -80,8 +81,8 @@ def spec_of(sharding, ndim: int) -> list[tuple[str, ...]]:
 @dataclass(frozen=True)
 class Plan:
     """How a contraction runs on a mesh: each operand's spec and the result's (tuples of mesh
-    axis names per axis), the mesh axes its partial sums are added over, and the result axis a
-    reduce-scatter splits over ``scatter_axes`` (None: a plain ``psum``)."""
+    axis names per axis), the mesh axes its partial sums are added over (``psum``), and the
+    result axis ``scatter_dim`` a reduce-scatter splits over ``scatter_axes`` (None: none)."""
 
     operands: tuple
     result: tuple
@@ -128,11 +129,9 @@ class Contraction:
         reduce_axes = tuple(a for f in self.reduced for a in factor_axes[f])
         if reduce_axes and wanted is not None and axis_sizes and result_shape is not None:
             for dim, axes in enumerate(wanted):
-                split = 1
-                for a in axes:
-                    split *= axis_sizes.get(a, 1)
-                whole_shard = result_shape[dim] % split == 0 if axes else False
-                if axes and not result[dim] and set(axes) <= set(reduce_axes) and whole_shard:
+                if not axes or result[dim] or not set(axes) <= set(reduce_axes):
+                    continue
+                if result_shape[dim] % math.prod(axis_sizes[a] for a in axes) == 0:
                     result[dim] = tuple(axes)
                     rest = tuple(a for a in reduce_axes if a not in axes)
                     return Plan(operands, tuple(result), rest, dim, tuple(axes))
