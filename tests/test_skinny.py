@@ -193,6 +193,9 @@ def test_skinny_refuses_what_it_cannot_run(rng):
         numba_gemm.matmul(a, b, algorithm="skinny", config=numba_gemm.TileConfig())
     with pytest.raises(ValueError, match="1 to 16 rows"):
         skinny.skinny_rows(17)
+    a, b = make_operands(17, 17, 8, BF16, "row", rng)
+    with pytest.raises(ValueError, match="at most 16 rows or columns.*use 'wgmma' or 'mma'"):
+        numba_gemm.matmul(a, b, algorithm="skinny")
     a, b = make_operands(1, 17, 8, BF16, "row", rng)
     with pytest.raises(ValueError, match="takes none"):
         numba_gemm.matmul(a, b, algorithm="skinny", config=numba_gemm.MmaConfig())

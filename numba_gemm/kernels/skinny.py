@@ -263,9 +263,10 @@ def as_computed(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc) -> tuple:
     M, N = a.shape[0], b.shape[1]
     if M > SKINNY_M:
         if N > SKINNY_M:
+            other = "'wgmma' or 'mma'" if np.dtype(a.dtype).itemsize == 2 else "'tiled'"
             raise ValueError(
                 f"algorithm='skinny' takes products with at most {SKINNY_M} rows or columns "
-                f"of the result; this one is {M} x {N}: use 'tiled'"
+                f"of the result; this one is {M} x {N}: use {other}"
             )
         a, b, c = b.transposed(), a.transposed(), c.transposed()
     b_loads = {("x", VECTOR_BYTES): "rows", ("k", VECTOR_BYTES): "runs"}.get(
