@@ -19,7 +19,8 @@ C^T = B^T A^T, so its M and N swap):
   for a matrix-vector product;
 - TF32 and bf16 (the wgmma kernel): the tile shapes of :func:`_wgmma_tiles`, each with 1 to
   16 CTAs per tile where the tiles are few enough for a split to fit two waves, and the
-  persistent kernel's tiles (one CTA per tile's k).
+  persistent kernel's tiles (one CTA per tile's k); bf16 matrix-vector products also on the
+  skinny kernel.
 
 Each row records ``auto`` (which candidate "auto"'s launch is, where it is one), every
 candidate's seconds, the ``best`` and ``auto_over_best`` (auto's time over the best's: the
@@ -99,6 +100,8 @@ def candidates(case: str, shape: tuple, sms: int) -> list[tuple[str, object]]:
             base = config_for_shape(M, N, K)
             split(base, base.block_k * base.split_k, 2)
         return found
+    if case == "bf16" and M == 1:  # a matrix-vector product: also the skinny kernel
+        found.append(("skinny", None))
     if case == "tf32":  # row-major float32 runs as C^T = B^T A^T
         M, N = N, M
     size = 4 if case == "tf32" else 2

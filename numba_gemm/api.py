@@ -344,7 +344,7 @@ def plan(
     preset = default_preset(a.dtype) if preset is None else preset
     check_preset(preset, algorithm, config)
     if preset.tensor_cores and skinny_16_bit(algorithm, config, preset, a, b):
-        return plan_skinny(a, b, out)
+        return plan_skinny(a, b, out, scratch)
     if preset.tensor_cores:
         if tensor_core_algorithm(algorithm, config, preset, a, b) == "wgmma":
             return plan_wgmma(config, preset, a, b, out, tensor_maps, workspace, scratch)
@@ -357,7 +357,7 @@ def plan(
     if algorithm == "auto":
         algorithm = "tiled" if config is not None else choose_algorithm(a, b)
     if algorithm == "skinny":
-        return plan_skinny(a, b, out)
+        return plan_skinny(a, b, out, scratch)
     if algorithm != "tiled":
         return plan_loop_order(algorithm, a, b, out)
     (M, K), N = a.shape, b.shape[1]

@@ -153,6 +153,45 @@ def test_narrow_results_split_into_a_wave_of_two_ctas_per_sm(monkeypatch):
     assert tiled.narrow_config(4, 8192, 8192, 1, F64, True).k_ctas == 4
 
 
+# 16-bit operands read along n (B's rows aligned: N a multiple of 8) run with lanes along n:
+# columns cut at N and at a CTA's 256, k cut at a step (2 simulated warps x 8 rows), batches
+ROWS_SHAPES = [(1, 8, 1), (2, 264, 37), (3, 40, 300), (4, 16, 17)]
+ROWS_CASES = [(BF16, BF16, False), (BF16, F32, True), (F16, F16, True)]  # (a's, C's, split)
+
+
+@pytest.mark.parametrize("shape", ROWS_SHAPES, ids=str)
+@pytest.mark.parametrize("dtype, out_dtype, k_ctas_forced", ROWS_CASES, ids=str)
+def test_16_bit_products_read_along_n_run_with_lanes_along_n(
+    dtype, out_dtype, k_ctas_forced, shape, rng, monkeypatch
+):
+    from numba_gemm.api import split_k_scratch
+
+    M, N, K = shape
+    if k_ctas_forced:  # many SMs: the few strips split k into a wave
+        monkeypatch.setattr(skinny, "multiprocessors", lambda: 64)
+    a, b = make_operands(M, N, K, dtype, "row", rng)
+    out = poisoned((M, N), out_dtype)
+    launch = plan(describe(a, "a"), describe(b, "b"), describe(out, "out"), "skinny", None,
+                  resolve(None, dtype), scratch=split_k_scratch(0))  # fmt: skip
+    assert launch.kernel.py_func.__name__ == "rows_kernel"
+    assert (launch.grid[2] > 1) == (k_ctas_forced and K >= 64)
+    numba_gemm.matmul(a, b, out, algorithm="skinny")
+    error = assert_within_preset(out, a, b, out_dtype=out_dtype)
+    if out_dtype == F32:
+        assert error < 1e-5, error
+
+
+def test_lanes_along_n_run_a_batch_and_leave_more_rows_to_the_lanes_along_k(rng):
+    a = rng.standard_normal((3, 2, 70)).astype(BF16)
+    b = rng.standard_normal((3, 70, 32)).astype(BF16)
+    assert_within_preset(numba_gemm.matmul(a, b, algorithm="skinny"), a, b)
+    a, b = make_operands(5, 64, 40, BF16, "row", rng)  # 8 accumulator rows: along k
+    out = np.empty((5, 64), BF16)
+    launch = plan(describe(a, "a"), describe(b, "b"), describe(out, "out"), "skinny", None,
+                  resolve(None, BF16))  # fmt: skip
+    assert launch.kernel.py_func.__name__ == "skinny_kernel"
+
+
 def test_aligned_rows_and_columns_take_vector_loads_and_others_element_loads(rng):
     rows = skinny.skinny_rows
     a, b = make_operands(3, 64, 64, F32, "row", rng)  # rows of 64 floats: 16-byte aligned

@@ -32,6 +32,24 @@ Algorithm (one CTA of ``WARPS`` warps per ``WARPS x width`` columns of C, all it
 Every C element is the sum of its 32 lanes' partial sums, each over its own k in order, so the
 result is the same run to run.
 
+Lanes along n (``_rows_kernel``: 16-bit operands whose B is read along n, up to
+``ROWS_MAX_M`` rows of C). Above, a warp's load takes 16 bytes from each of 32 rows of B; here
+it takes 512 consecutive bytes of one row:
+
+1. *Which columns, which k*: CTA x owns the 32 x ``width`` columns from ``32 width x``, lane l
+   the ``width`` from ``32 width x + l width``; grid y is the product of the batch, grid z the
+   CTA's range of k (split-k, ``kernels.split_k``: ``k_ctas`` ranges of whole steps).
+2. *k loop*: warp w takes ``UNROLL`` consecutive rows of k from ``w UNROLL`` of every
+   stretch of ``WARPS x UNROLL``: ``UNROLL`` 16-byte loads per lane, then A's elements of
+   those rows (the same address in every lane: one transaction), widened to float32, into
+   ``rows x width`` accumulators per lane.
+3. *Sum over warps*: row by row through shared memory, thread t adds column t of the warps'
+   sums in warp order.
+4. *Sum over ranges* (k_ctas > 1): the last CTA of the strip adds every range's sums in range
+   order (``split_k.settler``); then thread t writes column t of C.
+
+Both orders are fixed, so this result too is the same run to run.
+
 Constraints: M <= SKINNY_M after the transposition (the plan refuses others); a strip of
 ``width`` columns per warp (the last one masked).
 """
@@ -44,11 +62,12 @@ import numpy as np
 from numba import cuda
 
 from ..descriptor import MatrixDesc
-from ..launch import KernelLaunch, cdiv, kernel_launch, simulated
+from ..launch import KernelLaunch, cdiv, kernel_launch, multiprocessors, simulated
 from ..precision import FLOAT32
 from .fragments import input_converter, output_converter
 from .mma import UINT16, VECTOR_BYTES, WARP, operand_mode, storage_dtype, storage_view
 from .ptx import load_global_vector, move_element
+from .split_k import choose_k_ctas, settler, split_buffers, working_k_ctas
 from .tiled import unrolled
 
 __all__ = [
@@ -60,6 +79,8 @@ SKINNY_M = 16  # rows of C (after the transposition) the kernel's accumulators h
 WARPS = 8  # warps per CTA: one column strip each
 SIMULATOR_WARPS = 2  # on the simulator, whose threads are Python threads: fewer per CTA
 UNROLL = 8  # rows of B a lane loads before it multiplies: loads in flight per lane
+ROWS_CTAS_PER_SM = 2  # lanes along n: split-k fills a wave of this many CTAs per SM
+ROWS_MAX_M = 4  # lanes along n up to this many rows of C (16 spill: 198 registers and a stack)
 
 
 def _warps() -> int:
@@ -254,6 +275,144 @@ def _kernel(operand: np.dtype, out: np.dtype, rows: int, b_loads: str, a_vectors
     return skinny_kernel
 
 
+@functools.cache
+def _rows_kernel(operand: np.dtype, out: np.dtype, rows: int, k_ctas: int):
+    """The kernel for 16-bit operands whose B has contiguous, 16-byte aligned rows (read along
+    n): ``rows`` accumulator rows (a power of two >= M), ``k_ctas`` CTAs per strip of columns
+    (split-k, ``kernels.split_k``). Lanes along n ("Lanes along n" in the module docstring)."""
+    dtype = storage_dtype(operand)  # the elements as loaded (uint16 bits)
+    widen, narrow = input_converter(operand), output_converter(out)
+    WIDTH = VECTOR_BYTES // dtype.itemsize  # columns per lane: one 16-byte load per row of k
+    COLS = WARP * WIDTH  # columns per CTA: its warps' lanes side by side, the same for each warp
+    WARPS_ = _warps()
+    THREADS = WARPS_ * WARP
+    PER_THREAD = cdiv(COLS, THREADS)  # columns of the CTA's sums each thread adds and stores
+    ACC, STRIP, XS = rows * WIDTH, UNROLL * WIDTH, rows * UNROLL
+    TOTAL = rows * PER_THREAD
+    BLOCK = WARPS_ * UNROLL  # rows of k a CTA covers per step
+    RED = WARPS_ * COLS  # one row of C's sums per warp, in shared memory
+    K_CTAS = k_ctas
+    zero, acc_zero = dtype.type(0), FLOAT32.type(0)
+    settle = settler(TOTAL, THREADS)
+
+    def steps(checked: bool):
+        """The step's ``load_strip``, ``load_a`` and ``multiply_strip``, with bounds tests
+        (``checked``: the last rows of the CTA's k range, or columns past N) or without."""
+
+        @cuda.jit(device=True)
+        def load_row(strip, b, b0, stride_bk, stride_bn, n_left, k0, k_end, u):
+            # row k0 + u of the lane's WIDTH columns: one 16-byte load, or element by element
+            if not checked:
+                load_global_vector(strip, u * WIDTH, b, b0 + (k0 + u) * stride_bk)
+            else:
+                for j in range(WIDTH):
+                    if k0 + u < k_end and j < n_left:
+                        move_element(strip, u * WIDTH + j, b, b0 + (k0 + u) * stride_bk + j)
+                    else:
+                        strip[u * WIDTH + j] = zero
+
+        @cuda.jit(device=True)
+        def load_a(x, a, a0, stride_am, stride_ak, M, k0, k_end, m, u):
+            # A[m, k0 + u], the same element in every lane (one transaction per warp)
+            if m < M and (not checked or k0 + u < k_end):
+                move_element(x, m * UNROLL + u, a, a0 + m * stride_am + (k0 + u) * stride_ak)
+            else:
+                x[m * UNROLL + u] = zero
+
+        @cuda.jit(device=True)
+        def multiply(acc, x, strip, M, m, u):
+            if m < M:
+                for j in range(WIDTH):
+                    acc[m * WIDTH + j] += widen(x[m * UNROLL + u]) * widen(strip[u * WIDTH + j])
+
+        load_strip = unrolled(load_row, UNROLL,
+                              "strip, b, b0, stride_bk, stride_bn, n_left, k0, k_end")  # fmt: skip
+        load_x = unrolled(load_a, [(m, u) for m in range(rows) for u in range(UNROLL)],
+                          "x, a, a0, stride_am, stride_ak, M, k0, k_end")  # fmt: skip
+        multiply_strip = unrolled(multiply, [(m, u) for u in range(UNROLL) for m in range(rows)],
+                                  "acc, x, strip, M")  # fmt: skip
+        return load_strip, load_x, multiply_strip
+
+    load_whole, load_x_whole, multiply_whole = steps(checked=False)
+    load_edge, load_x_edge, multiply_edge = steps(checked=True)
+
+    @cuda.jit(device=True)
+    def zero_one(acc, e):
+        acc[e] = acc_zero
+
+    zero_all = unrolled(zero_one, ACC, "acc")
+
+    @cuda.jit(device=True)
+    def reduce_row(acc, red, total, tid, lane, warp, m):
+        # row m of the warps' sums, added over the warps: thread t's columns t, t + THREADS, ..
+        for j in range(WIDTH):
+            red[warp * COLS + lane * WIDTH + j] = acc[m * WIDTH + j]
+        cuda.syncthreads()
+        for q in range(PER_THREAD):
+            column = tid + q * THREADS
+            total[m * PER_THREAD + q] = acc_zero
+            if column < COLS:
+                for w in range(WARPS_):
+                    total[m * PER_THREAD + q] += red[w * COLS + column]
+        cuda.syncthreads()
+
+    reduce_all = unrolled(reduce_row, rows, "acc, red, total, tid, lane, warp")
+
+    @cuda.jit(device=True)
+    def store(c, c0, stride_cm, stride_cn, M, N, first, total, tid, m, q):
+        column = tid + q * THREADS
+        if m < M and column < COLS and first + column < N:
+            c[c0 + m * stride_cm + (first + column) * stride_cn] = narrow(total[m * PER_THREAD + q])
+
+    store_all = unrolled(store, [(m, q) for m in range(rows) for q in range(PER_THREAD)],
+                         "c, c0, stride_cm, stride_cn, M, N, first, total, tid")  # fmt: skip
+
+    @cuda.jit
+    def rows_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn,
+                    c, stride_cb, stride_cm, stride_cn, M, N, K, partials, sync):  # fmt: skip
+        acc = cuda.local.array(ACC, FLOAT32)  # (rows, WIDTH): this lane's partial sums
+        strip = cuda.local.array(STRIP, dtype)  # (UNROLL, WIDTH): rows of B
+        x = cuda.local.array(XS, dtype)  # (rows, UNROLL): A's elements of those rows of k
+        total = cuda.local.array(TOTAL, FLOAT32)  # (rows, PER_THREAD): the CTA's sums
+        red = cuda.shared.array(RED, FLOAT32)
+        zero_all(acc)
+
+        # -- which columns, which rows of k: the CTA's strip, its k range, the warp's rows ----
+        tid = cuda.threadIdx.x
+        lane, warp = tid % WARP, tid // WARP
+        first = cuda.blockIdx.x * COLS  # the CTA's first column
+        batch = cuda.blockIdx.y
+        n_left = N - first - lane * WIDTH  # the lane's columns inside N (may be <= 0)
+        a0 = batch * stride_ab
+        b0 = batch * stride_bb + (first + lane * WIDTH) * stride_bn
+        per_cta = (((K + BLOCK - 1) // BLOCK + K_CTAS - 1) // K_CTAS) * BLOCK
+        k_begin = cuda.blockIdx.z * per_cta
+        k_end = min(K, k_begin + per_cta)
+
+        # -- k loop: warp w takes rows k_begin + w UNROLL + i BLOCK .. + UNROLL; whole steps
+        # of whole columns without bounds tests -------------------------------------------
+        for k0 in range(k_begin + warp * UNROLL, k_end, BLOCK):
+            if k0 + UNROLL <= k_end and n_left >= WIDTH:
+                load_whole(strip, b, b0, stride_bk, stride_bn, n_left, k0, k_end)
+                load_x_whole(x, a, a0, stride_am, stride_ak, M, k0, k_end)
+                multiply_whole(acc, x, strip, M)
+            else:
+                load_edge(strip, b, b0, stride_bk, stride_bn, n_left, k0, k_end)
+                load_x_edge(x, a, a0, stride_am, stride_ak, M, k0, k_end)
+                multiply_edge(acc, x, strip, M)
+
+        # -- the warps' sums added in shared memory; split-k: the last CTA adds the ranges ----
+        reduce_all(acc, red, total, tid, lane, warp)
+        if K_CTAS > 1:
+            strip_index = batch * cuda.gridDim.x + cuda.blockIdx.x
+            if not settle(total, partials, sync, strip_index, cuda.blockIdx.z, K_CTAS, tid,
+                          tid, tid < COLS):  # fmt: skip
+                return
+        store_all(c, batch * stride_cb, stride_cm, stride_cn, M, N, first, total, tid)
+
+    return rows_kernel
+
+
 def as_computed(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc) -> tuple:
     """``(a, b, c, b_loads)``: the product as the kernel computes it (transposed where M >
     SKINNY_M, so that C has at most SKINNY_M rows) and how it loads B's strips: ``"rows"``
@@ -281,10 +440,12 @@ def strips(N: int, dtype: np.dtype) -> int:
     return cdiv(N, _warps() * (VECTOR_BYTES // storage_dtype(dtype).itemsize))
 
 
-def plan_skinny(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc) -> KernelLaunch:
+def plan_skinny(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, scratch=None) -> KernelLaunch:
     """The skinny kernel's launch on validated operands: C (M x N) = A (M x K) @ B (K x N), for
     each of ``c.batch`` products, with M <= SKINNY_M, or N <= SKINNY_M (run as its transpose:
-    :func:`as_computed`). ``ValueError`` where neither is."""
+    :func:`as_computed`). ``ValueError`` where neither is. 16-bit operands whose B is read
+    along n run with lanes along n, k split across CTAs into a wave where ``scratch`` (split-k's
+    buffers, ``kernels.split_k``) is given."""
     a, b, c, b_loads = as_computed(a, b, c)
     (M, K), N = a.shape, b.shape[1]
     operand, out = np.dtype(a.dtype), np.dtype(c.dtype)
@@ -292,9 +453,21 @@ def plan_skinny(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc) -> KernelLaunch:
         a, b = storage_view(a, UINT16), storage_view(b, UINT16)
     if out.itemsize == 2:
         c = storage_view(c, UINT16)
+    args = (a, a.batch_stride, *a.strides, b, b.batch_stride, *b.strides,
+            c, c.batch_stride, *c.strides, M, N, K)  # fmt: skip
+    if b_loads == "rows" and operand.itemsize == 2 and skinny_rows(M) <= ROWS_MAX_M:
+        columns = WARP * VECTOR_BYTES // 2  # a CTA's strip of columns
+        threads, strips_, k_steps = _warps() * WARP, cdiv(N, columns), cdiv(K, _warps() * UNROLL)
+        k_ctas = 1
+        if scratch is not None:
+            slots = ROWS_CTAS_PER_SM * multiprocessors()
+            k_ctas = working_k_ctas(choose_k_ctas(strips_ * c.batch, k_steps, slots), k_steps)
+        rows = skinny_rows(M)
+        per_thread = cdiv(columns, threads)
+        split = split_buffers(k_ctas, strips_ * c.batch, rows * per_thread * threads, FLOAT32,
+                              scratch)  # fmt: skip
+        kernel = _rows_kernel(operand, out, rows, k_ctas)
+        return kernel_launch(kernel, (strips_, c.batch, k_ctas), threads, 0, (*args, *split))
     a_vectors = operand_mode(a, True) == ("k", VECTOR_BYTES)  # A's rows contiguous, aligned
     kernel = _kernel(operand, out, skinny_rows(M), b_loads, a_vectors)
-    grid = (strips(N, operand), c.batch)
-    return kernel_launch(kernel, grid, _warps() * WARP, 0,
-                         (a, a.batch_stride, *a.strides, b, b.batch_stride, *b.strides,
-                          c, c.batch_stride, *c.strides, M, N, K))  # fmt: skip
+    return kernel_launch(kernel, (strips(N, operand), c.batch), _warps() * WARP, 0, args)
