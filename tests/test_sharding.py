@@ -202,6 +202,33 @@ def test_a_batched_dot_general_keeps_its_batch_sharding(rng):
     assert products(ours, A, B) == [(2, 16, 8)]
 
 
+@pytest.mark.parametrize(
+    "lhs_shape, rhs_shape, dims, specs, communicates",
+    [
+        ((64,), (64,), (((0,), (0,)), ((), ())), (("x",), ("x",)), True),  # vectors: k
+        ((4, 8, 32), (32, 16), (((2,), (0,)), ((), ())), (("x", None, None), (None, "y")),
+         False),  # Dense on (batch, seq, features): batch and features pass through
+        ((32, 16), (32, 8), (((0,), (0,)), ((), ())), ((None, "x"), (None, None)),
+         False),  # a transposed lhs (transpose_a): its M sharded
+    ],
+    ids=["vector dot", "dense on 3-D", "transposed lhs"],
+)  # fmt: skip
+def test_every_form_of_contraction_partitions(lhs_shape, rhs_shape, dims, specs, communicates,
+                                              rng):  # fmt: skip
+    m = mesh()
+    lhs, rhs = (rng.standard_normal(s).astype(np.float32) for s in (lhs_shape, rhs_shape))
+    operands = [put(m, x, *spec_) for x, spec_ in zip((lhs, rhs), specs)]
+    ours = jax.jit(lambda x, y: jax_bridge.dot_general(x, y, dims))
+    theirs = jax.jit(lambda x, y: lax.dot_general(x, y, dims))
+    out, expected = ours(*operands), theirs(*operands)
+    reference = np.tensordot(lhs.astype(np.float64), rhs, (dims[0][0], dims[0][1]))
+    assert_product(out, reference, None, np.float32, lhs_shape[dims[0][0][0]])
+    assert spec(out) == spec(expected)
+    found, lax_found = collectives(ours, *operands), collectives(theirs, *operands)
+    assert bool(found) == communicates, found
+    assert "all-gather" not in found or "all-gather" in lax_found, (found, lax_found)
+
+
 @pytest.mark.parametrize("wanted", [P(), P("x", None)], ids=["replicated", "rows"])
 def test_a_sharded_k_reduces_once_as_the_result_is_sharded(wanted, rng):
     m = mesh()
