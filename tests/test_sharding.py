@@ -14,6 +14,7 @@ On the CPU a partitioned program's per-device products are XLA's dots (a Python 
 cannot run inside one: ``jax_bridge.sharding``); on a GPU they are the kernels.
 """
 
+import math
 import re
 
 import numpy as np
@@ -130,14 +131,17 @@ def test_the_plan_reduce_scatters_where_the_result_asks():
 
 # -- jit with sharded operands: Auto mesh axes -----------------------------------------------
 
-# (a's spec, b's spec, the shard of C each device computes for an (M, N) result on 2 x 2)
+# name: (a's spec, b's spec, the mesh axes splitting each device's product's rows and columns,
+# the collective: "" none, "reduce" a sharded k's sum, "gather" b gathered where m took n's axis)
 SHARDINGS = {
-    "rows": ((("x",), None), (None, None)),
-    "columns": ((None, None), (None, "y")),
-    "rows and columns": (("x", None), (None, "y")),
-    "rows on both axes": ((("x", "y"), None), (None, None)),
-    "k": ((None, "x"), ("x", None)),
-    "k and rows": (("y", "x"), ("x", None)),
+    "rows": ((("x",), None), (None, None), ("x", ""), ""),
+    "columns": ((None, None), (None, "y"), ("", "y"), ""),
+    "rows and columns": (("x", None), (None, "y"), ("x", "y"), ""),
+    "rows on both axes": ((("x", "y"), None), (None, None), (("x", "y"), ""), ""),
+    "k": ((None, "x"), ("x", None), ("", ""), "reduce"),
+    "k and rows": (("y", "x"), ("x", None), ("y", ""), "reduce"),
+    "k in a only": ((None, "x"), (None, None), ("", ""), "reduce"),  # b sliced to agree
+    "m and n on one axis": (("x", None), (None, "x"), ("x", ""), "gather"),
 }
 CASES = [  # (operand dtype, precision preset, result dtype): every preset (float64 needs x64)
     (np.float32, None, None),
@@ -164,7 +168,7 @@ def _case_id(case):
 def test_sharded_products_communicate_no_more_than_lax(sharding, case, rng):
     dtype, preset, out_dtype = case
     m = mesh()
-    (sa, sb) = SHARDINGS[sharding]
+    sa, sb, (row_axes, column_axes), kind = SHARDINGS[sharding]
     M, N, K = 64, 48, 96
     a = rng.standard_normal((M, K)).astype(dtype)
     b = rng.standard_normal((K, N)).astype(dtype)
@@ -178,15 +182,17 @@ def test_sharded_products_communicate_no_more_than_lax(sharding, case, rng):
     assert spec(out) == spec(expected)
     found, lax_found = collectives(ours, A, B), collectives(theirs, A, B)
     assert "all-gather" not in found or "all-gather" in lax_found, (found, lax_found)
-    k_axes = axes_of(sa[1]) if sharding.startswith("k") else ()
-    split = {"x": m.shape["x"], "y": m.shape["y"]}
-    if k_axes and np.prod([split[a] for a in k_axes]) > 1:
+    if kind == "reduce":
         assert found & {"all-reduce", "reduce-scatter"}, found
+    elif kind == "gather":
+        assert "all-gather" in found and found <= lax_found, (found, lax_found)
     else:
         assert not found, found
-    rows = np.prod([split[a] for a in axes_of(sa[0])]) if sa[0] else 1
-    columns = np.prod([split[a] for a in axes_of(sb[1])]) if sb[1] else 1
-    assert products(ours, A, B) == [(M // rows, N // columns)]
+
+    def split(axes):
+        return math.prod(m.shape[a] for a in axes_of(axes or None))
+
+    assert products(ours, A, B) == [(M // split(row_axes), N // split(column_axes))]
 
 
 def test_a_batched_dot_general_keeps_its_batch_sharding(rng):
