@@ -181,10 +181,18 @@ def test_16_bit_products_read_along_n_run_with_lanes_along_n(
         assert error < 1e-5, error
 
 
-def test_lanes_along_n_run_a_batch_and_leave_more_rows_to_the_lanes_along_k(rng):
-    a = rng.standard_normal((3, 2, 70)).astype(BF16)
-    b = rng.standard_normal((3, 70, 32)).astype(BF16)
+def test_lanes_along_n_run_a_batch_and_leave_more_rows_to_the_lanes_along_k(rng, monkeypatch):
+    from numba_gemm.api import describe_matmul, split_k_scratch
+
+    a = rng.standard_normal((2, 1, 130)).astype(BF16)
+    b = rng.standard_normal((2, 130, 16)).astype(BF16)
     assert_within_preset(numba_gemm.matmul(a, b, algorithm="skinny"), a, b)
+    monkeypatch.setattr(skinny, "multiprocessors", lambda: 64)  # each product's k split too
+    out = np.empty((2, 1, 16), BF16)
+    (part,) = describe_matmul(a, b, out).parts
+    assert skinny.plan_skinny(*part, scratch=split_k_scratch(0)).grid == (1, 2, 2)
+    assert_within_preset(numba_gemm.matmul(a, b, out, algorithm="skinny"), a, b)
+    monkeypatch.undo()
     a, b = make_operands(5, 64, 40, BF16, "row", rng)  # 8 accumulator rows: along k
     out = np.empty((5, 64), BF16)
     launch = plan(describe(a, "a"), describe(b, "b"), describe(out, "out"), "skinny", None,
