@@ -22,7 +22,7 @@
 # under jax's sharding; both skip where one GPU is visible) with every GPU visible; on the device machine's 4-GPU kind (64 cores):
 #   for k in 1 2 3 4; do CUDA_VISIBLE_DEVICES=$((k-1)) TEST_SHARDS=14 TEST_PART=$k/4 \
 #     ONLY_TESTS=1 NUMBA_GEMM_RESULTS_DIR=/tmp/part$k bash benchmarks/gpu_suite.sh & done; wait
-#   python3 -m pytest -q tests/test_gpu_devices.py tests/test_sharding.py
+#   bash benchmarks/multi_gpu_tests.sh  # one pytest process per test function, then the example
 # and on its 2-GPU kinds (32 cores) two such rounds of two parts (TEST_SHARDS=14).
 set -uo pipefail
 cd "$(dirname "$0")/.."
