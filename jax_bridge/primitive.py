@@ -225,7 +225,7 @@ def contraction(params: dict, shapes) -> Contraction:
     return Contraction((tuple(lhs), tuple(rhs)), result)
 
 
-def _host_product(lhs, rhs, *, dimension_numbers, precision, out_dtype, **_):
+def _host_product(lhs, rhs, *, dimension_numbers, out_dtype, **_):
     """A device's product inside a partitioned program on the CPU (``jax_bridge.sharding``):
     XLA's dot at the preset's accuracy (float32 exactly, as XLA:CPU and the simulator do)."""
     return lax.dot_general(lhs, rhs, dimension_numbers, precision=lax.Precision.HIGHEST,

@@ -138,8 +138,9 @@ class Contraction:
         return Plan(operands, tuple(result), reduce_axes)
 
 
-def _shardings(mesh, specs) -> tuple:
-    return tuple(NamedSharding(mesh, P(*(entry_of(a) for a in spec))) for spec in specs)
+def _sharding(mesh, spec) -> NamedSharding:
+    """A plan's spec (a tuple of axis-name tuples per axis) as a ``NamedSharding``."""
+    return NamedSharding(mesh, P(*(entry_of(axes) for axes in spec)))
 
 
 def register_partitioned(primitive, contraction_of, per_device, host_per_device,
@@ -158,6 +159,9 @@ def register_partitioned(primitive, contraction_of, per_device, host_per_device,
 
 
 def _partitioned_lowering(contraction_of, per_device, host_per_device, n_operands: int):
+    """The lowering rule :func:`register_partitioned` registers: the product as a
+    ``custom_partitioning`` function of its ``n_operands`` operands and its parameters (static),
+    with Shardy's rule, the GSPMD callbacks and the partition (module docstring, steps 1-3)."""
 
     def body2(a, b, params):  # custom_partitioning reads the signature: fixed arity
         return per_device(a, b, **dict(params))
@@ -167,19 +171,20 @@ def _partitioned_lowering(contraction_of, per_device, host_per_device, n_operand
 
     product = custom_partitioning({2: body2, 3: body3}[n_operands], static_argnums=(n_operands,))
 
-    def contraction(params, shapes):
-        return contraction_of(dict(params), shapes)
-
     def sharding_rule(params, mesh, operand_types, result_types):
-        shapes = [tuple(t.shape) for t in operand_types]
-        return contraction(params, shapes).rule()
+        return contraction_of(dict(params), [tuple(t.shape) for t in operand_types]).rule()
+
+    def plan_of(params, mesh, arg_shapes, result_shape=None) -> Plan:
+        # the plan for the operands' shardings; with the result's, its reduce-scatter too
+        contraction = contraction_of(dict(params), [tuple(a.shape) for a in arg_shapes])
+        specs = [spec_of(a.sharding, len(a.shape)) for a in arg_shapes]
+        if result_shape is None:
+            return contraction.plan(specs)
+        wanted = spec_of(result_shape.sharding, len(result_shape.shape))
+        return contraction.plan(specs, wanted, dict(mesh.shape), tuple(result_shape.shape))
 
     def partition(params, mesh, arg_shapes, result_shape):
-        shapes = [tuple(a.shape) for a in arg_shapes]
-        c = contraction(params, shapes)
-        specs = [spec_of(a.sharding, len(a.shape)) for a in arg_shapes]
-        wanted = spec_of(result_shape.sharding, len(result_shape.shape))
-        plan = c.plan(specs, wanted, dict(mesh.shape), tuple(result_shape.shape))
+        plan = plan_of(params, mesh, arg_shapes, result_shape)
         on_host = mesh.devices.flat[0].platform == "cpu"
         compute = host_per_device if on_host else per_device
 
@@ -196,13 +201,11 @@ def _partitioned_lowering(contraction_of, per_device, host_per_device, n_operand
                                        tiled=True)  # fmt: skip
             return out
 
-        result = _shardings(mesh, [plan.result])[0]
-        return mesh, lower_fn, result, _shardings(mesh, plan.operands)
+        operands = tuple(_sharding(mesh, spec) for spec in plan.operands)
+        return mesh, lower_fn, _sharding(mesh, plan.result), operands
 
     def infer_sharding_from_operands(params, mesh, arg_shapes, result_shape):
-        shapes = [tuple(a.shape) for a in arg_shapes]
-        specs = [spec_of(a.sharding, len(a.shape)) for a in arg_shapes]
-        return _shardings(mesh, [contraction(params, shapes).plan(specs).result])[0]
+        return _sharding(mesh, plan_of(params, mesh, arg_shapes).result)
 
     def propagate_user_sharding(params, mesh, user_shape):
         return user_shape.sharding

@@ -80,7 +80,7 @@ ALGORITHMS = ("auto", "tiled", "skinny", "mma", "wgmma") + tuple(LOOP_ORDERS)
 # and f16 operands at their own presets (float32 products and sums, as the tensor cores).
 FFMA_ALGORITHMS = ("auto", "tiled", "skinny") + tuple(LOOP_ORDERS)
 TENSOR_CORE_ALGORITHMS = ("auto", "mma", "wgmma")
-SKINNY_16_BIT_PRESETS = ("BF16_BF16_F32", "F16_F16_F32")
+SKINNY_16_BIT_PRESETS = tuple(default_preset(d).name for d in (BFLOAT16, FLOAT16))
 # "auto" runs 16-bit matrix-vector products on the skinny kernel from one CTA per two SMs
 # (read along k, 128 CTAs streamed 3.5 TB/s on an H200's 132 SMs)
 SKINNY_16_BIT_SMS_PER_CTA = 2

@@ -65,7 +65,15 @@ from ..descriptor import MatrixDesc
 from ..launch import KernelLaunch, cdiv, kernel_launch, multiprocessors, simulated
 from ..precision import FLOAT32
 from .fragments import input_converter, output_converter
-from .mma import UINT16, VECTOR_BYTES, WARP, operand_mode, storage_dtype, storage_view
+from .mma import (
+    UINT16,
+    VECTOR_BYTES,
+    WARP,
+    accumulator_zeroer,
+    operand_mode,
+    storage_dtype,
+    storage_view,
+)
 from .ptx import load_global_vector, move_element
 from .split_k import choose_k_ctas, settler, split_buffers, working_k_ctas
 from .tiled import unrolled
@@ -336,11 +344,7 @@ def _rows_kernel(operand: np.dtype, out: np.dtype, rows: int, k_ctas: int):
     load_whole, load_x_whole, multiply_whole = steps(checked=False)
     load_edge, load_x_edge, multiply_edge = steps(checked=True)
 
-    @cuda.jit(device=True)
-    def zero_one(acc, e):
-        acc[e] = acc_zero
-
-    zero_all = unrolled(zero_one, ACC, "acc")
+    zero_all = accumulator_zeroer(ACC)  # ACC: a multiple of 8
 
     @cuda.jit(device=True)
     def reduce_row(acc, red, total, tid, lane, warp, m):
