@@ -14,9 +14,9 @@
 # after it and the demo; BENCHMARKS picks benchmark files (default: all of benchmarks/).
 # The tests run in TEST_SHARDS pytest processes at once (default: the CPU count less 2, at
 # most 14), since compiling the kernels takes most of their time: several times faster than
-# one process on a 16-core machine. TEST_PART=k/n runs the k-th of n parts of the suite (every
-# n-th test from the k-th), so that each part fits a time limit per command (each part
-# compiles what its tests need, so it takes more than 1/n of the whole); the demo runs with
+# one process on a 16-core machine. Parts and processes take runs of consecutive tests, so that
+# the tests of one function, which mostly share kernels, compile them once. TEST_PART=k/n runs
+# the k-th of n parts of the suite, so that each part fits a time limit per command; the demo runs with
 # part 1 only. On a machine of several GPUs the parts run at once, one per GPU, and then the
 # tests of several GPUs (tests/test_gpu_devices.py, and tests/test_sharding.py: the bridge
 # under jax's sharding; both skip where one GPU is visible) with every GPU visible; on the device machine's 4-GPU kind (64 cores):
@@ -42,11 +42,13 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   if [ -n "${TEST_PART:-}" ]; then
     [[ "$TEST_PART" =~ ^([0-9]+)/([0-9]+)$ ]] && (( BASH_REMATCH[1] >= 1 && BASH_REMATCH[1] <= BASH_REMATCH[2] )) \
       || { echo "TEST_PART must be k/n with 1 <= k <= n; got '$TEST_PART'"; exit 2; }
-    awk -v k="${BASH_REMATCH[1]}" -v n="${BASH_REMATCH[2]}" '(NR - k) % n == 0' "$ids/all" \
+    total=$(wc -l < "$ids/all")
+    awk -v k="${BASH_REMATCH[1]}" -v n="${BASH_REMATCH[2]}" -v total="$total" \
+      'NR > int((k - 1) * total / n) && NR <= int(k * total / n)' "$ids/all" \
       > "$ids/part" && mv "$ids/part" "$ids/all"
   fi
   [ -s "$ids/all" ] || { echo "pytest collected no tests:"; tail -n 20 "$ids/collected"; tests=1; }
-  split -n "r/$shards" "$ids/all" "$ids/shard."
+  split -n "l/$shards" "$ids/all" "$ids/shard."
   for shard in "$ids"/shard.*; do
     [ -s "$shard" ] || continue  # an empty shard would run pytest's default: every test
     mapfile -t shard_ids < "$shard"  # test ids may hold spaces
