@@ -48,7 +48,14 @@ from .primitive import (
 )
 from .sharding import register_partitioned
 
-__all__ = ["kernel_call", "kernel_call_lowering", "callback_lowering", "ptx_for", "xla_ptx"]
+__all__ = [
+    "kernel_call",
+    "kernel_call_lowering",
+    "operand_order",
+    "callback_lowering",
+    "ptx_for",
+    "xla_ptx",
+]
 
 # jaxlib's kernel-call handler, registered under a name of the bridge's own with the
 # COMMAND_BUFFER_COMPATIBLE trait: the handler's one cuLaunchKernel on XLA's stream (the tensor
@@ -238,15 +245,40 @@ def kernel_call_target() -> str:
     return KERNEL_CALL_TARGET
 
 
-def kernel_call_lowering(launch, zeroed: tuple[str, ...] = ()):
+def operand_order(launch, inputs: tuple[str, ...]) -> list[int]:
+    """Positions in ``inputs`` (the operands' names) of the matrices ``launch`` takes first, in
+    its order. ``AssertionError`` where the launch takes another matrix (an output) before
+    all of them, since XLA's buffers put the results after the operands."""
+    from numba_gemm.descriptor import MatrixDesc
+
+    taken = [arg.name for arg in launch.args if isinstance(arg, MatrixDesc)][: len(inputs)]
+    if sorted(taken) != sorted(inputs):
+        raise AssertionError(f"the launch takes its matrices as {taken}, not {inputs} first")
+    return [inputs.index(name) for name in taken]
+
+
+def kernel_call_lowering(launch, inputs: tuple[str, ...], zeroed: tuple[str, ...] = ()):
     """The lowering rule ``rule(ctx, *operands)`` of XLA's kernel call for ``launch`` (see
-    :func:`kernel_call`): its results are the launch's outputs, in order."""
+    :func:`kernel_call`), whose operands are the matrices named ``inputs``, in that order: its
+    results are the launch's outputs, in order.
+
+    XLA hands the kernel its buffers by position (operands, then results), while a plan may
+    take the operands in another order (the skinny kernel computes C^T = B^T A^T where C has
+    few columns; the triple product's right order multiplies C^T B^T A^T): the rule passes the
+    operands in the order of the launch's matrices."""
     call, name = kernel_call(launch, zeroed)
     opaque = zlib.compress(call.to_proto(name, b""))
-    return jax.ffi.ffi_lowering(
+    lowering = jax.ffi.ffi_lowering(
         kernel_call_target(),
         backend_config={"name": ir.StringAttr.get(name), "opaque": ir.StringAttr.get(opaque)},
     )
+    order = operand_order(launch, inputs)
+
+    def rule(ctx, *operands):
+        avals_in = [ctx.avals_in[i] for i in order]
+        return lowering(ctx.replace(avals_in=avals_in), *(operands[i] for i in order))
+
+    return rule
 
 
 def _dtypes(ctx) -> tuple:
@@ -276,7 +308,7 @@ def _native(ctx, lhs, rhs, gemm: StridedGemm, algorithm: str, config, preset):
                   "device", workspace_of, call_output)  # fmt: skip
     outputs = [arg.name for arg in launch.args if getattr(arg, "name", None) in scratch]
     avals_out = [*ctx.avals_out, *(jax.core.ShapedArray(*scratch[name]) for name in outputs)]
-    rule = kernel_call_lowering(launch, zeroed=("sync",))
+    rule = kernel_call_lowering(launch, ("lhs", "rhs"), zeroed=("sync",))
     return rule(ctx.replace(avals_out=avals_out), lhs, rhs)[:1]
 
 

@@ -172,13 +172,10 @@ def _native(ctx, a, b, c, *, algorithm, order, config):
     [launch] = plan_triple(
         *descs, algorithm, order, config, counters=counters, scratch=intermediate
     )
-    # The kernel takes the chain's operands in the order it multiplies them: the right order
-    # is the left order of the transposed chain (C^T, B^T, A^T).
-    operands = (a, b, c) if order == "left" else (c, b, a)
     outputs = [arg.name for arg in launch.args if getattr(arg, "name", None) in scratch]
     avals_out = [ctx.avals_out[0], *(jax.core.ShapedArray(*scratch[name]) for name in outputs)]
-    rule = kernel_call_lowering(launch, zeroed=("sync",))
-    return rule(ctx.replace(avals_out=avals_out), *operands)[:1]
+    rule = kernel_call_lowering(launch, ("a", "b", "c"), zeroed=("sync",))
+    return rule(ctx.replace(avals_out=avals_out), a, b, c)[:1]
 
 
 def _run_on_host(algorithm, order, config, ctx, out, a, b, c) -> None:

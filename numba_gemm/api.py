@@ -261,9 +261,10 @@ def skinny_16_bit(algorithm: str, config, preset: Preset, a: MatrixDesc, b: Matr
     ``"auto"`` (no config) on a matrix-vector product of bf16 or f16 operands at their own
     preset (a decode step's token) where the kernel reads the matrix along k (B k-major as
     computed: a weight stored (out, in), times a column) in at least one CTA per
-    :data:`SKINNY_16_BIT_SMS_PER_CTA` SMs. There it streams the matrix faster than a
-    tensor-core tile of 64 rows of which one is used; read along n (a JAX ``Dense`` kernel
-    times a row) it does not (``docs/design/skinny.md``). ``ValueError`` where ``"skinny"`` is
+    :data:`SKINNY_16_BIT_SMS_PER_CTA` SMs, or along n with its lanes along n (a JAX ``Dense``
+    kernel times a row; k split across CTAs). There it streams the matrix faster than a
+    tensor-core tile of 64 rows of which one is used (``docs/design/skinny.md``). With 2 to 16
+    rows the wgmma kernel's tile serves them as fast or faster. ``ValueError`` where ``"skinny"`` is
     asked for on operands it does not take (float32 ones at a bf16 preset are rounded to bf16
     first: the tensor cores' work)."""
     own_preset = np.dtype(a.dtype) in (BFLOAT16, FLOAT16) and default_preset(a.dtype) == preset
@@ -280,6 +281,8 @@ def skinny_16_bit(algorithm: str, config, preset: Preset, a: MatrixDesc, b: Matr
         return False
     _, y, _, b_loads = skinny_as_computed(a, b, b)  # (C's descriptor plays no part here)
     strips = skinny_strips(y.shape[1], a.dtype)
+    if b_loads == "rows":
+        return True
     return b_loads == "runs" and strips * SKINNY_16_BIT_SMS_PER_CTA >= multiprocessors()
 
 

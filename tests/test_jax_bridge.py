@@ -134,6 +134,35 @@ def test_every_algorithm(algorithm, rng, poisoned_outputs):
     assert_close(out, f64(a).T @ f64(b), 13)
 
 
+def test_the_kernel_call_takes_the_operands_in_the_launch_order():
+    """XLA passes the kernel call's buffers by position; plans that swap the operands (the
+    skinny kernel's C^T = B^T A^T, the triple product's right order) get them swapped."""
+    from jax_bridge.lowering import _descs, operand_order
+    from jax_bridge.triple_product import _row_major
+    from numba_gemm.api import plan
+    from numba_gemm.kernels.triple_product import counters_desc
+    from numba_gemm.triple_product import plan_triple
+
+    def gemm_order(M, N, K, algorithm):
+        gemm = strided_gemm((M, K), (K, N), (((1,), (0,)), ((), ())))
+        descs = _descs(gemm, (np.float32, np.float32), on_device=True)
+        return operand_order(plan(*descs, algorithm, None, None, "device"), ("lhs", "rhs"))
+
+    assert gemm_order(70, 3, 40, "skinny") == [1, 0]  # computed as C^T
+    assert gemm_order(997, 1, 1024, "auto") == [1, 0]
+    assert gemm_order(3, 70, 40, "skinny") == [0, 1]
+    assert gemm_order(64, 64, 64, "tiled") == [0, 1]
+    shapes = ((128, 96), (96, 64), (64, 80), (128, 80))
+    descs = [_row_major(name, s, np.float32) for name, s in zip(("a", "b", "c", "out"), shapes)]
+    for order, expected in (("left", [0, 1, 2]), ("right", [2, 1, 0])):
+
+        def intermediate(shape, name):
+            return _row_major(name, shape, np.float32)
+
+        [launch] = plan_triple(*descs, "fused", order, counters=counters_desc, scratch=intermediate)
+        assert operand_order(launch, ("a", "b", "c")) == expected
+
+
 @pytest.mark.parametrize("shape", [(1, 40, 70), (70, 3, 40)], ids=str)  # the second transposed
 def test_skinny_products_and_a_batch_of_them(shape, rng, poisoned_outputs):
     M, N, K = shape
