@@ -106,6 +106,7 @@ def test_auto_runs_16_bit_matrix_vector_products_on_the_skinny_kernels(dtype, mo
                       resolve(None, dtype))  # fmt: skip
         return launch.kernel.py_func.__name__
 
+    monkeypatch.setattr(numba_gemm.api, "multiprocessors", lambda: 64)  # any GPU's strips do
     assert kernel(4096, 1) == kernel(1, 4096, b_layout="col") == "skinny_kernel"
     assert kernel(1, 4096) == "rows_kernel"  # a JAX Dense kernel times a row: along n
     assert kernel(2, 4096, b_layout="col") not in ("skinny_kernel", "rows_kernel")
@@ -156,7 +157,11 @@ def test_narrow_results_split_into_a_wave_of_two_ctas_per_sm(monkeypatch):
 
 # 16-bit operands read along n (B's rows aligned: N a multiple of 8) run with lanes along n:
 # columns cut at N and at a CTA's 256, k cut at a step (2 simulated warps x 8 rows), batches
-ROWS_SHAPES = [(1, 8, 1), (2, 264, 37), (3, 40, 300), (4, 16, 17)]
+# A k step of the lanes-along-n kernel: a row of B per lane for each warp (fewer warps on the
+# simulator); split k needs MIN_STEPS_PER_CTA steps per CTA, so (3, 40, K_SPLIT) splits anywhere.
+K_STEP = skinny._warps() * skinny.UNROLL
+K_SPLIT = 19 * K_STEP - 4  # 19 steps, the last one partial
+ROWS_SHAPES = [(1, 8, 1), (2, 264, 37), (3, 40, K_SPLIT), (4, 16, 17)]
 ROWS_CASES = [(BF16, BF16, False), (BF16, F32, True), (F16, F16, True)]  # (a's, C's, split)
 
 
@@ -175,7 +180,7 @@ def test_16_bit_products_read_along_n_run_with_lanes_along_n(
     launch = plan(describe(a, "a"), describe(b, "b"), describe(out, "out"), "skinny", None,
                   resolve(None, dtype), scratch=split_k_scratch(0))  # fmt: skip
     assert launch.kernel.py_func.__name__ == "rows_kernel"
-    assert (launch.grid[2] > 1) == (k_ctas_forced and K >= 64)
+    assert (launch.grid[2] > 1) == (k_ctas_forced and K == K_SPLIT)
     numba_gemm.matmul(a, b, out, algorithm="skinny")
     error = assert_within_preset(out, a, b, out_dtype=out_dtype)
     if out_dtype == F32:
@@ -185,8 +190,9 @@ def test_16_bit_products_read_along_n_run_with_lanes_along_n(
 def test_lanes_along_n_run_a_batch_and_leave_more_rows_to_the_lanes_along_k(rng, monkeypatch):
     from numba_gemm.api import describe_matmul, split_k_scratch
 
-    a = rng.standard_normal((2, 1, 130)).astype(BF16)
-    b = rng.standard_normal((2, 130, 16)).astype(BF16)
+    K = 9 * K_STEP - 7  # 9 steps: 2 CTAs of at least MIN_STEPS_PER_CTA each
+    a = rng.standard_normal((2, 1, K)).astype(BF16)
+    b = rng.standard_normal((2, K, 16)).astype(BF16)
     assert_within_preset(numba_gemm.matmul(a, b, algorithm="skinny"), a, b)
     monkeypatch.setattr(skinny, "multiprocessors", lambda: 64)  # each product's k split too
     out = np.empty((2, 1, 16), BF16)
