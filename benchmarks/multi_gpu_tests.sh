@@ -4,6 +4,8 @@
 # sharding), one pytest process per test function, so that a crash (an abort in XLA's
 # compile) costs one function and the others still report; then the tensor-parallel example
 # (examples/tensor_parallel_mlp.py: its losses against lax's). Exit status 1 if any failed.
+# Each function's whole log goes to $NUMBA_GEMM_RESULTS_DIR/multi_gpu/ (default /tmp); pytest
+# captures Python's streams only, so that the message of an abort in XLA's C++ reaches the log.
 # PY selects the interpreter (default: python3 with the tree importable).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -11,14 +13,18 @@ PY=${PY:-python3}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 export NCCL_NVLS_ENABLE=0  # NVLink multicast off on these hosts
 unset NUMBA_ENABLE_CUDASIM JAX_PLATFORMS
+LOGS=${NUMBA_GEMM_RESULTS_DIR:-/tmp}/multi_gpu
+mkdir -p "$LOGS"
 status=0
 for file in tests/test_gpu_devices.py tests/test_sharding.py; do
   functions=$("$PY" -m pytest --collect-only -q -p no:cacheprovider "$file" | grep "::" \
     | sed 's/\[.*//' | sort -u)
   for function in $functions; do
-    "$PY" -m pytest -q -rfE -p no:cacheprovider "$function" 2>&1 | tail -n 15 \
-      | grep -E "passed|failed|skipped|^FAILED|^ERROR|Fatal" | sed "s|^|$function: |"
-    [ "${PIPESTATUS[0]}" -le 0 ] || status=1
+    log="$LOGS/${function//[\/:]/_}.log"
+    "$PY" -m pytest -q -rfE --tb=short --capture=sys -p no:cacheprovider "$function" > "$log" 2>&1
+    [ $? -eq 0 ] || status=1
+    grep -E "passed|failed|skipped|^FAILED|^ERROR|Fatal|Check failed" "$log" | tail -n 12 \
+      | sed "s|^|$function: |"
   done
 done
 "$PY" examples/tensor_parallel_mlp.py || status=1
