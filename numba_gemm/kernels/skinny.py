@@ -283,6 +283,12 @@ def _kernel(operand: np.dtype, out: np.dtype, rows: int, b_loads: str, a_vectors
     return skinny_kernel
 
 
+def rows_columns(operand: np.dtype) -> int:
+    """Columns of C per CTA of the lanes-along-n kernel for ``operand`` elements: its warps'
+    lanes side by side, 16 bytes each (every warp takes the same columns)."""
+    return WARP * (VECTOR_BYTES // storage_dtype(operand).itemsize)
+
+
 @functools.cache
 def _rows_kernel(operand: np.dtype, out: np.dtype, rows: int, k_ctas: int):
     """The kernel for 16-bit operands whose B has contiguous, 16-byte aligned rows (read along
@@ -291,7 +297,7 @@ def _rows_kernel(operand: np.dtype, out: np.dtype, rows: int, k_ctas: int):
     dtype = storage_dtype(operand)  # the elements as loaded (uint16 bits)
     widen, narrow = input_converter(operand), output_converter(out)
     WIDTH = VECTOR_BYTES // dtype.itemsize  # columns per lane: one 16-byte load per row of k
-    COLS = WARP * WIDTH  # columns per CTA: its warps' lanes side by side, the same for each warp
+    COLS = rows_columns(operand)
     WARPS_ = _warps()
     THREADS = WARPS_ * WARP
     PER_THREAD = cdiv(COLS, THREADS)  # columns of the CTA's sums each thread adds and stores
@@ -460,7 +466,7 @@ def plan_skinny(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, scratch=None) -> Ke
     args = (a, a.batch_stride, *a.strides, b, b.batch_stride, *b.strides,
             c, c.batch_stride, *c.strides, M, N, K)  # fmt: skip
     if b_loads == "rows" and operand.itemsize == 2 and skinny_rows(M) <= ROWS_MAX_M:
-        columns = WARP * VECTOR_BYTES // 2  # a CTA's strip of columns
+        columns = rows_columns(operand)  # a CTA's strip
         threads, strips_, k_steps = _warps() * WARP, cdiv(N, columns), cdiv(K, _warps() * UNROLL)
         k_ctas = 1
         if scratch is not None:
