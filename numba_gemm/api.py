@@ -280,9 +280,9 @@ def skinny_16_bit(algorithm: str, config, preset: Preset, a: MatrixDesc, b: Matr
     if min(a.shape[0], b.shape[1]) != 1:
         return False
     _, y, _, b_loads = skinny_as_computed(a, b, b)  # (C's descriptor plays no part here)
-    strips = skinny_strips(y.shape[1], a.dtype)
     if b_loads == "rows":
         return True
+    strips = skinny_strips(y.shape[1], a.dtype)
     return b_loads == "runs" and strips * SKINNY_16_BIT_SMS_PER_CTA >= multiprocessors()
 
 

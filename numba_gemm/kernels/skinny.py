@@ -75,7 +75,7 @@ from .mma import (
     storage_view,
 )
 from .ptx import load_global_vector, move_element
-from .split_k import choose_k_ctas, settler, split_buffers, working_k_ctas
+from .split_k import choose_k_ctas, settler, split_buffers
 from .tiled import unrolled
 
 __all__ = [
@@ -471,7 +471,7 @@ def plan_skinny(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, scratch=None) -> Ke
         k_ctas = 1
         if scratch is not None:
             slots = ROWS_CTAS_PER_SM * multiprocessors()
-            k_ctas = working_k_ctas(choose_k_ctas(strips_ * c.batch, k_steps, slots), k_steps)
+            k_ctas = choose_k_ctas(strips_ * c.batch, k_steps, slots)  # a working count
         rows = skinny_rows(M)
         per_thread = cdiv(columns, threads)
         split = split_buffers(k_ctas, strips_ * c.batch, rows * per_thread * threads, FLOAT32,
