@@ -14,16 +14,22 @@
 # after it and the demo; BENCHMARKS picks benchmark files (default: all of benchmarks/).
 # The tests run in TEST_SHARDS pytest processes at once (default: the CPU count less 2, at
 # most 14), since compiling the kernels takes most of their time: several times faster than
-# one process on a 16-core machine. Parts and processes take runs of consecutive tests, so that
-# the tests of one function, which mostly share kernels, compile them once. TEST_PART=k/n runs
-# the k-th of n parts of the suite, so that each part fits a time limit per command; the demo runs with
-# part 1 only. On a machine of several GPUs the parts run at once, one per GPU, and then the
+# one process on a 16-core machine. Processes take runs of consecutive tests (twice as many runs
+# as processes), so that the tests of one function, which mostly share kernels, compile them
+# once. TEST_PART=k/n runs the k-th of n parts of the suite; the demo runs with part 1 only.
+# TEST_SECONDS stops the tests after that many seconds; every test's outcome is in tests.log,
+# the ids of those passed or skipped in tests_done.txt and of the others in tests_left.txt
+# (both in the logs' folder); TEST_DONE=<a tests_done.txt> runs only the tests not in it, so
+# that a suite larger than a command's time limit runs whole over several commands. On a machine of several GPUs the parts run at once, one per GPU, and then the
 # tests of several GPUs (tests/test_gpu_devices.py, and tests/test_sharding.py: the bridge
 # under jax's sharding; both skip where one GPU is visible) with every GPU visible; on the device machine's 4-GPU kind (64 cores):
 #   for k in 1 2 3 4; do CUDA_VISIBLE_DEVICES=$((k-1)) TEST_SHARDS=14 TEST_PART=$k/4 \
 #     ONLY_TESTS=1 NUMBA_GEMM_RESULTS_DIR=/tmp/part$k bash benchmarks/gpu_suite.sh & done; wait
 #   bash benchmarks/multi_gpu_tests.sh  # one pytest process per test function, then the example
-# and on its 2-GPU kinds (32 cores) two such rounds of two parts (TEST_SHARDS=14).
+# and on its 2-GPU kinds (32 cores) two such rounds of two parts (TEST_SHARDS=14). On one GPU,
+# in commands of at most 10 minutes:
+#   TEST_SECONDS=540 ONLY_TESTS=1 NUMBA_GEMM_RESULTS_DIR=/tmp/r bash benchmarks/gpu_suite.sh
+#   TEST_DONE=/tmp/r/tests_done.txt TEST_SECONDS=540 ...  # again, until tests_left.txt is empty
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
@@ -36,34 +42,57 @@ tests=0
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   cpus=$(nproc)
   shards=${TEST_SHARDS:-$(( cpus > 16 ? 14 : (cpus > 3 ? cpus - 2 : 1) ))}
-  ids=$(mktemp -d)
-  "$PY" -m pytest --collect-only -q -p no:cacheprovider tests > "$ids/collected" 2>&1
-  grep "::" "$ids/collected" > "$ids/all"
+  work="$LOG_DIR/suite" && rm -rf "$work" && mkdir -p "$work"
+  "$PY" -m pytest --collect-only -q -p no:cacheprovider tests > "$work/collected" 2>&1
+  grep "::" "$work/collected" > "$work/all"
   if [ -n "${TEST_PART:-}" ]; then
     [[ "$TEST_PART" =~ ^([0-9]+)/([0-9]+)$ ]] && (( BASH_REMATCH[1] >= 1 && BASH_REMATCH[1] <= BASH_REMATCH[2] )) \
       || { echo "TEST_PART must be k/n with 1 <= k <= n; got '$TEST_PART'"; exit 2; }
-    total=$(wc -l < "$ids/all")
+    total=$(wc -l < "$work/all")
     awk -v k="${BASH_REMATCH[1]}" -v n="${BASH_REMATCH[2]}" -v total="$total" \
-      'NR > int((k - 1) * total / n) && NR <= int(k * total / n)' "$ids/all" \
-      > "$ids/part" && mv "$ids/part" "$ids/all"
+      'NR > int((k - 1) * total / n) && NR <= int(k * total / n)' "$work/all" \
+      > "$work/part" && mv "$work/part" "$work/all"
   fi
-  [ -s "$ids/all" ] || { echo "pytest collected no tests:"; tail -n 20 "$ids/collected"; tests=1; }
-  split -n "l/$shards" "$ids/all" "$ids/shard."
-  for shard in "$ids"/shard.*; do
-    [ -s "$shard" ] || continue  # an empty shard would run pytest's default: every test
-    mapfile -t shard_ids < "$shard"  # test ids may hold spaces
+  [ -s "$work/all" ] || { echo "pytest collected no tests:"; tail -n 20 "$work/collected"; tests=1; }
+  if [ -n "${TEST_DONE:-}" ]; then  # resume: the ids of an earlier run's tests_done.txt are not run
+    [ -f "$TEST_DONE" ] || { echo "TEST_DONE: no file '$TEST_DONE'"; exit 2; }
+    grep -vxFf "$TEST_DONE" "$work/all" > "$work/todo" || true
+  else
+    cp "$work/all" "$work/todo"
+  fi
+  # twice as many chunks as processes, taken as processes free up: a long function holds one
+  # process while the others go on
+  split -n "l/$(( 2 * shards ))" "$work/todo" "$work/chunk."
+  export PY DEADLINE=$(( $(date +%s) + ${TEST_SECONDS:-86400} ))
+  run_chunk() {  # one chunk's tests in one pytest process, stopped at the deadline
+    local left=$(( DEADLINE - $(date +%s) )) ids
+    [ -s "$1" ] && (( left > 0 )) || return 0  # an empty chunk would run every test
+    mapfile -t ids < "$1"  # test ids may hold spaces
     # faulthandler: a process that crashes (at exit too) prints its Python stacks to its log
-    ( PYTHONFAULTHANDLER=1 "$PY" -m pytest -q -rfEs -p no:cacheprovider "${shard_ids[@]}" \
-        > "$shard.log" 2>&1; echo "pytest exit $?" >> "$shard.log" ) &
-  done
-  wait
-  cat "$ids"/shard.*.log > "$LOG_DIR/tests.log" 2> /dev/null
+    PYTHONFAULTHANDLER=1 timeout "$left" "$PY" -m pytest -v -rfEs -p no:cacheprovider \
+      "${ids[@]}" > "$1.log" 2>&1
+    printf '\npytest exit %s\n' "$?" >> "$1.log"  # on a line of its own after a killed test
+  }
+  export -f run_chunk
+  ls "$work"/chunk.* 2> /dev/null | grep -v "\.log$" | xargs -P "$shards" -I{} bash -c 'run_chunk "$1"' _ {}
+  cat "$work"/chunk.*.log > "$LOG_DIR/tests.log" 2> /dev/null
+  # each test's outcome from pytest's verbose lines; those done (passed or skipped) go to
+  # tests_done.txt, with an earlier run's (TEST_DONE) where resumed
+  sed -nE 's/^(.+::.+) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)( .*)?$/\2 \1/p' \
+    "$LOG_DIR/tests.log" | sort -u > "$work/outcomes"
+  { [ -n "${TEST_DONE:-}" ] && cat "$TEST_DONE"
+    sed -nE 's/^(PASSED|SKIPPED|XFAIL) //p' "$work/outcomes"; } | sort -u > "$work/done"
+  mv "$work/done" "$LOG_DIR/tests_done.txt"
+  grep -vxFf "$LOG_DIR/tests_done.txt" "$work/all" > "$LOG_DIR/tests_left.txt" || true
   grep -q "^pytest exit [^0]" "$LOG_DIR/tests.log" && tests=1
-  echo "$(wc -l < "$ids/all") tests${TEST_PART:+ (part $TEST_PART)} in $shards processes:"
-  grep -hE "^(FAILED|ERROR|SKIPPED)|passed|failed|^pytest exit [^0]|^Fatal Python error" \
-    "$ids"/shard.*.log 2> /dev/null | tail -n 40
-  rm -rf "$ids"
-  if [[ "${TEST_PART:-1/1}" == 1/* ]]; then
+  [ -s "$LOG_DIR/tests_left.txt" ] && tests=1
+  echo "$(wc -l < "$work/all") tests${TEST_PART:+ (part $TEST_PART)}, $(wc -l < "$work/todo") run" \
+    "in $shards processes: $(grep -c "^PASSED" "$work/outcomes") passed," \
+    "$(grep -c "^SKIPPED" "$work/outcomes") skipped, $(grep -cE "^(FAILED|ERROR)" "$work/outcomes")" \
+    "failed; $(wc -l < "$LOG_DIR/tests_left.txt") not done (tests_left.txt)"
+  grep -hE "^(FAILED|ERROR) |^pytest exit [^0]|^Fatal Python error" "$LOG_DIR/tests.log" | sort | uniq -c \
+    | sort -rn | head -n 40
+  if [[ "${TEST_PART:-1/1}" == 1/* ]] && [ -z "${TEST_DONE:-}" ]; then
     "$PY" -m numba_gemm demo || tests=1
   fi
 fi
