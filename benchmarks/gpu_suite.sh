@@ -14,8 +14,8 @@
 # after it and the demo; BENCHMARKS picks benchmark files (default: all of benchmarks/).
 # The tests run in TEST_SHARDS pytest processes at once (default: the CPU count less 2, at
 # most 14), since compiling the kernels takes most of their time: several times faster than
-# one process on a 16-core machine. Processes take runs of consecutive tests (twice as many runs
-# as processes), so that the tests of one function, which mostly share kernels, compile them
+# one process on a 16-core machine. Processes take runs of consecutive tests (four times as many
+# runs as processes), so that the tests of one function, which mostly share kernels, compile them
 # once. TEST_PART=k/n runs the k-th of n parts of the suite; the demo runs with part 1 only.
 # TEST_SECONDS stops the tests after that many seconds; every test's outcome is in tests.log,
 # the ids of those passed or skipped in tests_done.txt and of the others in tests_left.txt
@@ -60,16 +60,16 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   else
     cp "$work/all" "$work/todo"
   fi
-  # twice as many chunks as processes, taken as processes free up: a long function holds one
-  # process while the others go on
-  split -n "l/$(( 2 * shards ))" "$work/todo" "$work/chunk."
+  # four chunks per process, taken as processes free up: a long function holds one process while
+  # the others go on, and most processes end (printing their failures) before a deadline
+  split -n "l/$(( 4 * shards ))" "$work/todo" "$work/chunk."
   export PY DEADLINE=$(( $(date +%s) + ${TEST_SECONDS:-86400} ))
   run_chunk() {  # one chunk's tests in one pytest process, stopped at the deadline
     local left=$(( DEADLINE - $(date +%s) )) ids
     [ -s "$1" ] && (( left > 0 )) || return 0  # an empty chunk would run every test
     mapfile -t ids < "$1"  # test ids may hold spaces
     # faulthandler: a process that crashes (at exit too) prints its Python stacks to its log
-    PYTHONFAULTHANDLER=1 timeout "$left" "$PY" -m pytest -v -rfEs -p no:cacheprovider \
+    PYTHONFAULTHANDLER=1 timeout "$left" "$PY" -m pytest -v -rfEs --tb=short -p no:cacheprovider \
       "${ids[@]}" > "$1.log" 2>&1
     printf '\npytest exit %s\n' "$?" >> "$1.log"  # on a line of its own after a killed test
   }

@@ -173,8 +173,8 @@ def test_16_bit_products_read_along_n_run_with_lanes_along_n(
     from numba_gemm.api import split_k_scratch
 
     M, N, K = shape
-    if k_ctas_forced:  # many SMs: the few strips split k into a wave
-        monkeypatch.setattr(skinny, "multiprocessors", lambda: 64)
+    # many SMs: the few strips split k into a wave; one SM: the strips fill it
+    monkeypatch.setattr(skinny, "multiprocessors", lambda: 64 if k_ctas_forced else 1)
     a, b = make_operands(M, N, K, dtype, "row", rng)
     out = poisoned((M, N), out_dtype)
     launch = plan(describe(a, "a"), describe(b, "b"), describe(out, "out"), "skinny", None,
