@@ -57,8 +57,14 @@ def assert_within_preset(out, a, b, preset=None, dtype=None, out_dtype=None) -> 
     A's) and a result of ``out_dtype`` (default the operands' dtype) over A's last axis;
     float64 reference, NaN fails. Returns the error."""
     dtype = np.dtype(a.dtype if dtype is None else dtype)
-    error = relative_error(out, reference(a, b))
-    bound = preset_tolerance(resolve(preset, dtype), dtype, a.shape[-1], out_dtype)
+    return assert_near_reference(out, reference(a, b), preset, dtype, a.shape[-1], out_dtype)
+
+
+def assert_near_reference(out, ref, preset, dtype, K: int, out_dtype=None) -> float:
+    """:func:`assert_within_preset` against a float64 ``ref`` computed by the caller (a chain,
+    a contraction of other axes), the tolerance of ``K`` terms. Returns the error."""
+    error = relative_error(out, ref)
+    bound = preset_tolerance(resolve(preset, np.dtype(dtype)), np.dtype(dtype), K, out_dtype)
     assert error <= bound, f"relative error {error:.3e} > {bound:.3e}"
     return error
 

@@ -27,9 +27,10 @@ from jax.sharding import AxisType, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import jax_bridge  # noqa: E402
+from checks import assert_near_reference  # noqa: E402
 from jax_bridge.primitive import contraction, platform_preset  # noqa: E402
 from jax_bridge.sharding import Contraction, axes_of  # noqa: E402
-from numba_gemm.precision import BFLOAT16, FLOAT16, resolve, tolerance  # noqa: E402
+from numba_gemm.precision import BFLOAT16, FLOAT16  # noqa: E402
 from numba_gemm.reference import relative_error  # noqa: E402
 
 DEVICES = jax.devices()
@@ -70,18 +71,9 @@ def spec(x) -> tuple:
     return tuple(axes)
 
 
-def assert_product(out, ref, preset, dtype, K, out_dtype=None):
-    """``out`` against the float64 ``ref`` within ``preset``'s tolerance (a preset's name,
-    None for ``jax_bridge.matmul``'s exact default, or LAX_DEFAULT)."""
-    error = relative_error(np.asarray(out, np.float64), ref)
-    if preset == LAX_DEFAULT:  # float32 at DEFAULT: TF32 on a GPU, exact on the CPU
-        preset = platform_preset("DEFAULT", dtype, jax.default_backend()).name
-    bound = tolerance(resolve(preset, dtype), dtype, K, out_dtype)
-    assert error <= bound, f"relative error {error:.3e} > {bound:.3e}"
-
-
-# dot_general and triple take lax's default precision where none is given
-LAX_DEFAULT = "lax default"
+# dot_general and triple take lax's default precision where none is given: float32 at DEFAULT
+# is TF32 on a GPU, exact on the CPU
+LAX_DEFAULT = platform_preset("DEFAULT", np.dtype(np.float32), jax.default_backend()).name
 
 
 def put(m, x, *spec_):
@@ -186,7 +178,7 @@ def test_sharded_products_communicate_no_more_than_lax(sharding, case, rng):
     theirs = jax.jit(lambda x, y: lax.dot_general(x, y, (((1,), (0,)), ((), ())),
                                                   preferred_element_type=out_dtype))  # fmt: skip
     out, expected = ours(A, B), theirs(A, B)
-    assert_product(out, a.astype(np.float64) @ b, preset, np.dtype(dtype), K, out_dtype)
+    assert_near_reference(out, a.astype(np.float64) @ b, preset, np.dtype(dtype), K, out_dtype)
     assert spec(out) == spec(expected)
     found, lax_found = collectives(ours, A, B), collectives(theirs, A, B)
     assert "all-gather" not in found or "all-gather" in lax_found, (found, lax_found)
@@ -212,7 +204,7 @@ def test_a_batched_dot_general_keeps_its_batch_sharding(rng):
     ours = jax.jit(lambda x, y: jax_bridge.dot_general(x, y, dims))
     out = ours(A, B)
     reference = np.einsum("bmk,bkn->bmn", a.astype(np.float64), b)
-    assert_product(out, reference, LAX_DEFAULT, np.float32, 32)
+    assert_near_reference(out, reference, LAX_DEFAULT, np.float32, 32)
     assert spec(out) == (("x",),) and not collectives(ours, A, B)
     assert products(ours, A, B) == [(2, 16, 8)]
 
@@ -237,7 +229,7 @@ def test_every_form_of_contraction_partitions(lhs_shape, rhs_shape, dims, specs,
     theirs = jax.jit(lambda x, y: lax.dot_general(x, y, dims))
     out, expected = ours(*operands), theirs(*operands)
     reference = np.tensordot(lhs.astype(np.float64), rhs, (dims[0][0], dims[0][1]))
-    assert_product(out, reference, LAX_DEFAULT, np.float32, lhs_shape[dims[0][0][0]])
+    assert_near_reference(out, reference, LAX_DEFAULT, np.float32, lhs_shape[dims[0][0][0]])
     assert spec(out) == spec(expected)
     found, lax_found = collectives(ours, *operands), collectives(theirs, *operands)
     assert bool(found) == communicates, found
@@ -251,7 +243,7 @@ def test_a_sharded_k_reduces_once_as_the_result_is_sharded(wanted, rng):
     A, B = put(m, a, None, "x"), put(m, b, "x", None)
     ours = jax.jit(jax_bridge.matmul, out_shardings=NamedSharding(m, wanted))
     out = ours(A, B)
-    assert_product(out, a.astype(np.float64) @ b, None, np.float32, 96)
+    assert_near_reference(out, a.astype(np.float64) @ b, None, np.float32, 96)
     expected = {"all-reduce"} if wanted == P() else {"reduce-scatter"}
     assert collectives(ours, A, B) == expected
 
@@ -272,7 +264,7 @@ def test_grads_and_vmap_under_sharding_match_lax(rng):
     x = put(m, rng.standard_normal((4, 16, 32)).astype(np.float32), "x", None, None)
     mapped = jax.jit(jax.vmap(jax_bridge.matmul, in_axes=(0, None)))
     out = mapped(x, B)
-    assert_product(out, np.asarray(x, np.float64) @ b, None, np.float32, 32)
+    assert_near_reference(out, np.asarray(x, np.float64) @ b, None, np.float32, 32)
     assert spec(out) == spec(jax.jit(jax.vmap(jnp.matmul, in_axes=(0, None)))(x, B))
     assert not collectives(mapped, x, B)
 
@@ -287,7 +279,7 @@ def test_explicit_axes_type_results_as_lax_does(rng):
         A, B = jax.device_put(a, P("x", None)), jax.device_put(b, P(None, "y"))
         out = jax.jit(jax_bridge.matmul)(A, B)
         assert spec(jax.typeof(out)) == spec(jax.typeof(jnp.matmul(A, B)))
-        assert_product(out, a.astype(np.float64) @ b, None, np.float32, 96)
+        assert_near_reference(out, a.astype(np.float64) @ b, None, np.float32, 96)
         # a sharded k: lax's rule (the result's sharding is asked for), one reduction
         A, B = jax.device_put(a, P(None, "x")), jax.device_put(b, P("x", None))
         with pytest.raises(jax.sharding.ShardingTypeError if hasattr(jax.sharding,
@@ -297,7 +289,7 @@ def test_explicit_axes_type_results_as_lax_does(rng):
             fn = jax.jit(lambda x, y, wanted=wanted: jax_bridge.matmul(x, y, out_sharding=wanted))
             out = fn(A, B)
             assert spec(jax.typeof(out)) == spec(wanted)
-            assert_product(out, a.astype(np.float64) @ b, None, np.float32, 96)
+            assert_near_reference(out, a.astype(np.float64) @ b, None, np.float32, 96)
             assert collectives(fn, A, B) == expected
         # grads: each cotangent typed as its operand
         A, B = jax.device_put(a, P("x", None)), jax.device_put(b, P(None, "y"))
@@ -324,7 +316,7 @@ def test_the_triple_product_partitions_as_a_chain(specs, reduces, rng):
     operands = [put(m, x, *s) for x, s in zip((a, b, c), specs)]
     fn = jax.jit(jax_bridge.triple)
     out = fn(*operands)
-    assert_product(out, a.astype(np.float64) @ b @ c, None, np.float32, 48 * 4)
+    assert_near_reference(out, a.astype(np.float64) @ b @ c, None, np.float32, 48 * 4)
     found = collectives(fn, *operands)
     assert ("all-reduce" in found) if reduces else not found, found
     grads = jax.jit(jax.grad(lambda *xs: jnp.sum(jax_bridge.triple(*xs) ** 2), (0, 1, 2)))
@@ -332,7 +324,7 @@ def test_the_triple_product_partitions_as_a_chain(specs, reduces, rng):
     g = 2 * (a64 @ b64 @ c64)  # the cotangent of D = A B C under sum(D^2)
     expected = (g @ c64.T @ b64.T, a64.T @ g @ c64.T, b64.T @ a64.T @ g)
     for got, want in zip(grads(*operands), expected):  # the bridge's float32 products: exact
-        assert_product(got, want, None, np.float32, 2 * 48 * 4)
+        assert_near_reference(got, want, None, np.float32, 2 * 48 * 4)
 
 
 # -- shard_map: the kernels on each device's block ----------------------------------------------
@@ -346,7 +338,7 @@ def test_shard_map_runs_the_bridge_on_each_block(rng):
     k = jax.shard_map(lambda x, y: lax.psum(jax_bridge.matmul(x, y), "x"), mesh=m,
                       in_specs=(P(None, "x"), P("x", None)), out_specs=P())  # fmt: skip
     for fn in (rows, k):
-        assert_product(jax.jit(fn)(a, b), a.astype(np.float64) @ b, None, np.float32, 96)
+        assert_near_reference(jax.jit(fn)(a, b), a.astype(np.float64) @ b, None, np.float32, 96)
 
 
 # -- the example ----------------------------------------------------------------------------------
