@@ -289,6 +289,12 @@ def rows_columns(operand: np.dtype) -> int:
     return WARP * (VECTOR_BYTES // storage_dtype(operand).itemsize)
 
 
+def rows_per_thread(operand: np.dtype) -> int:
+    """Columns of a CTA's sums each thread of the lanes-along-n kernel adds and stores (and,
+    where k is split, writes to and reads from split-k's partial tiles)."""
+    return cdiv(rows_columns(operand), _warps() * WARP)
+
+
 @functools.cache
 def _rows_kernel(operand: np.dtype, out: np.dtype, rows: int, k_ctas: int):
     """The kernel for 16-bit operands whose B has contiguous, 16-byte aligned rows (read along
@@ -300,7 +306,7 @@ def _rows_kernel(operand: np.dtype, out: np.dtype, rows: int, k_ctas: int):
     COLS = rows_columns(operand)
     WARPS_ = _warps()
     THREADS = WARPS_ * WARP
-    PER_THREAD = cdiv(COLS, THREADS)  # columns of the CTA's sums each thread adds and stores
+    PER_THREAD = rows_per_thread(operand)
     ACC, STRIP, XS = rows * WIDTH, UNROLL * WIDTH, rows * UNROLL
     TOTAL = rows * PER_THREAD
     BLOCK = WARPS_ * UNROLL  # rows of k a CTA covers per step
@@ -473,9 +479,8 @@ def plan_skinny(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, scratch=None) -> Ke
             slots = ROWS_CTAS_PER_SM * multiprocessors()
             k_ctas = choose_k_ctas(strips_ * c.batch, k_steps, slots)  # a working count
         rows = skinny_rows(M)
-        per_thread = cdiv(columns, threads)
-        split = split_buffers(k_ctas, strips_ * c.batch, rows * per_thread * threads, FLOAT32,
-                              scratch)  # fmt: skip
+        partial = rows * rows_per_thread(operand) * threads  # float32 sums per CTA
+        split = split_buffers(k_ctas, strips_ * c.batch, partial, FLOAT32, scratch)
         kernel = _rows_kernel(operand, out, rows, k_ctas)
         return kernel_launch(kernel, (strips_, c.batch, k_ctas), threads, 0, (*args, *split))
     a_vectors = operand_mode(a, True) == ("k", VECTOR_BYTES)  # A's rows contiguous, aligned
