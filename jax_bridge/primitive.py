@@ -33,7 +33,7 @@ from numba_gemm.descriptor import SUPPORTED_DTYPES
 from numba_gemm.precision import FLOAT32, normalise, output_dtypes, resolve
 
 from .mapping import free_axes, strided_gemm
-from .sharding import Contraction, varying_alike
+from .sharding import Contraction, padded_spec, varying_alike
 
 __all__ = [
     "gemm_p",
@@ -292,7 +292,7 @@ def _sharding_like(aval, axes):
     sharding = getattr(aval, "sharding", None)
     if not isinstance(sharding, jax.sharding.NamedSharding) or sharding.mesh.empty:
         return None
-    spec = tuple(sharding.spec) + (None,) * (aval.ndim - len(sharding.spec))
+    spec = padded_spec(sharding.spec, aval.ndim)
     return sharding.update(spec=jax.sharding.PartitionSpec(*(spec[a] for a in axes)))
 
 
@@ -335,7 +335,7 @@ def _batch(args, dims, *, dimension_numbers, **params):
     dims = ((lhs_contract, rhs_contract), (lhs_batch, rhs_batch))
     out_sharding = params.pop("out_sharding")
     if out_sharding is not None:  # the mapped axis, unsharded, where the result has it
-        spec = list(out_sharding.spec) + [None] * (out_dim - len(out_sharding.spec))
+        spec = list(padded_spec(out_sharding.spec, out_dim))
         spec.insert(out_dim, None)
         out_sharding = out_sharding.update(spec=jax.sharding.PartitionSpec(*spec))
     return bind(lhs, rhs, dims, **params, out_sharding=out_sharding), out_dim

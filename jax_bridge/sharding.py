@@ -45,8 +45,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 __all__ = [
-    "Contraction", "Plan", "register_partitioned", "axes_of", "entry_of", "spec_of",
-    "varying_alike",
+    "Contraction", "Plan", "register_partitioned", "axes_of", "entry_of", "padded_spec",
+    "spec_of", "varying_alike",
 ]  # fmt: skip
 
 
@@ -72,10 +72,16 @@ def entry_of(axes: tuple[str, ...]):
     return None if not axes else axes[0] if len(axes) == 1 else tuple(axes)
 
 
+def padded_spec(spec, ndim: int) -> tuple:
+    """A ``PartitionSpec``'s entries as they are (``UNCONSTRAINED`` kept), None past its end up
+    to ``ndim`` axes."""
+    spec = tuple(spec or ())
+    return spec + (None,) * (ndim - len(spec))
+
+
 def spec_of(sharding, ndim: int) -> list[tuple[str, ...]]:
     """A ``NamedSharding``'s spec as ``ndim`` tuples of axis names (unsharded: empty)."""
-    spec = tuple(getattr(sharding, "spec", ()) or ())
-    return [axes_of(e) for e in spec] + [()] * (ndim - len(spec))
+    return [axes_of(e) for e in padded_spec(getattr(sharding, "spec", ()), ndim)]
 
 
 @dataclass(frozen=True)
