@@ -34,7 +34,9 @@ SHARDINGS = {"rows": ((("x",), None), (None, None)), "k": ((None, "x"), ("x", No
 
 def per_call(fns: dict, rounds: int = 5, calls: int = 4) -> dict:
     """Median seconds per call of each of ``fns`` over interleaved rounds of ``calls``
-    back-to-back calls blocked once on the last result (every device's work)."""
+    back-to-back calls blocked once on the last result (every device's work). On the host's
+    clock: the CUDA event clock of ``numba_gemm.timing.interleaved_medians`` is one device's
+    stream, and these programs run on several."""
     import jax
 
     times = {name: [] for name in fns}
