@@ -19,27 +19,15 @@ other suites: calibrated rounds of back-to-back calls on the CUDA event clock.
 
 import numpy as np
 import pytest
+from marks import timed
 
 import jax_bridge
 from numba_gemm.api import plan
 from numba_gemm.descriptor import describe
 from numba_gemm.launch import launch_kernel
 from numba_gemm.reference import make_operands, poisoned
-from numba_gemm.timing import device_clock
 
-MIN_ROUND_S, MIN_ROUNDS = 0.05, 9
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.benchmark(
-        timer=device_clock,
-        disable_gc=True,
-        warmup=True,
-        warmup_iterations=20,
-        min_time=MIN_ROUND_S,
-        min_rounds=MIN_ROUNDS,
-        max_time=1.0,
-    ),
-]
+pytestmark = timed(min_rounds=9, warmup_iterations=20)
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402

@@ -2,33 +2,21 @@
 
 Each case: fresh random device operands in one layout and an output in C's
 layout, allocated once; pytest-benchmark warms up, calibrates how many
-back-to-back calls fill a round of at least MIN_ROUND_S (so launch latency is
-amortised), and times at least MIN_ROUNDS rounds on the CUDA event clock. The model
+back-to-back calls fill a round of at least ``marks.MIN_ROUND_S`` (so launch latency
+is amortised), and times at least 7 rounds on the CUDA event clock. The model
 columns are seed 001's traffic for that order (numba_gemm.model.traffic) over the
 measured copy bandwidth.
 """
 
 import numpy as np
 import pytest
+from marks import timed
 
 import numba_gemm
 from numba_gemm.model import CACHES, ORDERS, traffic
 from numba_gemm.reference import make_operands, poisoned
-from numba_gemm.timing import device_clock
 
-MIN_ROUND_S, MIN_ROUNDS = 0.05, 7
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.benchmark(
-        timer=device_clock,
-        disable_gc=True,
-        warmup=True,
-        warmup_iterations=10,
-        min_time=MIN_ROUND_S,
-        min_rounds=MIN_ROUNDS,
-        max_time=1.0,
-    ),
-]
+pytestmark = timed(min_rounds=7, warmup_iterations=10)
 
 SIZES = [1024, 2047, 2048]  # 2047: leading dimensions that are not powers of two
 LAYOUTS = ["row", "col", "a_col", "b_col"]

@@ -16,28 +16,16 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from marks import timed
 
 import numba_gemm
 from numba_gemm.descriptor import describe
 from numba_gemm.kernels.tiled import kernel_resources
 from numba_gemm.model import problem_dram_bytes
 from numba_gemm.reference import make_operands, poisoned
-from numba_gemm.timing import device_clock
 from numba_gemm.tuned_configs import config_for, config_for_shape
 
-MIN_ROUND_S, MIN_ROUNDS = 0.05, 7
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.benchmark(
-        timer=device_clock,
-        disable_gc=True,
-        warmup=True,
-        warmup_iterations=10,
-        min_time=MIN_ROUND_S,
-        min_rounds=MIN_ROUNDS,
-        max_time=1.0,
-    ),
-]
+pytestmark = timed(min_rounds=7, warmup_iterations=10)
 
 SQUARE = [1024, 2048, 4096, 8192]
 TRANSPOSED = [4096, 8192]
