@@ -272,16 +272,29 @@ def test_grads_and_vmap_under_sharding_match_lax(rng):
 # -- Explicit mesh axes (jax.make_mesh's default) ---------------------------------------------
 
 
-def test_explicit_axes_type_results_as_lax_does(rng):
-    m = mesh(AxisType.Explicit)
+# Three functions, not one: the tests of several GPUs run each function in its own process, so
+# that a crash in XLA's compile names its case.
+
+
+def explicit_operands(rng, a_spec, b_spec):
+    """A (64 x 96) and B (96 x 48) on an Explicit mesh as ``a_spec`` and ``b_spec`` say, and
+    their host values (call inside ``jax.set_mesh``)."""
     a, b = (rng.standard_normal(s).astype(np.float32) for s in ((64, 96), (96, 48)))
-    with jax.set_mesh(m):
-        A, B = jax.device_put(a, P("x", None)), jax.device_put(b, P(None, "y"))
+    return jax.device_put(a, a_spec), jax.device_put(b, b_spec), a, b
+
+
+def test_explicit_axes_type_results_as_lax_does(rng):
+    with jax.set_mesh(mesh(AxisType.Explicit)):
+        A, B, a, b = explicit_operands(rng, P("x", None), P(None, "y"))
         out = jax.jit(jax_bridge.matmul)(A, B)
         assert spec(jax.typeof(out)) == spec(jax.typeof(jnp.matmul(A, B)))
         assert_near_reference(out, a.astype(np.float64) @ b, None, np.float32, 96)
-        # a sharded k: lax's rule (the result's sharding is asked for), one reduction
-        A, B = jax.device_put(a, P(None, "x")), jax.device_put(b, P("x", None))
+
+
+def test_explicit_axes_sharded_k_takes_the_result_sharding_asked_for(rng):
+    """lax's rule: a sharded k needs the result's sharding (``out_sharding``); one reduction."""
+    with jax.set_mesh(mesh(AxisType.Explicit)):
+        A, B, a, b = explicit_operands(rng, P(None, "x"), P("x", None))
         with pytest.raises(jax.sharding.ShardingTypeError if hasattr(jax.sharding,
                            "ShardingTypeError") else Exception, match="out_sharding"):  # fmt: skip
             jax.jit(jax_bridge.matmul)(A, B)
@@ -291,8 +304,11 @@ def test_explicit_axes_type_results_as_lax_does(rng):
             assert spec(jax.typeof(out)) == spec(wanted)
             assert_near_reference(out, a.astype(np.float64) @ b, None, np.float32, 96)
             assert collectives(fn, A, B) == expected
-        # grads: each cotangent typed as its operand
-        A, B = jax.device_put(a, P("x", None)), jax.device_put(b, P(None, "y"))
+
+
+def test_explicit_axes_type_each_cotangent_as_its_operand(rng):
+    with jax.set_mesh(mesh(AxisType.Explicit)):
+        A, B, _, _ = explicit_operands(rng, P("x", None), P(None, "y"))
         grads = jax.jit(jax.grad(lambda x, y: jnp.sum(jax_bridge.matmul(x, y) ** 2), (0, 1)))
         for got, operand in zip(grads(A, B), (A, B)):
             assert spec(jax.typeof(got)) == spec(jax.typeof(operand))
