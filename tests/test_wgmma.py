@@ -463,6 +463,27 @@ def test_wgmma_refuses_gpus_before_hopper(monkeypatch):
         numba_gemm.matmul(a, a.copy(), algorithm="wgmma")
 
 
+@pytest.mark.parametrize(
+    "config, ctas",
+    [
+        (WgmmaConfig(128, 256, 4, 8), 1),  # 193 KB of shared memory
+        (WgmmaConfig(128, 128, 3, 8), 2),  # 97 KB: two, at 128 registers per thread
+        (WgmmaConfig(64, 128, 3, 8), 3),  # 73 KB
+        (WgmmaConfig(64, 64, 3, 8), 4),  # 49 KB: four of 128 threads at 128 registers
+        (WgmmaConfig(128, 64, 3, 8, persistent=2), 2),  # the C tile apart: 107 KB
+    ],
+    ids=str,
+)
+def test_ctas_per_sm_by_shared_memory_and_registers(config, ctas):
+    from numba_gemm.kernels.tiled import REGISTERS_PER_SM
+    from numba_gemm.kernels.wgmma import MIN_REGISTERS, SM_SHARED_BYTES
+
+    for maps in ("none", "host", "device"):
+        assert config.ctas_per_sm(0, maps) == ctas
+        assert ctas * config.shared_bytes(0, maps) <= SM_SHARED_BYTES
+        assert ctas * config.threads * MIN_REGISTERS <= REGISTERS_PER_SM
+
+
 def test_default_tiles_halve_for_small_problems(monkeypatch):
     from dataclasses import replace
 

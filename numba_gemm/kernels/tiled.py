@@ -994,13 +994,16 @@ def overlap_launches(programmatic: bool):
     return overlap
 
 
-def kernel_jit(threads: int):
+REGISTERS_PER_SM = 65536
+
+
+def kernel_jit(threads: int, ctas_per_sm: int = 1):
     """``cuda.jit`` for a kernel launched with ``threads`` threads per block: registers capped
-    so that one block fits an SM (64K registers; at most 255 per thread), as a launch bound
-    would. The simulator takes no register option."""
+    so that ``ctas_per_sm`` blocks fit an SM (64K registers; at most 255 per thread), as a
+    launch bound would. The simulator takes no register option."""
     if cuda.config.ENABLE_CUDASIM:
         return cuda.jit
-    return cuda.jit(max_registers=min(255, 65536 // threads // 8 * 8))
+    return cuda.jit(max_registers=min(255, REGISTERS_PER_SM // (threads * ctas_per_sm) // 8 * 8))
 
 
 @functools.cache

@@ -96,7 +96,7 @@ from .mma import (
 )
 from .ptx import cp_async_commit, cp_async_wait, load_vector, store_vector
 from .split_k import check_k_ctas, settler, split_buffers, split_into_wave, working_config
-from .tiled import check_field_range, int_fields, kernel_jit, unrolled
+from .tiled import REGISTERS_PER_SM, check_field_range, int_fields, kernel_jit, unrolled
 from .tma import (
     BARRIER_BYTES,
     MAP_BYTES,
@@ -290,6 +290,17 @@ class WgmmaConfig:
             return self.tile_region_bytes(parts) + ALIGNMENT + self.stages * BARRIER_BYTES
         return self.maps_offset() + 2 * MAP_BYTES + ALIGNMENT
 
+    def ctas_per_sm(self, parts: int = 0, maps: str = "none") -> int:
+        """CTAs of this config one SM holds: as many as its shared memory takes
+        (:meth:`shared_bytes`, and the driver's 1 KB each), while each thread keeps
+        :data:`MIN_REGISTERS` registers. The one-tile kernel that TMA fills is compiled with
+        its registers capped for that many (``tiled.kernel_jit``): bf16 128 x 128 tiles in
+        three stages run two to an SM, not one (their 167 registers would take 43K of the
+        SM's 64K). Its ``cp.async`` form (operands TMA cannot copy) is not: its copies'
+        addresses and bounds take every register already."""
+        by_shared = SM_SHARED_BYTES // (self.shared_bytes(parts, maps) + CTA_RESERVED_BYTES)
+        return max(1, min(by_shared, REGISTERS_PER_SM // (self.threads * MIN_REGISTERS)))
+
     def maps_offset(self) -> int:
         """Bytes from the tiles' start to the device-built tensor maps: after the tiles'
         region and the mbarriers, at a 128-byte boundary (``tensormap.replace``'s)."""
@@ -307,6 +318,13 @@ class WgmmaConfig:
 # Two warpgroups of 64 x 256: 128 accumulators per thread, each 16 x 256 block of B read by
 # both warpgroups; four stages of 48 KB (64 k of 16-bit operands, 32 k of float32 ones) fill
 # the shared memory of an SM.
+# Hopper's shared memory per SM, of which the driver reserves 1 KB per CTA.
+SM_SHARED_BYTES, CTA_RESERVED_BYTES = 228 * 1024, 1024
+# The registers per thread the kernels keep where several CTAs share an SM: a warpgroup's
+# 64 x 128 tile (64 accumulators per thread) compiles to 127 without spilling, in the same
+# instructions as at 167 (tools/sass.py).
+MIN_REGISTERS = 128
+
 DEFAULT_WGMMA_CONFIG = WgmmaConfig(128, 256, 4, 8)
 # The same tiles transposed, for outputs narrower than 256 but taller (scores @ values of
 # attention, 64 x 2048 x 128 x 2048: half of each 128 x 256 tile would be past N).
@@ -686,7 +704,7 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
         multiply_slice(acc, frag, smem, base + stage * A_STAGE, base + B_BASE + stage * B_STAGE,
                        tid, parity)  # fmt: skip
 
-    @kernel_jit(THREADS)
+    @kernel_jit(THREADS, config.ctas_per_sm(0, maps) if TMA else 1)  # cp.async: see ctas_per_sm
     def wgmma_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn,
                      c, stride_cb, stride_cm, stride_cn, M, N, K, a_map, b_map, workspace,
                      partials, sync):  # fmt: skip
@@ -822,7 +840,7 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
                        tid, parity)  # fmt: skip
         return advance(cursor, k_tiles, M, N, stride_ab, stride_am, stride_bb, stride_bn)
 
-    @kernel_jit(THREADS)
+    @kernel_jit(THREADS)  # one CTA per SM by registers: its TF32 form takes 146 at 128 x 64
     def persistent_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk,
                           stride_bn, c, stride_cb, stride_cm, stride_cn, M, N, K, a_map, b_map,
                           workspace, partials, sync):  # fmt: skip
