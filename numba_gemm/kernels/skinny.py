@@ -32,9 +32,9 @@ Algorithm (one CTA of ``WARPS`` warps per ``WARPS x width`` columns of C, all it
 Every C element is the sum of its 32 lanes' partial sums, each over its own k in order, so the
 result is the same run to run.
 
-Lanes along n (``_rows_kernel``: 16-bit operands whose B is read along n, up to
-``ROWS_MAX_M`` rows of C). Above, a warp's load takes 16 bytes from each of 32 rows of B; here
-it takes 512 consecutive bytes of one row:
+Lanes along n (``_rows_kernel``: 16-bit or float32 operands whose B is read along n, up to
+``ROWS_MAX_M`` rows of C; the plan takes it for ``ROWS_OPERANDS``). Above, a warp's load takes
+16 bytes from each of 32 rows of B; here it takes 512 consecutive bytes of one row:
 
 1. *Which columns, which k*: CTA x owns the 32 x ``width`` columns from ``32 width x``, lane l
    the ``width`` from ``32 width x + l width``; grid y is the product of the batch, grid z the
@@ -63,7 +63,7 @@ from numba import cuda
 
 from ..descriptor import MatrixDesc
 from ..launch import KernelLaunch, cdiv, kernel_launch, multiprocessors, simulated
-from ..precision import FLOAT32
+from ..precision import BFLOAT16, FLOAT16, FLOAT32
 from .fragments import input_converter, output_converter
 from .mma import (
     UINT16,
@@ -89,6 +89,9 @@ SIMULATOR_WARPS = 2  # on the simulator, whose threads are Python threads: fewer
 UNROLL = 8  # rows of B a lane loads before it multiplies: loads in flight per lane
 ROWS_CTAS_PER_SM = 2  # lanes along n: split-k fills a wave of this many CTAs per SM
 ROWS_MAX_M = 4  # lanes along n up to this many rows of C (16 spill: 198 registers and a stack)
+# The operands the plan runs with lanes along n where B is read along n. The kernel computes
+# float32 operands too (its tests run them); the plan keeps them on lanes along k.
+ROWS_OPERANDS = frozenset({BFLOAT16, FLOAT16})
 
 
 def _warps() -> int:
@@ -297,10 +300,11 @@ def rows_per_thread(operand: np.dtype) -> int:
 
 @functools.cache
 def _rows_kernel(operand: np.dtype, out: np.dtype, rows: int, k_ctas: int):
-    """The kernel for 16-bit operands whose B has contiguous, 16-byte aligned rows (read along
-    n): ``rows`` accumulator rows (a power of two >= M), ``k_ctas`` CTAs per strip of columns
-    (split-k, ``kernels.split_k``). Lanes along n ("Lanes along n" in the module docstring)."""
-    dtype = storage_dtype(operand)  # the elements as loaded (uint16 bits)
+    """The kernel for 16-bit or float32 operands whose B has contiguous, 16-byte aligned rows
+    (read along n): ``rows`` accumulator rows (a power of two >= M), ``k_ctas`` CTAs per strip
+    of columns (split-k, ``kernels.split_k``). Lanes along n ("Lanes along n" in the module
+    docstring)."""
+    dtype = storage_dtype(operand)  # the elements as loaded (uint16 bits, or float32)
     widen, narrow = input_converter(operand), output_converter(out)
     WIDTH = VECTOR_BYTES // dtype.itemsize  # columns per lane: one 16-byte load per row of k
     COLS = rows_columns(operand)
@@ -471,7 +475,7 @@ def plan_skinny(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, scratch=None) -> Ke
         c = storage_view(c, UINT16)
     args = (a, a.batch_stride, *a.strides, b, b.batch_stride, *b.strides,
             c, c.batch_stride, *c.strides, M, N, K)  # fmt: skip
-    if b_loads == "rows" and operand.itemsize == 2 and skinny_rows(M) <= ROWS_MAX_M:
+    if b_loads == "rows" and operand in ROWS_OPERANDS and skinny_rows(M) <= ROWS_MAX_M:
         columns = rows_columns(operand)  # a CTA's strip
         threads, strips_, k_steps = _warps() * WARP, cdiv(N, columns), cdiv(K, _warps() * UNROLL)
         k_ctas = 1
