@@ -311,3 +311,25 @@ def test_gpu_skinny_computes_16_bit_operands(dtype, out_dtype, shape, layout, rn
     numba_gemm.matmul(a, b, out, algorithm="skinny")
     cuda.synchronize()
     assert_within_preset(out, a, b, out_dtype=out_dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(1, 4096, 4096), (1, 1000, 777), (4, 8192, 1000)], ids=str)
+def test_gpu_lanes_along_n_compute_float32(shape, rng, monkeypatch):
+    """float32 through the lanes-along-n kernel on a GPU (the plan keeps float32 on lanes
+    along k: ``skinny.ROWS_OPERANDS``), split k across the GPU's SMs."""
+    from numba import cuda
+
+    from numba_gemm.api import split_k_scratch
+    from numba_gemm.launch import launch_kernel
+
+    monkeypatch.setattr(skinny, "ROWS_OPERANDS", skinny.ROWS_OPERANDS | {np.dtype(F32)})
+    M, N, K = shape
+    a, b = make_operands(M, N, K, F32, "row", rng, to_device=True)
+    out = poisoned((M, N), F32, to_device=True)
+    launch = plan(describe(a, "a"), describe(b, "b"), describe(out, "out"), "skinny", None,
+                  resolve(None, F32), scratch=split_k_scratch(0))  # fmt: skip
+    assert launch.kernel.py_func.__name__ == "rows_kernel"
+    launch_kernel(launch)
+    cuda.synchronize()
+    assert_within_preset(out, a, b)
