@@ -362,6 +362,27 @@ def test_gpu_persistent_kernel(shape, config, layout, rng):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["row", "col"])
+@pytest.mark.parametrize("preset", ["BF16_BF16_F32", "TF32_TF32_F32"])
+@pytest.mark.parametrize("shape", [(1000, 1032, 96), (2048, 2048, 64), (520, 264, 1000)], ids=str)
+def test_gpu_tiles_two_to_an_sm(shape, preset, layout, rng):
+    """128 x 128 tiles in three stages, compiled for two CTAs per SM (their registers capped:
+    ``WgmmaConfig.ctas_per_sm``), filled by TMA."""
+    from numba import cuda
+
+    skip_unless_hopper()
+    config = WgmmaConfig(128, 128, 3, 8)
+    assert config.ctas_per_sm(0, "host") == 2
+    dtype = BF16 if preset.startswith("BF16") else F32
+    M, N, K = shape
+    a, b = make_operands(M, N, K, dtype, layout, rng, to_device=True)
+    out = poisoned((M, N), F32, to_device=True, layout=layout)
+    numba_gemm.matmul(a, b, out, precision=preset, algorithm="wgmma", config=config)
+    cuda.synchronize()
+    assert_within_preset(out, a, b, preset, dtype, F32)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("config", GPU_PERSISTENT, ids=WgmmaConfig.label)
 def test_gpu_persistent_kernel_batch(config, rng):
     from numba import cuda
