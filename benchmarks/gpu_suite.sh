@@ -20,9 +20,11 @@
 # TEST_SECONDS stops the tests after that many seconds; every test's outcome is in tests.log,
 # the ids of those passed or skipped in tests_done.txt and of the others in tests_left.txt
 # (both in the logs' folder); TEST_DONE=<a tests_done.txt> runs only the tests not in it, so
-# that a suite larger than a command's time limit runs whole over several commands. On a machine of several GPUs the parts run at once, one per GPU, and then the
-# tests of several GPUs (tests/test_gpu_devices.py, and tests/test_sharding.py: the bridge
-# under jax's sharding; both skip where one GPU is visible) with every GPU visible; on the device machine's 4-GPU kind (64 cores):
+# that a suite larger than a command's time limit runs whole over several commands. On a
+# machine of several GPUs the parts run at once, one per GPU, and then the tests of several
+# GPUs (tests/test_gpu_devices.py, and tests/test_sharding.py: the bridge under jax's
+# sharding; both skip where one GPU is visible) with every GPU visible; on the device
+# machine's 4-GPU kind (64 cores):
 #   for k in 1 2 3 4; do CUDA_VISIBLE_DEVICES=$((k-1)) TEST_SHARDS=14 TEST_PART=$k/4 \
 #     ONLY_TESTS=1 NUMBA_GEMM_RESULTS_DIR=/tmp/part$k bash benchmarks/gpu_suite.sh & done; wait
 #   bash benchmarks/multi_gpu_tests.sh  # one pytest process per test function, then the example

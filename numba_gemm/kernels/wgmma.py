@@ -315,9 +315,6 @@ class WgmmaConfig:
         )
 
 
-# Two warpgroups of 64 x 256: 128 accumulators per thread, each 16 x 256 block of B read by
-# both warpgroups; four stages of 48 KB (64 k of 16-bit operands, 32 k of float32 ones) fill
-# the shared memory of an SM.
 # Hopper's shared memory per SM, of which the driver reserves 1 KB per CTA.
 SM_SHARED_BYTES, CTA_RESERVED_BYTES = 228 * 1024, 1024
 # The registers per thread the kernels keep where several CTAs share an SM: a warpgroup's
@@ -325,6 +322,9 @@ SM_SHARED_BYTES, CTA_RESERVED_BYTES = 228 * 1024, 1024
 # instructions as at 167 (tools/sass.py).
 MIN_REGISTERS = 128
 
+# Two warpgroups of 64 x 256: 128 accumulators per thread, each 16 x 256 block of B read by
+# both warpgroups; four stages of 48 KB (64 k of 16-bit operands, 32 k of float32 ones) fill
+# the shared memory of an SM.
 DEFAULT_WGMMA_CONFIG = WgmmaConfig(128, 256, 4, 8)
 # The same tiles transposed, for outputs narrower than 256 but taller (scores @ values of
 # attention, 64 x 2048 x 128 x 2048: half of each 128 x 256 tile would be past N).
