@@ -45,7 +45,7 @@ def _wgmma_tiles(case: str) -> tuple:
 
     tiles = (
         wgmma.DEFAULT_WGMMA_CONFIG, wgmma.TALL_WGMMA_CONFIG, wgmma.SMALL_WGMMA_CONFIG,
-        wgmma.WgmmaConfig(128, 128, 3, 8), wgmma.SHORT_K_WGMMA_CONFIG,
+        wgmma.SHORT_K_WGMMA_CONFIG, wgmma.WgmmaConfig(64, 128, 3, 8),
         wgmma.WgmmaConfig(64, 128, 6, 8), wgmma.WgmmaConfig(128, 64, 6, 8),
         wgmma.TINY_WGMMA_CONFIG,
     )  # fmt: skip

@@ -256,17 +256,19 @@ def check_preset(preset: Preset, algorithm: str, config) -> None:
         )
 
 
-def skinny_16_bit(algorithm: str, config, preset: Preset, a: MatrixDesc, b: MatrixDesc) -> bool:
+def skinny_at_preset(algorithm: str, config, preset: Preset, a: MatrixDesc,
+                     b: MatrixDesc) -> bool:  # fmt: skip
     """Whether a tensor-core preset's product runs on the skinny kernel: asked for, or
-    ``"auto"`` (no config) on a matrix-vector product of bf16 or f16 operands at their own
-    preset (a decode step's token) where the kernel reads the matrix along k (B k-major as
+    ``"auto"`` (no config) on a matrix-vector product (a decode step's token) of bf16 or f16
+    operands at their own preset where the kernel reads the matrix along k (B k-major as
     computed: a weight stored (out, in), times a column) in at least one CTA per
     :data:`SKINNY_16_BIT_SMS_PER_CTA` SMs, or along n with its lanes along n (a JAX ``Dense``
-    kernel times a row; k split across CTAs). There it streams the matrix faster than a
-    tensor-core tile of 64 rows of which one is used (``docs/design/skinny.md``). With 2 to 16
-    rows the wgmma kernel's tile serves them as fast or faster. ``ValueError`` where ``"skinny"`` is
-    asked for on operands it does not take (float32 ones at a bf16 preset are rounded to bf16
-    first: the tensor cores' work)."""
+    kernel times a row; k split across CTAs); or of float32 operands at ``TF32_TF32_F32`` read
+    along n (computed in float32: no less exact than TF32). There it streams the matrix faster
+    than a tensor-core tile of 64 rows of which one is used (``docs/design/skinny.md``). With 2
+    to 16 rows the wgmma kernel's tile serves them as fast or faster. ``ValueError`` where
+    ``"skinny"`` is asked for on operands it does not take (float32 ones at a bf16 preset are
+    rounded to bf16 first: the tensor cores' work)."""
     own_preset = np.dtype(a.dtype) in (BFLOAT16, FLOAT16) and default_preset(a.dtype) == preset
     if algorithm == "skinny" and not own_preset:
         raise ValueError(
@@ -275,13 +277,16 @@ def skinny_16_bit(algorithm: str, config, preset: Preset, a: MatrixDesc, b: Matr
         )
     if algorithm == "skinny":
         return True
-    if algorithm != "auto" or config is not None or not own_preset:
+    tf32 = preset.name == "TF32_TF32_F32"  # float32 operands: the only ones it takes
+    if algorithm != "auto" or config is not None or not (own_preset or tf32):
         return False
     if min(a.shape[0], b.shape[1]) != 1:
         return False
     _, y, _, b_loads = skinny_as_computed(a, b, b)  # (C's descriptor plays no part here)
     if b_loads == "rows":
         return True
+    if tf32:
+        return False
     strips = skinny_strips(y.shape[1], a.dtype)
     return b_loads == "runs" and strips * SKINNY_16_BIT_SMS_PER_CTA >= multiprocessors()
 
@@ -346,7 +351,7 @@ def plan(
     """
     preset = default_preset(a.dtype) if preset is None else preset
     check_preset(preset, algorithm, config)
-    if preset.tensor_cores and skinny_16_bit(algorithm, config, preset, a, b):
+    if preset.tensor_cores and skinny_at_preset(algorithm, config, preset, a, b):
         return plan_skinny(a, b, out, scratch)
     if preset.tensor_cores:
         if tensor_core_algorithm(algorithm, config, preset, a, b) == "wgmma":

@@ -4,6 +4,7 @@ edges of every strip and step, batches, and when "auto" runs it; and what "auto"
 other narrow results, 2 to 16 rows or columns: the tiled kernel's 16-row tiles
 (``tiled.narrow_config``), transposed where the columns are few."""
 
+import functools
 from dataclasses import replace
 
 import numpy as np
@@ -78,8 +79,8 @@ def _kernel_of(a, b, algorithm="auto"):
 @pytest.mark.parametrize(
     "shape, expected",
     [
-        ((1, 4096, 64), "skinny_kernel"),  # a decode step's token
-        ((4096, 1, 64), "skinny_kernel"),  # one column: run transposed
+        ((1, 4096, 64), "rows_kernel"),  # a decode step's token: B read along n
+        ((4096, 1, 64), "skinny_kernel"),  # one column: run transposed, A^T read along k
         ((2, 512, 512), "tiled_kernel"),  # 16-row tiles
         ((16, 128, 128), "tiled_kernel"),
         ((128, 16, 128), "tiled_kernel"),
@@ -93,19 +94,21 @@ def test_auto_runs_matrix_vector_products_on_the_skinny_kernel(shape, expected):
     assert _kernel_of(a, b).py_func.__name__ == expected
 
 
+def _auto_kernel(dtype, M, N, K=64, b_layout="row", precision=None):
+    a = np.ones((M, K), dtype)
+    b = np.ones((K, N), dtype) if b_layout == "row" else np.ones((N, K), dtype).T
+    out = np.empty((M, N), dtype)
+    launch = plan(describe(a, "a"), describe(b, "b"), describe(out, "out"), "auto", None,
+                  resolve(precision, dtype))  # fmt: skip
+    return launch.kernel.py_func.__name__
+
+
 @pytest.mark.parametrize("dtype", [BF16, F16], ids=str)
 def test_auto_runs_16_bit_matrix_vector_products_on_the_skinny_kernels(dtype, monkeypatch):
     # one row or column read along k (the matrix k-contiguous as computed) in enough CTAs: the
     # skinny kernel; read along n: its lanes-along-n form; more rows: the tensor cores (mma on
     # the simulator)
-    def kernel(M, N, K=64, b_layout="row"):
-        a = np.ones((M, K), dtype)
-        b = np.ones((K, N), dtype) if b_layout == "row" else np.ones((N, K), dtype).T
-        out = np.empty((M, N), dtype)
-        launch = plan(describe(a, "a"), describe(b, "b"), describe(out, "out"), "auto", None,
-                      resolve(None, dtype))  # fmt: skip
-        return launch.kernel.py_func.__name__
-
+    kernel = functools.partial(_auto_kernel, dtype)
     monkeypatch.setattr(numba_gemm.api, "multiprocessors", lambda: 64)  # any GPU's strips do
     assert kernel(4096, 1) == kernel(1, 4096, b_layout="col") == "skinny_kernel"
     assert kernel(1, 4096) == "rows_kernel"  # a JAX Dense kernel times a row: along n
@@ -114,6 +117,20 @@ def test_auto_runs_16_bit_matrix_vector_products_on_the_skinny_kernels(dtype, mo
     monkeypatch.setattr(numba_gemm.api, "multiprocessors", lambda: 10**6)  # strips too few
     assert kernel(4096, 1) not in ("skinny_kernel", "rows_kernel")
     assert kernel(1, 4096) == "rows_kernel"  # k split across CTAs fills any GPU
+
+
+def test_auto_runs_tf32_matrix_vector_products_read_along_n_with_lanes_along_n(rng):
+    # float32 at TF32: one row read along n streams on the lanes-along-n kernel, in float32;
+    # read along k, or more rows, the tensor cores take it
+    kernel = functools.partial(_auto_kernel, F32, precision="TF32_TF32_F32")
+    assert kernel(1, 4096) == "rows_kernel"
+    for read_along_k in (kernel(1, 4096, b_layout="col"), kernel(4096, 1)):
+        assert read_along_k not in ("skinny_kernel", "rows_kernel")
+    assert kernel(2, 4096) not in ("skinny_kernel", "rows_kernel")
+    a, b = make_operands(1, 300, 77, F32, "row", rng)
+    out = poisoned((1, 300), F32)
+    numba_gemm.matmul(a, b, out, precision="TF32_TF32_F32")
+    assert assert_within_preset(out, a, b) < 1e-5  # float32's error, not TF32's
 
 
 @pytest.mark.parametrize(
@@ -163,7 +180,7 @@ K_STEP = skinny._warps() * skinny.UNROLL
 K_SPLIT = 19 * K_STEP - 4  # 19 steps, the last one partial
 ROWS_SHAPES = [(1, 8, 1), (2, 264, 37), (3, 40, K_SPLIT), (4, 16, 17)]
 ROWS_CASES = [(BF16, BF16, False), (BF16, F32, True), (F16, F16, True), (F32, F32, True)]
-# (a's, C's, split); float32 through the kernel, which the plan gives 16-bit operands only
+# (a's, C's, split)
 
 
 @pytest.mark.parametrize("shape", ROWS_SHAPES, ids=str)
@@ -177,7 +194,6 @@ def test_products_read_along_n_run_with_lanes_along_n(
     M, N, K = shape
     # many SMs: the few strips split k into a wave; one SM: the strips fill it
     monkeypatch.setattr(skinny, "multiprocessors", lambda: 64 if k_ctas_forced else 1)
-    monkeypatch.setattr(skinny, "ROWS_OPERANDS", skinny.ROWS_OPERANDS | {np.dtype(dtype)})
     a, b = make_operands(M, N, K, dtype, "row", rng)
     out = poisoned((M, N), out_dtype)
     launch = plan(describe(a, "a"), describe(b, "b"), describe(out, "out"), "skinny", None,
@@ -212,8 +228,9 @@ def test_lanes_along_n_run_a_batch_and_leave_more_rows_to_the_lanes_along_k(rng,
 
 def test_aligned_rows_and_columns_take_vector_loads_and_others_element_loads(rng):
     rows = skinny.skinny_rows
-    a, b = make_operands(3, 64, 64, F32, "row", rng)  # rows of 64 floats: 16-byte aligned
-    assert _kernel_of(a, b, "skinny") is skinny._kernel(F32, F32, rows(3), "rows", True)
+    a, b = make_operands(5, 64, 64, F32, "row", rng)  # rows of 64 floats: 16-byte aligned
+    assert _kernel_of(a, b, "skinny") is skinny._kernel(F32, F32, rows(5), "rows", True)
+    assert rows(5) > skinny.ROWS_MAX_M  # (fewer rows read along n: lanes along n)
     a, b = make_operands(3, 63, 63, F32, "row", rng)  # rows of 63: misaligned
     assert _kernel_of(a, b, "skinny") is skinny._kernel(F32, F32, rows(3), "elements", False)
     a, b = make_operands(3, 64, 64, F32, "b_col", rng)  # B k-contiguous: runs along k
@@ -315,15 +332,13 @@ def test_gpu_skinny_computes_16_bit_operands(dtype, out_dtype, shape, layout, rn
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(1, 4096, 4096), (1, 1000, 777), (4, 8192, 1000)], ids=str)
-def test_gpu_lanes_along_n_compute_float32(shape, rng, monkeypatch):
-    """float32 through the lanes-along-n kernel on a GPU (the plan keeps float32 on lanes
-    along k: ``skinny.ROWS_OPERANDS``), split k across the GPU's SMs."""
+def test_gpu_lanes_along_n_compute_float32(shape, rng):
+    """float32 through the lanes-along-n kernel on a GPU, split k across the GPU's SMs."""
     from numba import cuda
 
     from numba_gemm.api import split_k_scratch
     from numba_gemm.launch import launch_kernel
 
-    monkeypatch.setattr(skinny, "ROWS_OPERANDS", skinny.ROWS_OPERANDS | {np.dtype(F32)})
     M, N, K = shape
     a, b = make_operands(M, N, K, F32, "row", rng, to_device=True)
     out = poisoned((M, N), F32, to_device=True)

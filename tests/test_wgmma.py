@@ -521,7 +521,7 @@ def test_default_tiles_halve_for_small_problems(monkeypatch):
     assert tiles(1024, 1024, batch=4) == wgmma.DEFAULT_WGMMA_CONFIG
     assert tiles(1024, 512) == wgmma.TINY_WGMMA_CONFIG  # 32 small tiles
     assert tiles(1024, 1024) != wgmma.TINY_WGMMA_CONFIG  # 64
-    # many tiles: taller ones where the output is narrower than 256; one warpgroup's for short k
+    # many tiles: taller ones where the output is narrower than 256; two to an SM for short k
     assert tiles(2048, 128, batch=64) == wgmma.TALL_WGMMA_CONFIG  # 512 tiles, not 1024
     assert tiles(65536, 256) == wgmma.DEFAULT_WGMMA_CONFIG  # as many either way
     assert tiles(128, 2048, batch=64) == wgmma.DEFAULT_WGMMA_CONFIG  # N wide: 128 x 256 fits

@@ -94,7 +94,7 @@ from .mma import (
     tile_origin,
     work_origin,
 )
-from .ptx import cp_async_commit, cp_async_wait, load_vector, store_vector
+from .ptx import cp_async_commit, cp_async_wait, load_vector, store_pair, store_vector
 from .split_k import check_k_ctas, settler, split_buffers, split_into_wave, working_config
 from .tiled import REGISTERS_PER_SM, check_field_range, int_fields, kernel_jit, unrolled
 from .tma import (
@@ -256,15 +256,15 @@ class WgmmaConfig:
         """Shared memory of the tiles from their 1024-byte aligned start: ``stages`` tiles of
         A and B (with ``parts`` > 0, the converting kernel's, plus two buffers of their
         ``parts`` TF32 parts), or after the k loop in the same memory the float32 C tile
-        (lines padded by 16 bytes, either way round)."""
+        (:meth:`c_tile_bytes`)."""
         slice_bytes = tile_bytes(self.block_m) + tile_bytes(self.block_n)
         pipeline = (self.stages + PART_BUFFERS * parts) * slice_bytes
         return pipeline if self.persistent else max(pipeline, self.c_tile_bytes())
 
     def c_tile_bytes(self) -> int:
-        """The epilogue's float32 C tile, its lines padded by 16 bytes (either way round)."""
-        return max(self.block_m * (self.block_n * 4 + VECTOR_BYTES),
-                   self.block_n * (self.block_m * 4 + VECTOR_BYTES))  # fmt: skip
+        """The epilogue's float32 C tile, either way round (:func:`c_tile_line`)."""
+        return 4 * max(self.block_m * c_tile_line(self.block_n, False),
+                       self.block_n * c_tile_line(self.block_m, True))  # fmt: skip
 
     def c_tile_offset(self, maps: str = "none") -> int:
         """Bytes from the tiles' start to the epilogue's C tile: 0 (it reuses the pipeline's
@@ -329,12 +329,13 @@ DEFAULT_WGMMA_CONFIG = WgmmaConfig(128, 256, 4, 8)
 # The same tiles transposed, for outputs narrower than 256 but taller (scores @ values of
 # attention, 64 x 2048 x 128 x 2048: half of each 128 x 256 tile would be past N).
 TALL_WGMMA_CONFIG = WgmmaConfig(256, 128, 4, 8)
-# A k loop of at most SHORT_K (two 16-bit slices, four TF32 ones): one warpgroup's 64 x 128
-# tiles in three stages, 72 KB, so that three CTAs share an SM and one's epilogue overlaps
-# the others' loads (attention's scores, 64 x 2048 x 2048 x 128 on an H200: bf16 375 us
-# against 466 for 128 x 256 tiles, TF32 510 against 563).
+# A k loop of at most SHORT_K (two 16-bit slices, four TF32 ones): 128 x 128 tiles in three
+# stages, 96 KB, so that two CTAs share an SM (registers capped for two) and one's epilogue
+# overlaps the other's loads (attention's scores, 64 x 2048 x 2048 x 128 bf16 on an H200:
+# 352 us against 373 for one warpgroup's 64 x 128 tiles, three to an SM, and 404 for
+# 128 x 256 tiles; 8192 x 8192 x 64: 79 against 82 and 91).
 SHORT_K = 128
-SHORT_K_WGMMA_CONFIG = WgmmaConfig(64, 128, 3, 8)
+SHORT_K_WGMMA_CONFIG = WgmmaConfig(128, 128, 3, 8)
 # Problems too small for half a wave of those tiles: 128 x 128 tiles (twice the CTAs), six
 # stages of 32 KB.
 SMALL_WGMMA_CONFIG = WgmmaConfig(128, 128, 6, 8)
@@ -915,6 +916,15 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     return persistent_kernel if config.persistent else wgmma_kernel
 
 
+def c_tile_line(cols: int, along_m: bool) -> int:
+    """float32 elements per line of the epilogue's staged C tile of ``cols`` columns: padded so
+    that a warp's stores of its accumulators hit distinct banks. Along n (C's rows contiguous)
+    each thread stores pairs of columns, 8 bytes, a half-warp's 16 pairs on 4 lines 8 banks
+    apart: 8 floats of padding; along m (``along_m``: the tile transposed) single elements, the
+    warp's 32 on 8 lines 4 banks apart: 4."""
+    return cols + (4 if along_m else 8)
+
+
 def _c_writer(config: WgmmaConfig, out_dtype: np.dtype, c_mode: tuple, maps: str = "none"):
     """Device function ``write_c(c, c0, stride_cm, stride_cn, M, N, m0, n0, c_tile, acc)``:
     the epilogue. The warpgroups write their accumulators ``acc`` (wgmma's layout) into a
@@ -933,18 +943,23 @@ def _c_writer(config: WgmmaConfig, out_dtype: np.dtype, c_mode: tuple, maps: str
     C_VEC = VECTOR_BYTES // C_STORAGE.itemsize  # C's elements per 16-byte store
     ALONG_M = c_mode[0] == "x"  # C's columns contiguous: the staged tile is n x m
     ROWS, COLS = (BLOCK_N, BLOCK_M) if ALONG_M else (BLOCK_M, BLOCK_N)  # of the staged tile
-    C_ROW = COLS + 4  # a staged row, padded by 16 bytes (bank conflicts)
+    C_ROW = c_tile_line(COLS, ALONG_M)  # a staged row, padded
     C_VECTORS = ROWS * COLS // C_VEC // THREADS  # 16-byte stores per thread
     C_VECTORS_OK = c_mode[1] == VECTOR_BYTES  # C's lines take 16-byte stores
     OFFSET = config.c_tile_offset(maps) // 4  # float32 elements
 
     @cuda.jit(device=True)
     def stage(c_tile, start, acc, row, col, j):
-        # this thread's accumulators of columns 8 j.. into the C tile in shared memory, as they
-        # are (converting here, on the accumulator registers, makes ptxas serialise the wgmmas)
-        for e in range(4):
-            m, n = row + 8 * (e // 2), col + 8 * j + e % 2
-            c_tile[start + (n * C_ROW + m if ALONG_M else m * C_ROW + n)] = acc[4 * j + e]
+        # this thread's accumulators of columns 8 j.. (two rows, two columns each) into the C
+        # tile in shared memory, as they are (converting here, on the accumulator registers,
+        # makes ptxas serialise the wgmmas); a row's two columns as one 8-byte store along n
+        for h in range(2):
+            m, n = row + 8 * h, col + 8 * j
+            if ALONG_M:
+                c_tile[start + n * C_ROW + m] = acc[4 * j + 2 * h]
+                c_tile[start + (n + 1) * C_ROW + m] = acc[4 * j + 2 * h + 1]
+            else:
+                store_pair(c_tile, start + m * C_ROW + n, acc, 4 * j + 2 * h)
 
     stage_all = unrolled(stage, ACC_SIZE // 4, "c_tile, start, acc, row, col")
 
