@@ -13,7 +13,7 @@ from .descriptor import ArrayDesc, MatrixDesc, current_device, describe, describ
 from .kernels.loop_orders import LOOP_ORDERS, plan_loop_order
 from .kernels.mma import MmaConfig, default_mma_config, plan_mma, shape_mma_config, storage_dtype
 from .kernels.skinny import as_computed as skinny_as_computed
-from .kernels.skinny import plan_skinny
+from .kernels.skinny import lanes_along_n, plan_skinny
 from .kernels.skinny import strips as skinny_strips
 from .kernels.tiled import NARROW_M, TileConfig, narrow_config, plan_tiled, with_k_ctas
 from .kernels.wgmma import (
@@ -93,20 +93,23 @@ TILED_FROM_MACS = 64**3
 
 def choose_algorithm(a: MatrixDesc, b: MatrixDesc) -> str:
     """``"skinny"`` for products whose result is one row or column (a matrix-vector
-    product), ``"tiled"`` for the rest, but for tiny problems the loop order that coalesces
-    for the layouts.
+    product), or a few read along n, ``"tiled"`` for the rest, but for tiny problems the loop
+    order that coalesces for the layouts.
 
     A matrix-vector product (a decode step's M = 1) is bound by reading its large operand once,
-    which the skinny kernel streams (``kernels/skinny.py``); results of 2 to ``NARROW_M`` rows
-    or columns take the tiled kernel's 16-row tiles (:func:`plan`). Among the loop orders only
-    the register-accumulating ones (``mnk``/``nmk``) are candidates: the k-outer orders move C
-    through memory at every step and never win. ``mnk`` runs threads along n and wants B
-    row-major; ``nmk`` runs them along m and wants A column-major (see
-    ``kernels/loop_orders.py``).
+    which the skinny kernel streams (``kernels/skinny.py``), as are results of 2 to
+    ``skinny.ROWS_MAX_M`` rows whose B is read along n (its lanes along n: float32 2-4 x 8192 x
+    8192 on an H200 in 71-75 us against 86 for the 16-row tiles); other results of up to
+    ``NARROW_M`` rows or columns take the tiled kernel's 16-row tiles (:func:`plan`).
+
+    Among the loop orders only the register-accumulating ones (``mnk``/``nmk``) are
+    candidates: the k-outer orders move C through memory at every step and never win. ``mnk``
+    runs threads along n and wants B row-major; ``nmk`` runs them along m and wants A
+    column-major (see ``kernels/loop_orders.py``).
     """
     (M, K), N = a.shape, b.shape[1]
     if M * N * K >= TILED_FROM_MACS:
-        return "skinny" if min(M, N) == 1 else "tiled"
+        return "skinny" if min(M, N) == 1 or lanes_along_n(a, b) else "tiled"
     if b.layout != "row" and a.layout == "col":
         return "nmk"
     return "mnk"
@@ -426,7 +429,8 @@ def matmul(
     instructions, bf16/f16 operands and float32 ones as TF32 or 3xTF32:
     ``numba_gemm.kernels.wgmma``) or ``"auto"``: the tensor cores for presets that use them
     (wgmma where it takes the preset on Hopper, else mma), else skinny for a result of one row
-    or column and tiled for the rest, but for tiny problems (:func:`choose_algorithm`). All
+    or column (or up to 4 read along n) and tiled for the rest, but for tiny problems
+    (:func:`choose_algorithm`). All
     checks run before any launch and raise ``ValueError``/``TypeError`` naming the argument.
 
     ``config``: the tiled kernel's :class:`~numba_gemm.TileConfig` (by default the tuned one for

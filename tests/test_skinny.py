@@ -81,7 +81,8 @@ def _kernel_of(a, b, algorithm="auto"):
     [
         ((1, 4096, 64), "rows_kernel"),  # a decode step's token: B read along n
         ((4096, 1, 64), "skinny_kernel"),  # one column: run transposed, A^T read along k
-        ((2, 512, 512), "tiled_kernel"),  # 16-row tiles
+        ((2, 512, 512), "rows_kernel"),  # a few rows read along n: lanes along n
+        ((8, 512, 512), "tiled_kernel"),  # more: 16-row tiles
         ((16, 128, 128), "tiled_kernel"),
         ((128, 16, 128), "tiled_kernel"),
         ((8, 8, 8), "loop_order_kernel"),  # tiny: one thread per element
@@ -188,6 +189,8 @@ ROWS_CASES = [(BF16, BF16, False), (BF16, F32, True), (F16, F16, True), (F32, F3
 def test_products_read_along_n_run_with_lanes_along_n(
     dtype, out_dtype, k_ctas_forced, shape, rng, monkeypatch
 ):
+    from numba import cuda
+
     from numba_gemm.api import split_k_scratch
     from numba_gemm.launch import launch_kernel
 
@@ -195,12 +198,15 @@ def test_products_read_along_n_run_with_lanes_along_n(
     # many SMs: the few strips split k into a wave; one SM: the strips fill it
     monkeypatch.setattr(skinny, "multiprocessors", lambda: 64 if k_ctas_forced else 1)
     a, b = make_operands(M, N, K, dtype, "row", rng)
-    out = poisoned((M, N), out_dtype)
-    launch = plan(describe(a, "a"), describe(b, "b"), describe(out, "out"), "skinny", None,
-                  resolve(None, dtype), scratch=split_k_scratch(0))  # fmt: skip
+    # device arrays: the launch is the kernel's alone, with no copies (on a GPU, host arrays'
+    # addresses would reach the kernel)
+    on_device = [cuda.to_device(x) for x in (a, b)] + [poisoned((M, N), out_dtype, True)]
+    launch = plan(*(describe(x, name) for x, name in zip(on_device, ("a", "b", "out"))),
+                  "skinny", None, resolve(None, dtype), scratch=split_k_scratch(0))  # fmt: skip
     assert launch.kernel.py_func.__name__ == "rows_kernel"
     assert (launch.grid[2] > 1) == (k_ctas_forced and K == K_SPLIT)
     launch_kernel(launch)  # this plan: matmul's may be another test's, planned before the patch
+    out = on_device[2].copy_to_host()
     error = assert_within_preset(out, a, b, out_dtype=out_dtype)
     if out_dtype == F32:
         assert error < 1e-5, error

@@ -80,7 +80,7 @@ from .tiled import unrolled
 
 __all__ = [
     "SKINNY_M", "WARPS", "SIMULATOR_WARPS", "UNROLL", "skinny_rows", "as_computed", "strips",
-    "plan_skinny",
+    "lanes_along_n", "plan_skinny",
 ]  # fmt: skip
 
 SKINNY_M = 16  # rows of C (after the transposition) the kernel's accumulators hold at most
@@ -460,12 +460,23 @@ def strips(N: int, dtype: np.dtype) -> int:
     return cdiv(N, _warps() * (VECTOR_BYTES // storage_dtype(dtype).itemsize))
 
 
+def lanes_along_n(a: MatrixDesc, b: MatrixDesc) -> bool:
+    """Whether the product runs with lanes along n: at most ``ROWS_MAX_M`` rows (or columns: as
+    computed) of ``ROWS_OPERANDS`` elements, B read along n as computed."""
+    if min(a.shape[0], b.shape[1]) > ROWS_MAX_M:
+        return False
+    a, b, _, b_loads = as_computed(a, b, b)  # (C's descriptor plays no part here)
+    rows_ok = skinny_rows(a.shape[0]) <= ROWS_MAX_M
+    return b_loads == "rows" and np.dtype(a.dtype) in ROWS_OPERANDS and rows_ok
+
+
 def plan_skinny(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, scratch=None) -> KernelLaunch:
     """The skinny kernel's launch on validated operands: C (M x N) = A (M x K) @ B (K x N), for
     each of ``c.batch`` products, with M <= SKINNY_M, or N <= SKINNY_M (run as its transpose:
     :func:`as_computed`). ``ValueError`` where neither is. Operands in ``ROWS_OPERANDS``
     whose B is read along n run with lanes along n, k split across CTAs into a wave where
     ``scratch`` (split-k's buffers, ``kernels.split_k``) is given."""
+    along_n = lanes_along_n(a, b)
     a, b, c, b_loads = as_computed(a, b, c)
     (M, K), N = a.shape, b.shape[1]
     operand, out = np.dtype(a.dtype), np.dtype(c.dtype)
@@ -475,7 +486,7 @@ def plan_skinny(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, scratch=None) -> Ke
         c = storage_view(c, UINT16)
     args = (a, a.batch_stride, *a.strides, b, b.batch_stride, *b.strides,
             c, c.batch_stride, *c.strides, M, N, K)  # fmt: skip
-    if b_loads == "rows" and operand in ROWS_OPERANDS and skinny_rows(M) <= ROWS_MAX_M:
+    if along_n:
         columns = rows_columns(operand)  # a CTA's strip
         threads, strips_, k_steps = _warps() * WARP, cdiv(N, columns), cdiv(K, _warps() * UNROLL)
         k_ctas = 1
