@@ -16,7 +16,14 @@ from numba_gemm.api import plan
 from numba_gemm.descriptor import describe
 from numba_gemm.kernels import skinny
 from numba_gemm.precision import BFLOAT16, FLOAT16, resolve
-from numba_gemm.reference import LAYOUTS, make_operands, poisoned, reference, relative_error
+from numba_gemm.reference import (
+    LAYOUTS,
+    make_operands,
+    poisoned,
+    reference,
+    relative_error,
+    to_host,
+)
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 BF16, F16 = BFLOAT16, FLOAT16
@@ -189,10 +196,8 @@ ROWS_CASES = [(BF16, BF16, False), (BF16, F32, True), (F16, F16, True), (F32, F3
 def test_products_read_along_n_run_with_lanes_along_n(
     dtype, out_dtype, k_ctas_forced, shape, rng, monkeypatch
 ):
-    from numba import cuda
-
     from numba_gemm.api import split_k_scratch
-    from numba_gemm.launch import launch_kernel
+    from numba_gemm.launch import launch_kernel, to_device
 
     M, N, K = shape
     # many SMs: the few strips split k into a wave; one SM: the strips fill it
@@ -200,13 +205,13 @@ def test_products_read_along_n_run_with_lanes_along_n(
     a, b = make_operands(M, N, K, dtype, "row", rng)
     # device arrays: the launch is the kernel's alone, with no copies (on a GPU, host arrays'
     # addresses would reach the kernel)
-    on_device = [cuda.to_device(x) for x in (a, b)] + [poisoned((M, N), out_dtype, True)]
+    on_device = [to_device(x) for x in (a, b)] + [poisoned((M, N), out_dtype, True)]
     launch = plan(*(describe(x, name) for x, name in zip(on_device, ("a", "b", "out"))),
                   "skinny", None, resolve(None, dtype), scratch=split_k_scratch(0))  # fmt: skip
     assert launch.kernel.py_func.__name__ == "rows_kernel"
     assert (launch.grid[2] > 1) == (k_ctas_forced and K == K_SPLIT)
     launch_kernel(launch)  # this plan: matmul's may be another test's, planned before the patch
-    out = on_device[2].copy_to_host()
+    out = to_host(on_device[2])
     error = assert_within_preset(out, a, b, out_dtype=out_dtype)
     if out_dtype == F32:
         assert error < 1e-5, error
