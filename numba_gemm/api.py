@@ -285,11 +285,11 @@ def skinny_at_preset(algorithm: str, config, preset: Preset, a: MatrixDesc,
         return False
     if min(a.shape[0], b.shape[1]) != 1:
         return False
-    _, y, _, b_loads = skinny_as_computed(a, b, b)  # (C's descriptor plays no part here)
-    if b_loads == "rows":
+    if lanes_along_n(a, b):
         return True
     if tf32:
         return False
+    _, y, _, b_loads = skinny_as_computed(a, b, b)  # (C's descriptor plays no part here)
     strips = skinny_strips(y.shape[1], a.dtype)
     return b_loads == "runs" and strips * SKINNY_16_BIT_SMS_PER_CTA >= multiprocessors()
 

@@ -78,9 +78,10 @@ def test_a_row_times_a_matrix_and_a_matrix_times_a_column(rng):
     np.testing.assert_allclose(numba_gemm.matmul(w.T, x), w.T @ x, rtol=1e-5, atol=1e-4)
 
 
-def _kernel_of(a, b, algorithm="auto"):
+def _kernel_of(a, b, algorithm="auto", precision=None):
     out = np.empty((a.shape[0], b.shape[1]), a.dtype)
-    return plan(describe(a, "a"), describe(b, "b"), describe(out, "out"), algorithm).kernel
+    return plan(describe(a, "a"), describe(b, "b"), describe(out, "out"), algorithm, None,
+                resolve(precision, a.dtype)).kernel  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -105,10 +106,7 @@ def test_auto_runs_matrix_vector_products_on_the_skinny_kernel(shape, expected):
 def _auto_kernel(dtype, M, N, K=64, b_layout="row", precision=None):
     a = np.ones((M, K), dtype)
     b = np.ones((K, N), dtype) if b_layout == "row" else np.ones((N, K), dtype).T
-    out = np.empty((M, N), dtype)
-    launch = plan(describe(a, "a"), describe(b, "b"), describe(out, "out"), "auto", None,
-                  resolve(precision, dtype))  # fmt: skip
-    return launch.kernel.py_func.__name__
+    return _kernel_of(a, b, precision=precision).py_func.__name__
 
 
 @pytest.mark.parametrize("dtype", [BF16, F16], ids=str)

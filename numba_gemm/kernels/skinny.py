@@ -460,14 +460,19 @@ def strips(N: int, dtype: np.dtype) -> int:
     return cdiv(N, _warps() * (VECTOR_BYTES // storage_dtype(dtype).itemsize))
 
 
+def _rows_fit(a: MatrixDesc, b_loads: str) -> bool:
+    """:func:`lanes_along_n` on the operands as computed (``as_computed``'s A and B loads)."""
+    rows_ok = skinny_rows(a.shape[0]) <= ROWS_MAX_M
+    return b_loads == "rows" and np.dtype(a.dtype) in ROWS_OPERANDS and rows_ok
+
+
 def lanes_along_n(a: MatrixDesc, b: MatrixDesc) -> bool:
     """Whether the product runs with lanes along n: at most ``ROWS_MAX_M`` rows (or columns: as
     computed) of ``ROWS_OPERANDS`` elements, B read along n as computed."""
     if min(a.shape[0], b.shape[1]) > ROWS_MAX_M:
         return False
-    a, b, _, b_loads = as_computed(a, b, b)  # (C's descriptor plays no part here)
-    rows_ok = skinny_rows(a.shape[0]) <= ROWS_MAX_M
-    return b_loads == "rows" and np.dtype(a.dtype) in ROWS_OPERANDS and rows_ok
+    a, _, _, b_loads = as_computed(a, b, b)  # (C's descriptor plays no part here)
+    return _rows_fit(a, b_loads)
 
 
 def plan_skinny(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, scratch=None) -> KernelLaunch:
@@ -476,8 +481,8 @@ def plan_skinny(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, scratch=None) -> Ke
     :func:`as_computed`). ``ValueError`` where neither is. Operands in ``ROWS_OPERANDS``
     whose B is read along n run with lanes along n, k split across CTAs into a wave where
     ``scratch`` (split-k's buffers, ``kernels.split_k``) is given."""
-    along_n = lanes_along_n(a, b)
     a, b, c, b_loads = as_computed(a, b, c)
+    along_n = _rows_fit(a, b_loads)
     (M, K), N = a.shape, b.shape[1]
     operand, out = np.dtype(a.dtype), np.dtype(c.dtype)
     if operand.itemsize == 2:  # bf16 or f16: their bits
