@@ -41,7 +41,7 @@ from jax._src import core as jax_core  # operands' varying manual axes matched a
 from jax._src import dispatch  # no public way to say a primitive's lowering needs the devices
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.interpreters import mlir
-from jax.sharding import NamedSharding
+from jax.sharding import AxisType, NamedSharding, get_abstract_mesh, reshard, use_abstract_mesh
 from jax.sharding import PartitionSpec as P
 
 __all__ = [
@@ -198,14 +198,27 @@ def _partitioned_lowering(contraction_of, per_device, host_per_device, n_operand
         # (out_sharding) is the whole result's, not the shard's
         local = {k: None if k == "out_sharding" else v for k, v in params}
 
-        def lower_fn(*operands):
-            out = compute(*operands, **local)
+        def reduce(out):
             if plan.reduce_axes:
                 out = lax.psum(out, plan.reduce_axes)
             if plan.scatter_axes:
                 out = lax.psum_scatter(out, plan.scatter_axes, scatter_dimension=plan.scatter_dim,
                                        tiled=True)  # fmt: skip
             return out
+
+        def lower_fn(*operands):
+            out = compute(*operands, **local)
+            if not (plan.reduce_axes or plan.scatter_axes):
+                return out
+            # jax 0.11 traces this under the caller's mesh: on Explicit axes each op of the
+            # collective's reduction would carry a sharding annotation, which XLA rejects (the
+            # GPU compiler aborts), so the reduction is traced on the same axes made Auto
+            context = get_abstract_mesh()
+            if AxisType.Explicit not in context.axis_types:
+                return reduce(out)
+            auto = context.update_axis_types(dict.fromkeys(context.axis_names, AxisType.Auto))
+            with use_abstract_mesh(auto):
+                return reduce(reshard(out, P()))
 
         operands = tuple(_sharding(mesh, spec) for spec in plan.operands)
         return mesh, lower_fn, _sharding(mesh, plan.result), operands

@@ -306,6 +306,38 @@ def test_explicit_axes_sharded_k_takes_the_result_sharding_asked_for(rng):
             assert collectives(fn, A, B) == expected
 
 
+@pytest.mark.parametrize("wanted", [P(), P("x", None)], ids=["all-reduce", "reduce-scatter"])
+def test_explicit_axes_reduce_with_a_plain_add_while_the_mesh_is_set(wanted, rng, monkeypatch):
+    """jax 0.11 still has the caller's mesh set when XLA's partitioner calls back into Python,
+    so the per-device function is traced under Explicit axes (0.10 clears the mesh there). The
+    collective's reduction must still be a plain add: XLA rejects one whose ops carry sharding
+    annotations (the GPU compiler aborts). Here the callback is traced under the mesh as 0.11
+    traces it, on any jax."""
+    from jax._src import custom_partitioning
+    from jax._src import mesh as mesh_lib
+
+    m = mesh(AxisType.Explicit)
+
+    def under_mesh(fn):
+        def traced(*args, **kwargs):
+            with mesh_lib.use_abstract_mesh(m.abstract_mesh):
+                return fn(*args, **kwargs)
+
+        return traced
+
+    make_jaxpr = custom_partitioning.api.make_jaxpr
+    monkeypatch.setattr(custom_partitioning, "_to_jax_shape",
+                        under_mesh(custom_partitioning._to_jax_shape))  # fmt: skip
+    monkeypatch.setattr(custom_partitioning.api, "make_jaxpr",
+                        lambda fn, **kwargs: under_mesh(make_jaxpr(fn, **kwargs)))  # fmt: skip
+    with jax.set_mesh(m):
+        A, B, a, b = explicit_operands(rng, P(None, "x"), P("x", None))
+        fn = jax.jit(lambda x, y: jax_bridge.matmul(x, y, out_sharding=wanted))
+        text = fn.lower(A, B).compile().as_text()
+        assert 'custom_call_target="Sharding"' not in text
+        assert_near_reference(fn(A, B), a.astype(np.float64) @ b, None, np.float32, 96)
+
+
 def test_explicit_axes_type_each_cotangent_as_its_operand(rng):
     with jax.set_mesh(mesh(AxisType.Explicit)):
         A, B, _, _ = explicit_operands(rng, P("x", None), P(None, "y"))
@@ -370,3 +402,23 @@ def test_the_tensor_parallel_example_trains_as_lax_does(capsys):
     spec_.loader.exec_module(example)
     assert example.main(["--steps", "24", "--width", "64", "--batch", "32"]) == 0
     assert "all-reduce" in capsys.readouterr().out  # the row-parallel layer's one reduction
+
+
+# -- tools/mock_mesh.py (one GPU posing as several: its steps run here on the CPU devices) -----
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("step", ["explicit_rows", "explicit_k_rep", "explicit_k_scatter",
+                                  "explicit_grads", "auto_k_rep", "auto_k_scatter"])  # fmt: skip
+def test_the_mock_mesh_tool_checks_each_step(step, dtype):
+    from tools.mock_mesh import run_step
+
+    axis_type = AxisType.Explicit if step.startswith("explicit") else AxisType.Auto
+    m = jax.sharding.Mesh(np.array(DEVICES[:2]).reshape(2, 1), ("x", "y"), (axis_type,) * 2)
+    report = run_step(m, step, dtype, seed=3)
+    expected = {"rows": [], "k_rep": ["all-reduce"], "k_scatter": ["reduce-scatter"],
+                "grads": ["all-reduce"]}[step.split("_", 1)[1]]  # fmt: skip
+    assert report["collectives"] == expected
+    # float32 sums of 96 products, then the result rounded to its dtype
+    bound = 96 * np.finfo(np.float32).eps / 2 + 2 * float(jnp.finfo(dtype).eps)
+    assert step.endswith("grads") or (report["errors"] and max(report["errors"]) < bound)
