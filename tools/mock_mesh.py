@@ -6,7 +6,8 @@ With ``N`` > 1 on a GPU machine, jax's mock processes (``mock_num_gpu_processes`
 pose as the first of N: ``jax.devices()`` lists N, the program is partitioned and compiled for
 all of them (the partitioner's callbacks, XLA's GPU passes and checks), and the local GPU runs
 its own part. That is how a compile that fails only on several GPUs (an abort in XLA's GPU
-passes) can be reproduced and fixed with one GPU. On the CPU it runs on N host devices
+passes) can be reproduced and fixed with one GPU. XLA's autotuning is off
+(``--xla_gpu_autotune_level=0``): under mock processes a compile that autotunes does not end. On the CPU it runs on N host devices
 (``--xla_force_host_platform_device_count``), where the collectives are real.
 
 Each step is a 64 x 96 x 48 product on an N x 1 mesh (x, y) of Explicit or Auto axes:
@@ -25,6 +26,7 @@ its error against the whole product says nothing; only ``rows`` is checked there
 from __future__ import annotations
 
 import argparse
+import os
 import re
 
 import numpy as np
@@ -95,11 +97,14 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     args = parser.parse_args()
 
+    if args.devices > 1:  # before jax starts its backends; the CPU backend ignores both
+        # XLA's autotuning waits on the mocked processes: the grads' compile never ends with it
+        os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_gpu_autotune_level=0"
     import jax
 
-    on_gpu = jax.default_backend() == "gpu"
-    if on_gpu and args.devices > 1:
+    if args.devices > 1:
         jax.config.update("mock_num_gpu_processes", args.devices)
+    on_gpu = jax.default_backend() == "gpu"
     devices = jax.devices()
     if len(devices) < args.devices:
         raise SystemExit(
