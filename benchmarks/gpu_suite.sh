@@ -17,13 +17,13 @@
 # one process on a 16-core machine. Processes take runs of consecutive tests (four times as many
 # runs as processes), so that the tests of one function, which mostly share kernels, compile them
 # once. TEST_PART=k/n runs the k-th of n parts of the suite; the demo runs with part 1 only.
-# TEST_SECONDS stops the tests after that many seconds; every test's outcome is in tests.log,
-# the ids of those passed or skipped in tests_done.txt and of the others in tests_left.txt
-# (both in the logs' folder); TEST_DONE=<a tests_done.txt> runs only the tests not in it, so
-# that a suite larger than a command's time limit runs whole over several commands. On a
-# machine of several GPUs the parts run at once, one per GPU, and then the tests of several
-# GPUs (tests/test_gpu_devices.py, and tests/test_sharding.py: the bridge under jax's
-# sharding; both skip where one GPU is visible) with every GPU visible; on the device
+# TEST_SECONDS stops the tests (and the demo) after that many seconds; every test's outcome is
+# in tests.log, the ids of those passed or skipped in tests_done.txt and of the others in
+# tests_left.txt (both in the logs' folder); TEST_DONE=<a tests_done.txt> runs only the tests
+# not in it, so that a suite larger than a command's time limit runs whole over several
+# commands. On a machine of several GPUs the parts run at once, one per GPU, and then the
+# tests of several GPUs (tests/test_gpu_devices.py, and tests/test_sharding.py: the bridge
+# under jax's sharding; both skip where one GPU is visible) with every GPU visible; on the device
 # machine's 4-GPU kind (64 cores):
 #   for k in 1 2 3 4; do CUDA_VISIBLE_DEVICES=$((k-1)) TEST_SHARDS=14 TEST_PART=$k/4 \
 #     ONLY_TESTS=1 NUMBA_GEMM_RESULTS_DIR=/tmp/part$k bash benchmarks/gpu_suite.sh & done; wait
@@ -95,7 +95,12 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   grep -hE "^(FAILED|ERROR) |^pytest exit [^0]|^Fatal Python error" "$LOG_DIR/tests.log" | sort | uniq -c \
     | sort -rn | head -n 40
   if [[ "${TEST_PART:-1/1}" == 1/* ]] && [ -z "${TEST_DONE:-}" ]; then
-    "$PY" -m numba_gemm demo || tests=1
+    left=$(( DEADLINE - $(date +%s) ))  # the demo keeps to TEST_SECONDS' deadline too
+    if (( left > 0 )); then
+      timeout "$left" "$PY" -m numba_gemm demo || tests=1
+    else
+      echo "demo not run: TEST_SECONDS' deadline passed"; tests=1
+    fi
   fi
 fi
 [ "${ONLY_TESTS:-0}" = 1 ] && { echo "tests exit $tests"; exit "$tests"; }
