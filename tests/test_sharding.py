@@ -306,8 +306,8 @@ def test_explicit_axes_sharded_k_takes_the_result_sharding_asked_for(rng):
             assert collectives(fn, A, B) == expected
 
 
-@pytest.mark.parametrize("wanted", [P(), P("x", None)], ids=["all-reduce", "reduce-scatter"])
-def test_explicit_axes_reduce_with_a_plain_add_while_the_mesh_is_set(wanted, rng, monkeypatch):
+@pytest.mark.parametrize("case", ["all-reduce", "reduce-scatter", "triple k1"])
+def test_explicit_axes_reduce_with_a_plain_add_while_the_mesh_is_set(case, rng, monkeypatch):
     """jax 0.11 still has the caller's mesh set when XLA's partitioner calls back into Python,
     so the per-device function is traced under Explicit axes (0.10 clears the mesh there). The
     collective's reduction must still be a plain add: XLA rejects one whose ops carry sharding
@@ -332,10 +332,17 @@ def test_explicit_axes_reduce_with_a_plain_add_while_the_mesh_is_set(wanted, rng
                         lambda fn, **kwargs: under_mesh(make_jaxpr(fn, **kwargs)))  # fmt: skip
     with jax.set_mesh(m):
         A, B, a, b = explicit_operands(rng, P(None, "x"), P("x", None))
-        fn = jax.jit(lambda x, y: jax_bridge.matmul(x, y, out_sharding=wanted))
-        text = fn.lower(A, B).compile().as_text()
-        assert 'custom_call_target="Sharding"' not in text
-        assert_near_reference(fn(A, B), a.astype(np.float64) @ b, None, np.float32, 96)
+        if case == "triple k1":  # A's columns and B's rows: the first product's sum reduced
+            c = rng.standard_normal((48, 40)).astype(np.float32)
+            operands, exact, k = (A, B, jax.device_put(c, P())), a.astype(np.float64) @ b @ c, 192
+            fn = jax.jit(jax_bridge.triple)
+        else:
+            wanted = P() if case == "all-reduce" else P("x", None)
+            operands, exact, k = (A, B), a.astype(np.float64) @ b, 96
+            fn = jax.jit(lambda x, y: jax_bridge.matmul(x, y, out_sharding=wanted))
+        text = fn.lower(*operands).compile().as_text()
+        assert COLLECTIVES.search(text) and 'custom_call_target="Sharding"' not in text
+        assert_near_reference(fn(*operands), exact, None, np.float32, k)
 
 
 def test_explicit_axes_type_each_cotangent_as_its_operand(rng):

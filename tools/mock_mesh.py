@@ -7,8 +7,9 @@ pose as the first of N: ``jax.devices()`` lists N, the program is partitioned an
 all of them (the partitioner's callbacks, XLA's GPU passes and checks), and the local GPU runs
 its own part. That is how a compile that fails only on several GPUs (an abort in XLA's GPU
 passes) can be reproduced and fixed with one GPU. XLA's autotuning is off
-(``--xla_gpu_autotune_level=0``): under mock processes a compile that autotunes does not end. On the CPU it runs on N host devices
-(``--xla_force_host_platform_device_count``), where the collectives are real.
+(``--xla_gpu_autotune_level=0``): under mock processes a compile that autotunes does not end.
+On the CPU it runs on N host devices (``--xla_force_host_platform_device_count``), where the
+collectives are real.
 
 Each step is a 64 x 96 x 48 product on an N x 1 mesh (x, y) of Explicit or Auto axes:
 
