@@ -276,10 +276,10 @@ def test_grads_and_vmap_under_sharding_match_lax(rng):
 # that a crash in XLA's compile names its case.
 
 
-def explicit_operands(rng, a_spec, b_spec):
-    """A (64 x 96) and B (96 x 48) on an Explicit mesh as ``a_spec`` and ``b_spec`` say, and
-    their host values (call inside ``jax.set_mesh``)."""
-    a, b = (rng.standard_normal(s).astype(np.float32) for s in ((64, 96), (96, 48)))
+def explicit_operands(rng, a_spec, b_spec, dtype=np.float32):
+    """A (64 x 96) and B (96 x 48) of ``dtype`` on an Explicit mesh as ``a_spec`` and
+    ``b_spec`` say, and their host values (call inside ``jax.set_mesh``)."""
+    a, b = (rng.standard_normal(s).astype(dtype) for s in ((64, 96), (96, 48)))
     return jax.device_put(a, a_spec), jax.device_put(b, b_spec), a, b
 
 
@@ -306,8 +306,13 @@ def test_explicit_axes_sharded_k_takes_the_result_sharding_asked_for(rng):
             assert collectives(fn, A, B) == expected
 
 
-@pytest.mark.parametrize("case", ["all-reduce", "reduce-scatter", "triple k1"])
-def test_explicit_axes_reduce_with_a_plain_add_while_the_mesh_is_set(case, rng, monkeypatch):
+@pytest.mark.parametrize(
+    "case, dtype",
+    [("all-reduce", np.float32), ("reduce-scatter", np.float32), ("triple k1", np.float32),
+     ("all-reduce", BFLOAT16), ("reduce-scatter", FLOAT16)],
+)  # fmt: skip
+def test_explicit_axes_reduce_with_a_plain_add_while_the_mesh_is_set(case, dtype, rng,
+                                                                     monkeypatch):  # fmt: skip
     """jax 0.11 still has the caller's mesh set when XLA's partitioner calls back into Python,
     so the per-device function is traced under Explicit axes (0.10 clears the mesh there). The
     collective's reduction must still be a plain add: XLA rejects one whose ops carry sharding
@@ -331,7 +336,7 @@ def test_explicit_axes_reduce_with_a_plain_add_while_the_mesh_is_set(case, rng, 
     monkeypatch.setattr(custom_partitioning.api, "make_jaxpr",
                         lambda fn, **kwargs: under_mesh(make_jaxpr(fn, **kwargs)))  # fmt: skip
     with jax.set_mesh(m):
-        A, B, a, b = explicit_operands(rng, P(None, "x"), P("x", None))
+        A, B, a, b = explicit_operands(rng, P(None, "x"), P("x", None), dtype)
         if case == "triple k1":  # A's columns and B's rows: the first product's sum reduced
             c = rng.standard_normal((48, 40)).astype(np.float32)
             operands, exact, k = (A, B, jax.device_put(c, P())), a.astype(np.float64) @ b @ c, 192
@@ -342,7 +347,7 @@ def test_explicit_axes_reduce_with_a_plain_add_while_the_mesh_is_set(case, rng, 
             fn = jax.jit(lambda x, y: jax_bridge.matmul(x, y, out_sharding=wanted))
         text = fn.lower(*operands).compile().as_text()
         assert COLLECTIVES.search(text) and 'custom_call_target="Sharding"' not in text
-        assert_near_reference(fn(*operands), exact, None, np.float32, k)
+        assert_near_reference(fn(*operands), exact, None, np.dtype(dtype), k)
 
 
 def test_explicit_axes_type_each_cotangent_as_its_operand(rng):
