@@ -350,6 +350,29 @@ def test_explicit_axes_reduce_with_a_plain_add_while_the_mesh_is_set(case, dtype
         assert_near_reference(fn(*operands), exact, None, np.dtype(dtype), k)
 
 
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+@pytest.mark.parametrize(
+    "sharding, wanted", [("rows and columns", None), ("k", P()), ("k and rows", P("y", None))]
+)
+def test_explicit_axes_products_at_every_preset_as_lax(sharding, wanted, case, rng):
+    """Every dtype and precision preset under Explicit axes: the result typed, communicated and
+    accurate as ``lax.dot_general``'s with the same ``out_sharding``."""
+    dtype, preset, out_dtype = case
+    (sa, sb, _, kind), K = SHARDINGS[sharding], 96
+    with jax.set_mesh(mesh(AxisType.Explicit)):
+        a, b = (rng.standard_normal(s).astype(dtype) for s in ((64, K), (K, 48)))
+        A, B = jax.device_put(a, P(*sa)), jax.device_put(b, P(*sb))
+        result = dict(preferred_element_type=out_dtype, out_sharding=wanted)
+        ours = jax.jit(lambda x, y: jax_bridge.matmul(x, y, precision=preset, **result))
+        theirs = jax.jit(lambda x, y: lax.dot_general(x, y, (((1,), (0,)), ((), ())), **result))
+        out = ours(A, B)
+        assert spec(jax.typeof(out)) == spec(jax.typeof(theirs(A, B)))
+        assert_near_reference(out, a.astype(np.float64) @ b, preset, np.dtype(dtype), K, out_dtype)
+        found, lax_found = collectives(ours, A, B), collectives(theirs, A, B)
+        assert "all-gather" not in found or "all-gather" in lax_found, (found, lax_found)
+        assert bool(found & {"all-reduce", "reduce-scatter"}) == (kind == "reduce"), found
+
+
 def test_explicit_axes_type_each_cotangent_as_its_operand(rng):
     with jax.set_mesh(mesh(AxisType.Explicit)):
         A, B, _, _ = explicit_operands(rng, P("x", None), P(None, "y"))
