@@ -14,6 +14,7 @@ from .kernels.loop_orders import LOOP_ORDERS, plan_loop_order
 from .kernels.mma import MmaConfig, default_mma_config, plan_mma, shape_mma_config, storage_dtype
 from .kernels.skinny import as_computed as skinny_as_computed
 from .kernels.skinny import lanes_along_n, plan_skinny
+from .kernels.skinny import rows_fit as skinny_rows_fit
 from .kernels.skinny import strips as skinny_strips
 from .kernels.tiled import NARROW_M, TileConfig, narrow_config, plan_tiled, with_k_ctas
 from .kernels.wgmma import (
@@ -285,11 +286,11 @@ def skinny_at_preset(algorithm: str, config, preset: Preset, a: MatrixDesc,
         return False
     if min(a.shape[0], b.shape[1]) != 1:
         return False
-    if lanes_along_n(a, b):
+    x, y, _, b_loads = skinny_as_computed(a, b, b)  # (C's descriptor plays no part here)
+    if skinny_rows_fit(x, b_loads):  # lanes along n
         return True
     if tf32:
         return False
-    _, y, _, b_loads = skinny_as_computed(a, b, b)  # (C's descriptor plays no part here)
     strips = skinny_strips(y.shape[1], a.dtype)
     return b_loads == "runs" and strips * SKINNY_16_BIT_SMS_PER_CTA >= multiprocessors()
 

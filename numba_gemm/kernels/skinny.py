@@ -80,7 +80,7 @@ from .tiled import unrolled
 
 __all__ = [
     "SKINNY_M", "WARPS", "SIMULATOR_WARPS", "UNROLL", "skinny_rows", "as_computed", "strips",
-    "lanes_along_n", "plan_skinny",
+    "lanes_along_n", "rows_fit", "plan_skinny",
 ]  # fmt: skip
 
 SKINNY_M = 16  # rows of C (after the transposition) the kernel's accumulators hold at most
@@ -460,7 +460,7 @@ def strips(N: int, dtype: np.dtype) -> int:
     return cdiv(N, _warps() * (VECTOR_BYTES // storage_dtype(dtype).itemsize))
 
 
-def _rows_fit(a: MatrixDesc, b_loads: str) -> bool:
+def rows_fit(a: MatrixDesc, b_loads: str) -> bool:
     """:func:`lanes_along_n` on the operands as computed (``as_computed``'s A and B loads)."""
     rows_ok = skinny_rows(a.shape[0]) <= ROWS_MAX_M
     return b_loads == "rows" and np.dtype(a.dtype) in ROWS_OPERANDS and rows_ok
@@ -472,7 +472,7 @@ def lanes_along_n(a: MatrixDesc, b: MatrixDesc) -> bool:
     if min(a.shape[0], b.shape[1]) > ROWS_MAX_M:
         return False
     a, _, _, b_loads = as_computed(a, b, b)  # (C's descriptor plays no part here)
-    return _rows_fit(a, b_loads)
+    return rows_fit(a, b_loads)
 
 
 def plan_skinny(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, scratch=None) -> KernelLaunch:
@@ -482,7 +482,7 @@ def plan_skinny(a: MatrixDesc, b: MatrixDesc, c: MatrixDesc, scratch=None) -> Ke
     whose B is read along n run with lanes along n, k split across CTAs into a wave where
     ``scratch`` (split-k's buffers, ``kernels.split_k``) is given."""
     a, b, c, b_loads = as_computed(a, b, c)
-    along_n = _rows_fit(a, b_loads)
+    along_n = rows_fit(a, b_loads)
     (M, K), N = a.shape, b.shape[1]
     operand, out = np.dtype(a.dtype), np.dtype(c.dtype)
     if operand.itemsize == 2:  # bf16 or f16: their bits
