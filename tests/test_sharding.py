@@ -32,13 +32,11 @@ from jax_bridge.primitive import contraction, platform_preset  # noqa: E402
 from jax_bridge.sharding import Contraction, axes_of  # noqa: E402
 from numba_gemm.precision import BFLOAT16, FLOAT16  # noqa: E402
 from numba_gemm.reference import relative_error  # noqa: E402
+from tools.mock_mesh import COLLECTIVES, run_step  # noqa: E402
 
 DEVICES = jax.devices()
 pytestmark = pytest.mark.skipif(len(DEVICES) < 2, reason="needs two devices")
 ON_GPU = DEVICES[0].platform == "gpu"
-COLLECTIVES = re.compile(
-    r"\b(all-gather|all-reduce|reduce-scatter|all-to-all|collective-permute)\("
-)
 
 
 def mesh(axis_type=AxisType.Auto):
@@ -49,6 +47,26 @@ def mesh(axis_type=AxisType.Auto):
 
 def collectives(fn, *args) -> set:
     return set(COLLECTIVES.findall(fn.lower(*args).compile().as_text()))
+
+
+def communication(ours, theirs, *operands) -> tuple[set, set]:
+    """The collectives of ``ours`` and of ``theirs`` (lax under the same shardings), checked
+    that ``ours`` gathers no operand where lax gathers none."""
+    found, lax_found = collectives(ours, *operands), collectives(theirs, *operands)
+    assert "all-gather" not in found or "all-gather" in lax_found, (found, lax_found)
+    return found, lax_found
+
+
+def assert_communicates_as_lax(kind: str, ours, theirs, *operands) -> None:
+    """``ours`` communicates as ``kind`` says (``SHARDINGS``): "reduce" a sharded k's sum,
+    "gather" an operand gathered as lax gathers it, "" nothing."""
+    found, lax_found = communication(ours, theirs, *operands)
+    if kind == "reduce":
+        assert found & {"all-reduce", "reduce-scatter"}, found
+    elif kind == "gather":
+        assert "all-gather" in found and found <= lax_found, (found, lax_found)
+    else:
+        assert not found, found
 
 
 def products(fn, *args) -> list:
@@ -180,14 +198,7 @@ def test_sharded_products_communicate_no_more_than_lax(sharding, case, rng):
     out, expected = ours(A, B), theirs(A, B)
     assert_near_reference(out, a.astype(np.float64) @ b, preset, np.dtype(dtype), K, out_dtype)
     assert spec(out) == spec(expected)
-    found, lax_found = collectives(ours, A, B), collectives(theirs, A, B)
-    assert "all-gather" not in found or "all-gather" in lax_found, (found, lax_found)
-    if kind == "reduce":
-        assert found & {"all-reduce", "reduce-scatter"}, found
-    elif kind == "gather":
-        assert "all-gather" in found and found <= lax_found, (found, lax_found)
-    else:
-        assert not found, found
+    assert_communicates_as_lax(kind, ours, theirs, A, B)
 
     def split(axes):
         return math.prod(m.shape[a] for a in axes_of(axes or None))
@@ -231,9 +242,8 @@ def test_every_form_of_contraction_partitions(lhs_shape, rhs_shape, dims, specs,
     reference = np.tensordot(lhs.astype(np.float64), rhs, (dims[0][0], dims[0][1]))
     assert_near_reference(out, reference, LAX_DEFAULT, np.float32, lhs_shape[dims[0][0][0]])
     assert spec(out) == spec(expected)
-    found, lax_found = collectives(ours, *operands), collectives(theirs, *operands)
+    found, _ = communication(ours, theirs, *operands)
     assert bool(found) == communicates, found
-    assert "all-gather" not in found or "all-gather" in lax_found, (found, lax_found)
 
 
 @pytest.mark.parametrize("wanted", [P(), P("x", None)], ids=["replicated", "rows"])
@@ -368,9 +378,7 @@ def test_explicit_axes_products_at_every_preset_as_lax(sharding, wanted, case, r
         out = ours(A, B)
         assert spec(jax.typeof(out)) == spec(jax.typeof(theirs(A, B)))
         assert_near_reference(out, a.astype(np.float64) @ b, preset, np.dtype(dtype), K, out_dtype)
-        found, lax_found = collectives(ours, A, B), collectives(theirs, A, B)
-        assert "all-gather" not in found or "all-gather" in lax_found, (found, lax_found)
-        assert bool(found & {"all-reduce", "reduce-scatter"}) == (kind == "reduce"), found
+        assert_communicates_as_lax(kind, ours, theirs, A, B)
 
 
 def test_explicit_axes_type_each_cotangent_as_its_operand(rng):
@@ -446,8 +454,6 @@ def test_the_tensor_parallel_example_trains_as_lax_does(capsys):
 @pytest.mark.parametrize("step", ["explicit_rows", "explicit_k_rep", "explicit_k_scatter",
                                   "explicit_grads", "auto_k_rep", "auto_k_scatter"])  # fmt: skip
 def test_the_mock_mesh_tool_checks_each_step(step, dtype):
-    from tools.mock_mesh import run_step
-
     axis_type = AxisType.Explicit if step.startswith("explicit") else AxisType.Auto
     m = jax.sharding.Mesh(np.array(DEVICES[:2]).reshape(2, 1), ("x", "y"), (axis_type,) * 2)
     report = run_step(m, step, dtype, seed=3)

@@ -37,7 +37,10 @@ STEPS = [
     for axes in ("explicit", "auto")
     for form in ("rows", "k_rep", "k_scatter", "grads")
 ]
-COLLECTIVES = re.compile(r"\b(all-gather|all-reduce|reduce-scatter|all-to-all|collective-permute)")
+# A collective in compiled HLO text (GPUs run them asynchronously: ``all-reduce-start(``)
+COLLECTIVES = re.compile(
+    r"\b(all-gather|all-reduce|reduce-scatter|all-to-all|collective-permute)(?:-start)?\("
+)
 
 
 def run_step(mesh, step: str, dtype: str = "float32", seed: int = 0) -> dict:
