@@ -276,6 +276,102 @@ def test_tma_copies_batches(rng):
     assert_within_preset(out, a, b, None, BF16, np.float32)
 
 
+# One producer warpgroup (its first thread issues the TMA copies), one or two multiplying.
+PRODUCER = WgmmaConfig(64, 64, 3, 1, producers=1)
+PRODUCER_CASES = [(BF16, PRESET[BF16], a_col, b_col) for a_col in (0, 1) for b_col in (0, 1)] + [
+    (F16, PRESET[F16], 0, 1), (F32, TF32, 0, 0), (F32, TF32, 1, 1)
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (65, 67, 70), (64, 128, 448)], ids=str)
+@pytest.mark.parametrize("dtype, preset, a_col, b_col", PRODUCER_CASES, ids=str)
+def test_producer_warpgroup_matches_float64_reference(dtype, preset, a_col, b_col, shape, rng):
+    """Warp specialisation: the consumers wait for each slice's "landed" barrier, the producer
+    for each buffer's "free" one, STAGES slices ahead at most: k of one slice, of a slice and a
+    bit, and of seven slices (each buffer filled and freed more than twice); tiles past the
+    matrix on every side; 16-bit operands in every layout, TF32 from registers (one operand
+    k-major, and neither: C^T = B^T A^T)."""
+    M, N, K = shape
+    a = aligned_view(M, K, dtype, a_col, rng)
+    b = aligned_view(K, N, dtype, b_col, rng)
+    out = poisoned((M, N), F32 if dtype == F32 else dtype)
+    numba_gemm.matmul(a, b, out, precision=preset, algorithm="wgmma", config=PRODUCER)
+    assert_within_preset(out, a, b, preset, dtype)
+
+
+@simulator_only
+def test_producer_warpgroup_with_two_consumers_in_xlas_launch(rng):
+    """Two consumer warpgroups (128-row tiles; four buffers freed by two arrivals each), maps
+    the kernel builds (XLA's kernel call) and a batch of two products."""
+    from numba_gemm.api import describe_matmul, plan
+    from numba_gemm.kernels.tma import map_workspace
+    from numba_gemm.launch import launch_kernel
+
+    config = WgmmaConfig(128, 64, 4, 1, producers=1)
+    a = aligned_view(130, 330, BF16, False, rng, batch=(2,))
+    b = aligned_view(330, 67, BF16, True, rng, batch=(2,))
+    out = np.full((2, 130, 67), np.nan, F32)
+    workspace = []
+
+    def allocate(nbytes):
+        workspace.append(np.zeros(nbytes, np.uint8))
+        return map_workspace(nbytes, workspace[0])
+
+    [(a_desc, b_desc, out_desc)] = describe_matmul(a, b, out).parts
+    launch = plan(a_desc, b_desc, out_desc, "wgmma", config, PRESETS[PRESET[BF16]], "device",
+                  allocate)  # fmt: skip
+    assert launch.block == 3 * 128
+    launch_kernel(launch)
+    assert_within_preset(out, a, b, None, BF16, F32)
+
+
+GPU_PRODUCER = [WgmmaConfig(128, 256, 4, 8, producers=1), WgmmaConfig(128, 128, 4, 8, producers=1)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["row", "col", "a_col", "b_col"])
+@pytest.mark.parametrize("preset", ["BF16_BF16_F32", "TF32_TF32_F32"])
+@pytest.mark.parametrize("config", GPU_PRODUCER, ids=WgmmaConfig.label)
+@pytest.mark.parametrize("shape", [(1000, 1032, 1000), (2048, 2048, 4096), (8, 264, 72)], ids=str)
+def test_gpu_producer_warpgroup(shape, config, preset, layout, rng):
+    """The producer form on the GPU: setmaxnreg's parted registers, the "free" barriers'
+    arrivals, tiles past the matrix; lines of multiples of 16 bytes (TMA). TF32 with neither
+    operand k-major (``a_col``) is the converting kernel's, which has no producer form."""
+    from numba import cuda
+
+    skip_unless_hopper()
+    dtype = BF16 if preset.startswith("BF16") else F32
+    M, N, K = shape
+    a, b = make_operands(M, N, K, dtype, layout, rng, to_device=True)
+    out = poisoned((M, N), F32, to_device=True, layout=layout)
+    if preset == TF32 and layout == "a_col":
+        with pytest.raises(ValueError, match="producers must be 0 where float32 operands"):
+            numba_gemm.matmul(a, b, out, precision=preset, algorithm="wgmma", config=config)
+        return
+    numba_gemm.matmul(a, b, out, precision=preset, algorithm="wgmma", config=config)
+    cuda.synchronize()
+    assert_within_preset(out, a, b, preset, dtype, F32)
+
+
+def test_producer_warpgroup_refusals(rng):
+    """What the producer form does not take, refused before any launch, naming why."""
+    a, b = rng.standard_normal((70, 40)).astype(BF16), rng.standard_normal((40, 30)).astype(BF16)
+    with pytest.raises(ValueError, match="producers = 1 needs operands TMA can copy"):
+        numba_gemm.matmul(a[:, :37], b[:37], algorithm="wgmma", config=PRODUCER)  # 74-byte lines
+    for config, match in (
+        (WgmmaConfig(64, 64, 3, 1, producers=2), "producers must be 0 or 1"),
+        (WgmmaConfig(64, 64, 3, 1, persistent=1, producers=1), "producers must be 0 where"),
+        (WgmmaConfig(64, 64, 3, 1, k_ctas=2, producers=1), "producers must be 0 where"),
+        (WgmmaConfig(192, 64, 3, 1, producers=1), "must be 64 or 128 with a producer"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            config.check(np.uint16)
+    with pytest.raises(ValueError, match="producers must be 0 where"):
+        PRODUCER.check(np.float32, converting=True)
+    assert PRODUCER.threads == 256 and PRODUCER.consumer_threads == 128
+    assert PRODUCER.label().endswith("/ws") and PRODUCER.ctas_per_sm(0, "host") == 1
+
+
 # On the simulator's one SM: two CTAs per product, each looping over its tiles.
 PERSISTENT = WgmmaConfig(64, 64, 3, 1, persistent=2)
 

@@ -1003,7 +1003,13 @@ def kernel_jit(threads: int, ctas_per_sm: int = 1):
     launch bound would. The simulator takes no register option."""
     if cuda.config.ENABLE_CUDASIM:
         return cuda.jit
-    return cuda.jit(max_registers=min(255, REGISTERS_PER_SM // (threads * ctas_per_sm) // 8 * 8))
+    return cuda.jit(max_registers=kernel_registers(threads, ctas_per_sm))
+
+
+def kernel_registers(threads: int, ctas_per_sm: int = 1) -> int:
+    """The registers per thread :func:`kernel_jit` allows a kernel of ``threads`` threads per
+    block, ``ctas_per_sm`` blocks to an SM."""
+    return min(255, REGISTERS_PER_SM // (threads * ctas_per_sm) // 8 * 8)
 
 
 @functools.cache

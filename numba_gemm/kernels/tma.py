@@ -18,7 +18,9 @@ barrier's phase then see the box.
 - An *mbarrier* is 8 bytes of shared memory. Per phase: :func:`mbarrier_expect_bytes` (one
   thread arrives and says how many bytes the phase's copies bring), the copies complete those
   bytes, and the phase is over once every expected arrival and byte is in.
-  :func:`mbarrier_done` polls whether the phase of a given parity is over.
+  :func:`mbarrier_arrive` arrives without bytes (a barrier that only counts threads, such as
+  "this buffer is free again"). :func:`mbarrier_done` polls whether the phase of a given
+  parity is over.
 
 The device functions take the shared array and element indices (of its dtype) for the box's
 destination and the barrier, as the other building blocks do. On the simulator each has a
@@ -50,6 +52,7 @@ __all__ = [
     "tensor_map",
     "mbarrier_init",
     "mbarrier_expect_bytes",
+    "mbarrier_arrive",
     "mbarrier_done",
     "tma_load",
     "MAP_WORDS",
@@ -237,36 +240,43 @@ def _twin_bytes(array, index, nbytes: int = 8) -> np.ndarray:
 
 
 def _twin_state(smem, index):
-    """The twin barrier's two uint32 words in its 8 bytes: (expected arrivals << 24 | completed
-    phases, pending arrivals << 24 | pending bytes)."""
+    """The twin barrier's two uint32 words in its 8 bytes: (expected arrivals << 20 | completed
+    phases mod 2^20, pending arrivals << 20 | pending bytes): up to 4095 arrivals (a CTA's
+    threads) and 1 MB per phase."""
     return _twin_bytes(smem, index, BARRIER_BYTES).view(np.uint32)
 
 
 if SIMULATED:
     _TWIN_LOCK = threading.Lock()  # the simulator's threads share the barrier words
-    _LOW = (1 << 24) - 1
+    _SHIFT = 20
+    _LOW = (1 << _SHIFT) - 1
 
     def mbarrier_init(smem, index, arrivals):
         """Twin of ``mbarrier.init``: phase 0, ``arrivals`` arrivals expected, no bytes."""
-        _twin_state(smem, index)[:] = (arrivals << 24, arrivals << 24)
+        _twin_state(smem, index)[:] = (arrivals << _SHIFT, arrivals << _SHIFT)
 
     def _twin_count(smem, index, arrivals, nbytes):
         """Twin helper: ``arrivals`` arrivals and ``nbytes`` bytes in; the phase over once
         neither is pending (then the next one expects the same arrivals)."""
         with _TWIN_LOCK:
             state = _twin_state(smem, index)
-            pending_arrivals = (int(state[1]) >> 24) - arrivals
+            pending_arrivals = (int(state[1]) >> _SHIFT) - arrivals
             pending_bytes = (int(state[1]) & _LOW) + nbytes
             assert pending_arrivals >= 0 and pending_bytes >= 0, "more arrived than expected"
             if pending_arrivals == 0 and pending_bytes == 0:
-                state[0] += 1  # phase over
-                state[1] = int(state[0]) >> 24 << 24
+                expected = int(state[0]) >> _SHIFT
+                state[0] = expected << _SHIFT | ((int(state[0]) + 1) & _LOW)  # phase over
+                state[1] = expected << _SHIFT
             else:
-                state[1] = pending_arrivals << 24 | pending_bytes
+                state[1] = pending_arrivals << _SHIFT | pending_bytes
 
     def mbarrier_expect_bytes(smem, index, nbytes):
         """Twin of ``mbarrier.arrive.expect_tx``: one arrival, ``nbytes`` more expected."""
         _twin_count(smem, index, 1, nbytes)
+
+    def mbarrier_arrive(smem, index, arrivals):
+        """Twin of ``mbarrier.arrive`` with a count: ``arrivals`` arrivals, no bytes."""
+        _twin_count(smem, index, arrivals, 0)
 
     def mbarrier_done(smem, index, parity):
         """Twin of ``mbarrier.try_wait.parity``: whether the phase of ``parity`` is over (the
@@ -274,6 +284,8 @@ if SIMULATED:
         with _TWIN_LOCK:
             done = (int(_twin_state(smem, index)[0]) & 1) != parity
         if not done:
+            if getattr(threading.current_thread(), "abort", False):  # a thread of the launch failed
+                raise RuntimeError("abort flag set while waiting on an mbarrier")
             time.sleep(0)
         return done
 
@@ -366,6 +378,13 @@ else:
         False,
         "``mbarrier.arrive.expect_tx``: this thread arrives on the barrier at ``smem[index]`` "
         "and adds ``nbytes`` to the bytes its phase waits for.",
+    )
+    mbarrier_arrive = _barrier_op(
+        "mbarrier.arrive.release.cta.shared::cta.b64 _, [$0], $1;",
+        False,
+        "``mbarrier.arrive`` with a count: ``arrivals`` arrivals on the barrier at "
+        "``smem[index]``, no bytes; what this thread did before (its reads of shared memory "
+        "included) is ordered before what a thread does after seeing the phase over.",
     )
     mbarrier_done = _barrier_op(
         "{ .reg .pred done; mbarrier.try_wait.parity.shared::cta.b64 done, [$1], $2; "

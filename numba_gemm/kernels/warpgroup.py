@@ -65,6 +65,8 @@ __all__ = [
     "wgmma_wait",
     "async_proxy_fence",
     "thread_index",
+    "named_barrier",
+    "set_max_registers",
 ]
 
 SIMULATED = bool(cuda.config.ENABLE_CUDASIM)
@@ -312,7 +314,62 @@ def wgmma_registers(operand: str, n: int, b_axis: str):
     return _wgmma_registers_async(n)
 
 
+def _check_named_barrier(barrier: int, threads: int) -> None:
+    if not 1 <= barrier <= 15:
+        raise ValueError(f"a named barrier is 1..15 (0 is the CTA's); got {barrier}")
+    if threads % 32 or not 32 <= threads <= 1024:
+        raise ValueError(f"a named barrier counts whole warps; got {threads} threads")
+
+
+def _check_register_count(count: int) -> None:
+    if count % 8 or not 24 <= count <= 256:
+        raise ValueError(f"setmaxnreg takes a multiple of 8 in [24, 256]; got {count}")
+
+
 if SIMULATED:
+
+    class _TwinBarrier:
+        """One named barrier of one simulated CTA: arrivals counted per generation."""
+
+        def __init__(self):
+            self.condition = threading.Condition()
+            self.arrived = 0
+            self.generation = 0
+
+        def sync(self, threads: int) -> None:
+            thread = threading.current_thread()
+            with self.condition:
+                generation = self.generation
+                self.arrived += 1
+                if self.arrived == threads:
+                    self.arrived, self.generation = 0, generation + 1
+                    self.condition.notify_all()
+                while self.generation == generation:
+                    if thread.abort:
+                        raise RuntimeError("abort flag set while waiting at a named barrier")
+                    self.condition.wait(0.05)
+
+    _TWIN_BARRIERS = threading.Lock()
+
+    def named_barrier(barrier: int, threads: int):
+        """Twin: ``sync()`` waits until ``threads`` threads of this CTA have arrived at named
+        barrier ``barrier`` (kept on the launch's block manager: nothing outlives it)."""
+        _check_named_barrier(barrier, threads)
+
+        def sync():
+            thread = threading.current_thread()
+            block = (thread.blockIdx.x, thread.blockIdx.y, thread.blockIdx.z)
+            with _TWIN_BARRIERS:
+                table = thread._manager.__dict__.setdefault("named_barriers", {})
+                twin = table.setdefault((block, barrier), _TwinBarrier())
+            twin.sync(threads)
+
+        return sync
+
+    def set_max_registers(count: int, increase: bool):
+        """Twin: registers are not simulated."""
+        _check_register_count(count)
+        return lambda: None
 
     def aligned_start(smem):
         """Twin: the simulator's shared arrays start at offset 0, aligned."""
@@ -390,6 +447,27 @@ else:
         "fence.proxy.async.shared::cta;",
         "Makes this thread's shared-memory writes visible to the tensor cores' (async) reads.",
     )
+
+    @functools.cache
+    def named_barrier(barrier: int, threads: int):
+        """Device function ``sync()``: ``bar.sync``: this thread arrives at named barrier
+        ``barrier`` (1..15; 0 is the CTA's) and waits until ``threads`` threads (whole warps)
+        have; the shared-memory accesses each made before are ordered before what any makes
+        after. A barrier of some warps only, where others have left or do other work."""
+        _check_named_barrier(barrier, threads)
+        return _statement(f"bar.sync {barrier}, {threads};",
+                          f"Waits at named barrier {barrier} for {threads} threads.")  # fmt: skip
+
+    @functools.cache
+    def set_max_registers(count: int, increase: bool):
+        """Device function: ``setmaxnreg``: this warpgroup's registers per thread become
+        ``count`` from here on (raised with ``increase``, else lowered); every warp of the
+        warpgroup runs it. The CTA's pool is what its launch allocated: a raise past it
+        waits for ever."""
+        _check_register_count(count)
+        kind = "inc" if increase else "dec"
+        return _statement(f"setmaxnreg.{kind}.sync.aligned.u32 {count};",
+                          f"Sets this warpgroup's registers per thread to {count}.")  # fmt: skip
 
     @functools.cache
     def wgmma_wait(pending: int):

@@ -96,12 +96,20 @@ from .mma import (
 )
 from .ptx import cp_async_commit, cp_async_wait, load_vector, store_pair, store_vector
 from .split_k import check_k_ctas, settler, split_buffers, split_into_wave, working_config
-from .tiled import REGISTERS_PER_SM, check_field_range, int_fields, kernel_jit, unrolled
+from .tiled import (
+    REGISTERS_PER_SM,
+    check_field_range,
+    int_fields,
+    kernel_jit,
+    kernel_registers,
+    unrolled,
+)
 from .tma import (
     BARRIER_BYTES,
     MAP_BYTES,
     TensorMapArg,
     TensorMapSpec,
+    mbarrier_arrive,
     mbarrier_done,
     mbarrier_expect_bytes,
     mbarrier_init,
@@ -121,8 +129,10 @@ from .warpgroup import (
     aligned_start,
     async_proxy_fence,
     block_start,
+    named_barrier,
     register_fragment_loader,
     registers_read,
+    set_max_registers,
     thread_index,
     tile_bytes,
     tile_k,
@@ -160,6 +170,11 @@ ROWS_PER_WARPGROUP = 64  # wgmma's m
 IN_FLIGHT = 1  # slices whose wgmmas a warpgroup leaves pending while the next slice's copies go out
 PART_BUFFERS = 2  # float32 operands: TF32 parts of the slice multiplied and of the next one
 PROMOTE_SLICES = 2  # 3xTF32: slices accumulated by the tensor cores between promotions
+# Warp specialisation (``WgmmaConfig.producers``): the producer warpgroup's registers per thread
+# once the warpgroups part (``setmaxnreg``); its one thread issuing TMA copies needs few, and
+# the consumers take the rest of the pool the launch allocated.
+PRODUCER_REGISTERS = 40
+EPILOGUE_BARRIER = 1  # the consumers' named barrier around the epilogue (0 is the CTA's)
 
 
 @dataclass(frozen=True)
@@ -172,10 +187,13 @@ class WgmmaConfig:
     (``kernels.split_k``; the 16-bit and register-A kernel only); ``persistent``: 0, one CTA
     per tile, or that many CTAs per SM, each looping over tiles with its pipeline running on
     from one tile into the next (:func:`_kernel`'s persistent kernel; not the converting
-    kernel, one CTA per tile's k).
+    kernel, one CTA per tile's k); ``producers``: 0, every thread both waits for the copies
+    and multiplies, or 1, one more warpgroup whose first thread only issues the TMA copies
+    while the others only multiply (warp specialisation: :func:`_kernel`, one CTA per tile,
+    operands TMA can copy).
     """
 
-    ZERO_MEANS_OFF: ClassVar[tuple] = ("persistent",)
+    ZERO_MEANS_OFF: ClassVar[tuple] = ("persistent", "producers")
 
     block_m: int = 128
     block_n: int = 256
@@ -183,17 +201,38 @@ class WgmmaConfig:
     group_m: int = 8
     k_ctas: int = 1
     persistent: int = 0
+    producers: int = 0
 
     def __post_init__(self):
         int_fields(self)
 
     @property
     def warpgroups(self) -> int:
+        """The warpgroups that multiply (64 rows of the tile each)."""
         return self.block_m // ROWS_PER_WARPGROUP
 
     @property
-    def threads(self) -> int:
+    def consumer_threads(self) -> int:
+        """The threads that multiply and write C."""
         return WARPGROUP * self.warpgroups
+
+    @property
+    def threads(self) -> int:
+        """The CTA's: the consumers and the producer warpgroup, if any."""
+        return WARPGROUP * (self.warpgroups + self.producers)
+
+    @property
+    def barriers(self) -> int:
+        """mbarriers where TMA fills the tiles: per stage "landed", and with a producer
+        "free" (every consumer warpgroup is done with the buffer)."""
+        return self.stages * (1 + self.producers)
+
+    def consumer_registers(self) -> int:
+        """With a producer: the consumers' registers per thread after ``setmaxnreg``, what the
+        launch's pool (the registers ``kernel_jit`` allows each of the CTA's threads) leaves
+        once the producer warpgroup has :data:`PRODUCER_REGISTERS`."""
+        pool = kernel_registers(self.threads) * self.threads
+        return min(256, (pool - WARPGROUP * PRODUCER_REGISTERS) // self.consumer_threads // 8 * 8)
 
     def check(self, storage=UINT16, converting: bool = False) -> None:
         """``ValueError`` saying which constraint this config breaks for operands stored as
@@ -207,6 +246,18 @@ class WgmmaConfig:
             )
         check_field_range(self)
         check_k_ctas(self)
+        if self.producers > 1:
+            raise ValueError(f"WgmmaConfig.producers must be 0 or 1; got {self.producers}")
+        if self.producers and (converting or self.k_ctas > 1 or self.persistent):
+            raise ValueError(
+                "WgmmaConfig.producers must be 0 where float32 operands are converted (neither "
+                "k-major, or TF32_TF32_F32_X3), where k_ctas > 1 and in the persistent kernel"
+            )
+        if self.producers and self.warpgroups > 2:
+            raise ValueError(
+                f"WgmmaConfig.block_m = {self.block_m} must be 64 or 128 with a producer: "
+                "more warpgroups would leave each too few registers for its accumulators"
+            )
         if self.persistent and (converting or self.k_ctas > 1):
             raise ValueError(
                 "WgmmaConfig.persistent must be 0 where float32 operands are converted (neither "
@@ -235,10 +286,10 @@ class WgmmaConfig:
             )
         vec, k = VECTOR_BYTES // storage.itemsize, tile_k(storage.itemsize)
         for tile in (self.block_m, self.block_n):
-            if (tile * k) % (vec * self.threads):
+            if (tile * k) % (vec * self.consumer_threads):
                 raise ValueError(
                     f"a {tile} x {k} tile must split into whole 16-byte copies for each "
-                    f"of the {self.threads} threads"
+                    f"of the {self.consumer_threads} threads"
                 )
         if converting:
             if self.stages < 2:
@@ -273,21 +324,21 @@ class WgmmaConfig:
         if not self.persistent:
             return 0
         end = {"none": self.tile_region_bytes(),
-               "host": self.tile_region_bytes() + self.stages * BARRIER_BYTES,
+               "host": self.tile_region_bytes() + self.barriers * BARRIER_BYTES,
                "device": self.maps_offset() + 2 * MAP_BYTES}[maps]  # fmt: skip
         return cdiv(end, MAP_BYTES) * MAP_BYTES
 
     def shared_bytes(self, parts: int = 0, maps: str = "none") -> int:
         """Dynamic shared memory per CTA: the tiles' region, room to start it at a 1024-byte
         boundary (the swizzle's period) and, where TMA fills the tiles (``maps`` "host" or
-        "device"), one mbarrier per stage after it; for "device" then the two tensor maps
+        "device"), its mbarriers after it (:attr:`barriers`); for "device" then the two maps
         the CTA completes (:meth:`maps_offset`)."""
         if self.persistent:
             return self.c_tile_offset(maps) + self.c_tile_bytes() + ALIGNMENT
         if maps == "none":
             return self.tile_region_bytes(parts) + ALIGNMENT
         if maps == "host":
-            return self.tile_region_bytes(parts) + ALIGNMENT + self.stages * BARRIER_BYTES
+            return self.tile_region_bytes(parts) + ALIGNMENT + self.barriers * BARRIER_BYTES
         return self.maps_offset() + 2 * MAP_BYTES + ALIGNMENT
 
     def ctas_per_sm(self, parts: int = 0, maps: str = "none") -> int:
@@ -297,14 +348,17 @@ class WgmmaConfig:
         its registers capped for that many (``tiled.kernel_jit``): bf16 128 x 128 tiles in
         three stages run two to an SM, not one (their 167 registers would take 43K of the
         SM's 64K). Its ``cp.async`` form (operands TMA cannot copy) is not: its copies'
-        addresses and bounds take every register already."""
+        addresses and bounds take every register already. With a producer, one: the launch's
+        registers are parted between the warpgroups of one CTA."""
+        if self.producers:
+            return 1
         by_shared = SM_SHARED_BYTES // (self.shared_bytes(parts, maps) + CTA_RESERVED_BYTES)
         return max(1, min(by_shared, REGISTERS_PER_SM // (self.threads * MIN_REGISTERS)))
 
     def maps_offset(self) -> int:
         """Bytes from the tiles' start to the device-built tensor maps: after the tiles'
         region and the mbarriers, at a 128-byte boundary (``tensormap.replace``'s)."""
-        end = self.tile_region_bytes() + self.stages * BARRIER_BYTES
+        end = self.tile_region_bytes() + self.barriers * BARRIER_BYTES
         return cdiv(end, MAP_BYTES) * MAP_BYTES
 
     def label(self) -> str:
@@ -312,6 +366,7 @@ class WgmmaConfig:
             f"wgmma {self.block_m}x{self.block_n}/s{self.stages}/g{self.group_m}"
             + (f"/kc{self.k_ctas}" if self.k_ctas > 1 else "")
             + (f"/p{self.persistent}" if self.persistent else "")
+            + ("/ws" if self.producers else "")
         )
 
 
@@ -427,10 +482,11 @@ def _stage_loader(config: WgmmaConfig, storage, a_mode: tuple, b_mode: tuple):
     size = np.dtype(storage).itemsize
     A_STAGE, B_STAGE = tile_bytes(config.block_m) // size, tile_bytes(config.block_n) // size
     B_BASE = config.stages * A_STAGE
-    load_a_tile = tile_loader(config.threads, tile_k(size), np.dtype(storage), config.block_m,
-                              a_mode, tile_slot(a_mode[0], size))  # fmt: skip
-    load_b_tile = tile_loader(config.threads, tile_k(size), np.dtype(storage), config.block_n,
-                              b_mode, tile_slot(b_mode[0], size))  # fmt: skip
+    threads, dtype = config.consumer_threads, np.dtype(storage)  # cp.async: every consumer
+    load_a_tile = tile_loader(threads, tile_k(size), dtype, config.block_m, a_mode,
+                              tile_slot(a_mode[0], size))  # fmt: skip
+    load_b_tile = tile_loader(threads, tile_k(size), dtype, config.block_n, b_mode,
+                              tile_slot(b_mode[0], size))  # fmt: skip
 
     @cuda.jit(device=True)
     def load_stage(smem, base, stage, k0, a, a0, stride_am, stride_ak, b, b0, stride_bk, stride_bn,
@@ -594,6 +650,9 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     BLOCK_M, BLOCK_N, STAGES = config.block_m, config.block_n, config.stages
     GROUP_M = config.group_m
     THREADS = config.threads
+    PRODUCER = config.producers > 0  # warpgroup 0 copies (its thread 0), the others multiply
+    FIRST = WARPGROUP * config.producers  # the first thread that multiplies
+    CONSUMERS = config.consumer_threads  # arrivals that free a buffer: every consumer's
     REGISTER_A, TRANSPOSED = operand == "tf32", transposed
     TMA, DEVICE_MAPS = maps != "none", maps == "device"
     SIZE = OPERAND_BYTES[operand]
@@ -607,6 +666,7 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     STAGE_BYTES = tile_bytes(BLOCK_M) + tile_bytes(BLOCK_N)  # a stage's TMA copies bring
     BARRIERS = config.tile_region_bytes() // SIZE  # TMA: stage s's mbarrier at BARRIERS + s B
     BARRIER = BARRIER_BYTES // SIZE  # (B: its elements)
+    FREE = STAGES * BARRIER  # with a producer: stage s's "free" mbarrier, FREE after "landed"
     MAPS, MAP = config.maps_offset() // SIZE, MAP_BYTES // SIZE  # device: A's map, then B's
     load_stage = _stage_loader(config, STORAGE, a_mode, b_mode)
     copy_a = _tile_copier(a_mode[0], BLOCK_M, SIZE)
@@ -623,6 +683,10 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     K_CTAS = config.k_ctas
     settle = settler(ACC_SIZE, THREADS)
     origin_of = work_origin(BLOCK_M, BLOCK_N, GROUP_M)
+    consumers_sync = _consumers_sync(config)
+    if PRODUCER:
+        fewer_registers = set_max_registers(PRODUCER_REGISTERS, False)
+        more_registers = set_max_registers(config.consumer_registers(), True)
 
     @cuda.jit(device=True)
     def barrier_of(base, stage):
@@ -662,9 +726,12 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     @cuda.jit(device=True)
     def init_barriers(smem, base, tid):
         # TMA: every stage's mbarrier initialised before any thread waits on one
+        # (with a producer, "free" ones too, each phase an arrival of every consumer thread)
         if tid == 0:
             for s in range(STAGES):
                 mbarrier_init(smem, barrier_of(base, s), 1)
+                if PRODUCER:
+                    mbarrier_init(smem, barrier_of(base, s) + FREE, CONSUMERS)
         cuda.syncthreads()
 
     @cuda.jit(device=True)
@@ -705,7 +772,41 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
         multiply_slice(acc, frag, smem, base + stage * A_STAGE, base + B_BASE + stage * B_STAGE,
                        tid, parity)  # fmt: skip
 
-    @kernel_jit(THREADS, config.ctas_per_sm(0, maps) if TMA else 1)  # cp.async: see ctas_per_sm
+    @cuda.jit(device=True)
+    def produce(smem, base, k_tiles, a_map, b_map, m0, n0, batch):
+        # The producer's one thread: slice t into buffer t % STAGES once every consumer
+        # warpgroup has freed it (is done with slice t - STAGES), its bytes expected on the
+        # buffer's "landed" barrier. It runs up to STAGES slices ahead of the consumers.
+        for t in range(k_tiles):
+            stage = t % STAGES
+            if t >= STAGES:
+                while not mbarrier_done(smem, barrier_of(base, stage) + FREE,
+                                        (t // STAGES - 1) % 2):  # fmt: skip
+                    pass
+            copy_stage(smem, base, stage, t * SLICE_K, a_map, b_map, m0, n0, batch)
+
+    @cuda.jit(device=True)
+    def consume_step(acc, frag, smem, base, t, parity, t_first, k_tiles, a, a0, stride_am,
+                     stride_ak, b, b0, stride_bk, stride_bn, m_left, n_left, K, tid, a_map,
+                     b_map, m0, n0, batch):  # fmt: skip
+        # slice_step's place with a producer (the copying arguments are the producer's): a
+        # consumer waits until slice t has landed and multiplies it; its warpgroup then has
+        # at most slice t's wgmmas pending, so it frees slice t - IN_FLIGHT's buffer. Every
+        # consumer thread arrives (a warp's arrivals are one instruction), so the buffer is
+        # free only once every thread has passed its wait (as the simulator's twins need).
+        stage = t % STAGES
+        while not mbarrier_done(smem, barrier_of(base, stage), (t // STAGES) % 2):
+            pass
+        multiply_slice(acc, frag, smem, base + stage * A_STAGE, base + B_BASE + stage * B_STAGE,
+                       tid, parity)  # fmt: skip
+        if t >= IN_FLIGHT:
+            mbarrier_arrive(smem, barrier_of(base, (t - IN_FLIGHT) % STAGES) + FREE, 1)
+
+    step = consume_step if PRODUCER else slice_step
+
+    # registers capped for the CTAs an SM holds (cp.async: one, see ctas_per_sm; with a
+    # producer: one, its pool parted by setmaxnreg)
+    @kernel_jit(THREADS, config.ctas_per_sm(0, maps) if TMA else 1)
     def wgmma_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn,
                      c, stride_cb, stride_cm, stride_cn, M, N, K, a_map, b_map, workspace,
                      partials, sync):  # fmt: skip
@@ -731,9 +832,19 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
             t_first = cuda.blockIdx.z * per_cta
             k_tiles = min(per_cta, k_tiles - t_first)  # never empty: working_k_ctas
 
-        # -- pipeline: LOOKAHEAD slices load ahead of the one multiplied ----------------------
+        # -- pipeline: LOOKAHEAD slices load ahead of the one multiplied (with a producer: up to
+        # STAGES, as the consumers free them) ------------------------------------------------
         a_tensor_map, b_tensor_map = tensor_maps(smem, base, a, b, a_map, b_map, workspace, tid)
-        if TMA:
+        if PRODUCER:
+            init_barriers(smem, base, tid)
+            if tid < FIRST:
+                fewer_registers()
+                if tid == 0:
+                    produce(smem, base, k_tiles, a_tensor_map, b_tensor_map, m0, n0, batch)
+                return
+            more_registers()
+            tid -= FIRST
+        elif TMA:
             init_barriers(smem, base, tid)
             if tid == 0:
                 for s in range(LOOKAHEAD):
@@ -749,21 +860,21 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
                 cp_async_commit()
         if REGISTER_A:  # slices in pairs: A's registers alternate between two sets
             for t in range(0, k_tiles - 1, 2):
-                slice_step(acc, frag, smem, base, t, 0, t_first, k_tiles, a, a0, stride_am,
-                           stride_ak, b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid,
-                           a_tensor_map, b_tensor_map, m0, n0, batch)  # fmt: skip
-                slice_step(acc, frag, smem, base, t + 1, 1, t_first, k_tiles, a, a0, stride_am,
-                           stride_ak, b, b0, stride_bk, stride_bn, M - m0, N - n0, K,
-                           tid, a_tensor_map, b_tensor_map, m0, n0, batch)  # fmt: skip
+                step(acc, frag, smem, base, t, 0, t_first, k_tiles, a, a0, stride_am,
+                     stride_ak, b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid,
+                     a_tensor_map, b_tensor_map, m0, n0, batch)  # fmt: skip
+                step(acc, frag, smem, base, t + 1, 1, t_first, k_tiles, a, a0, stride_am,
+                     stride_ak, b, b0, stride_bk, stride_bn, M - m0, N - n0, K,
+                     tid, a_tensor_map, b_tensor_map, m0, n0, batch)  # fmt: skip
             if k_tiles % 2:
-                slice_step(acc, frag, smem, base, k_tiles - 1, 0, t_first, k_tiles, a, a0,
-                           stride_am, stride_ak, b, b0, stride_bk, stride_bn, M - m0, N - n0,
-                           K, tid, a_tensor_map, b_tensor_map, m0, n0, batch)  # fmt: skip
+                step(acc, frag, smem, base, k_tiles - 1, 0, t_first, k_tiles, a, a0,
+                     stride_am, stride_ak, b, b0, stride_bk, stride_bn, M - m0, N - n0,
+                     K, tid, a_tensor_map, b_tensor_map, m0, n0, batch)  # fmt: skip
         else:
             for t in range(k_tiles):
-                slice_step(acc, frag, smem, base, t, 0, t_first, k_tiles, a, a0, stride_am,
-                           stride_ak, b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid,
-                           a_tensor_map, b_tensor_map, m0, n0, batch)  # fmt: skip
+                step(acc, frag, smem, base, t, 0, t_first, k_tiles, a, a0, stride_am,
+                     stride_ak, b, b0, stride_bk, stride_bn, M - m0, N - n0, K, tid,
+                     a_tensor_map, b_tensor_map, m0, n0, batch)  # fmt: skip
         wgmma_done()
 
         # -- split-k: the last CTA of the tile goes on with the sum of every range -----------
@@ -773,7 +884,7 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
                 return
 
         # -- epilogue: accumulators -> float32 C tile in shared memory -> C, converted --------
-        cuda.syncthreads()  # every warpgroup is done with the pipeline's buffers
+        consumers_sync()  # every warpgroup is done with the pipeline's buffers
         write_c(c, batch * stride_cb, stride_cm, stride_cn, M, N, m0, n0,
                 cuda.shared.array(0, FLOAT32), acc)  # fmt: skip
 
@@ -916,6 +1027,25 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     return persistent_kernel if config.persistent else wgmma_kernel
 
 
+def _consumers_sync(config: WgmmaConfig):
+    """Device function ``sync()``: a barrier of the warpgroups that multiply: the CTA's, or
+    with a producer warpgroup (which has left) a named one of the consumers."""
+    if not config.producers:
+
+        @cuda.jit(device=True)
+        def sync_cta():
+            cuda.syncthreads()
+
+        return sync_cta
+    consumers = named_barrier(EPILOGUE_BARRIER, config.consumer_threads)
+
+    @cuda.jit(device=True)
+    def sync_consumers():
+        consumers()
+
+    return sync_consumers
+
+
 def c_tile_line(cols: int, along_m: bool) -> int:
     """float32 elements per line of the epilogue's staged C tile of ``cols`` columns: padded so
     that a warp's stores of its accumulators hit distinct banks. Along n (C's rows contiguous)
@@ -936,8 +1066,10 @@ def _c_writer(config: WgmmaConfig, out_dtype: np.dtype, c_mode: tuple, maps: str
     every thread converts 16 bytes' worth of C's elements at a time and stores them along that
     axis (consecutive threads, consecutive vectors), element by element at the edges or where
     C's lines are not contiguous and aligned."""
-    BLOCK_M, BLOCK_N, THREADS = config.block_m, config.block_n, config.threads
+    BLOCK_M, BLOCK_N, THREADS = config.block_m, config.block_n, config.consumer_threads
+    FIRST = WARPGROUP * config.producers  # the first thread that multiplies
     ACC_SIZE = BLOCK_N // 2
+    consumers_sync = _consumers_sync(config)
     convert = output_converter(out_dtype)
     C_STORAGE = storage_dtype(out_dtype)
     C_VEC = VECTOR_BYTES // C_STORAGE.itemsize  # C's elements per 16-byte store
@@ -993,11 +1125,11 @@ def _c_writer(config: WgmmaConfig, out_dtype: np.dtype, c_mode: tuple, maps: str
         # tid and the tile's start read afresh: nothing of the epilogue is computed before the
         # k loop and kept live across it (fewer registers and instructions in the SASS)
         start = aligned_start(c_tile) + OFFSET
-        tid = thread_index()
+        tid = thread_index() - FIRST
         warpgroup, lane, warp = tid // WARPGROUP, tid % 32, (tid % WARPGROUP) // 32
         stage_all(c_tile, start, acc, warpgroup * ROWS_PER_WARPGROUP + 16 * warp + lane // 4,
                   2 * (lane % 4))  # fmt: skip
-        cuda.syncthreads()
+        consumers_sync()
         floats = cuda.local.array(C_VEC, np.float32)
         vector = cuda.local.array(C_VEC, C_STORAGE)
         store_tile(c, c0, stride_cm, stride_cn, M, N, m0, n0, c_tile, start, floats, vector, tid)
@@ -1289,6 +1421,8 @@ def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: Mat
     uint8 buffer, as a descriptor, where it publishes them); else, or with "none",
     ``cp.async`` copies.
 
+    With ``config.producers`` = 1, warpgroup 0's first thread issues the copies and the other
+    warpgroups only multiply (TMA only: ``ValueError`` where it cannot copy the operands).
     With ``config.persistent`` > 0, that many CTAs per SM (at least one per product of the
     batch) loop over the tiles (:func:`_kernel`). With ``config.k_ctas`` > 1 (the default
     config's where the tiles are few and ``scratch`` is given), that many CTAs share each
@@ -1336,6 +1470,12 @@ def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: Mat
                  tensor_map_spec(y, y_mode[0], config.block_n, False, c.batch))  # fmt: skip
         if any(spec.problem() is not None for spec in specs):
             maps = "none"
+    if config.producers and maps == "none":
+        raise ValueError(
+            f"{config.label()}: WgmmaConfig.producers = 1 needs operands TMA can copy (a "
+            "contiguous axis, 16-byte aligned, strides multiples of 16 bytes, no broadcast "
+            "batch); use producers = 0 for these"
+        )
     extra = (0, 0, 0)  # the kernel's a_map, b_map, workspace (A's and B's, in the caller's order)
     if maps == "host":
         extra = (*(TensorMapArg(spec, desc.name, desc.span) for spec, desc in zip(specs, (x, y))),
