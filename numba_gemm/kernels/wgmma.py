@@ -49,6 +49,12 @@ stream through the same pipeline, so the next tile's first slices load while a t
 ones are multiplied and its epilogue runs, from a C tile of its own after the pipeline's
 buffers (:meth:`WgmmaConfig.c_tile_offset`).
 
+The warp-specialised form (``WgmmaConfig.producers`` 1; ``_kernel``, TMA only): one more
+warpgroup, whose first thread issues each slice's copies once every consumer thread has
+arrived on the buffer's "free" mbarrier (so up to ``stages`` slices ahead), while the other
+warpgroups wait on "landed", multiply and free the slice before; ``setmaxnreg`` moves the
+producer's registers to the consumers; the epilogue runs between the consumers' named barrier.
+
 Order of a slice's buffer: with ``cp.async``, copies land (``cp.async.wait_group``), each
 thread makes its writes visible to the tensor cores (``fence.proxy.async``), a CTA barrier;
 with TMA, every thread waits for the stage mbarrier's phase (TMA and wgmma share the async
