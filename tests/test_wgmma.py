@@ -213,6 +213,23 @@ def uses_tma(a, b, out, preset: str) -> bool:
     return fills_with_tma(launch)
 
 
+def device_maps_launch(a, b, out, config, preset: str):
+    """The wgmma launch for ``out = a @ b`` as XLA's kernel call plans it (tensor maps the
+    kernel builds, published to a workspace), and the workspace (uint8, filled by the launch)."""
+    from numba_gemm.api import describe_matmul, plan
+    from numba_gemm.kernels.tma import map_workspace
+
+    workspace = []
+
+    def allocate(nbytes):
+        workspace.append(np.zeros(nbytes, np.uint8))
+        return map_workspace(nbytes, workspace[0])
+
+    [(a_desc, b_desc, out_desc)] = describe_matmul(a, b, out, precision=preset).parts
+    launch = plan(a_desc, b_desc, out_desc, "wgmma", config, PRESETS[preset], "device", allocate)
+    return launch, workspace
+
+
 # (operand dtype, preset, A column-major, B column-major): the TMA kernels' layouts (TF32 with
 # neither operand k-major goes to the converting kernel, which copies with cp.async)
 TMA_CASES = [(BF16, PRESET[BF16], a_col, b_col) for a_col in (0, 1) for b_col in (0, 1)] + [
@@ -244,22 +261,14 @@ def test_tma_copies_through_maps_the_kernel_builds(dtype, preset, a_col, b_col, 
     buffers' addresses and publishes them to its two slots of the workspace; a batch of two
     products on two CTAs each. On a GPU the same kernels run under XLA's kernel call
     (``test_gpu_bridge``) and on device arrays in ``tools/sanitize_calls.py``."""
-    from numba_gemm.api import describe_matmul, plan
-    from numba_gemm.kernels.tma import MAP_BYTES, map_workspace
+    from numba_gemm.kernels.tma import MAP_BYTES
     from numba_gemm.launch import launch_kernel
 
     M, N, K = 65, 67, 70
     a = aligned_view(M, K, dtype, a_col, rng, batch=(2,))
     b = aligned_view(K, N, dtype, b_col, rng, batch=(2,))
     out = np.full((2, M, N), np.nan, F32)
-    workspace = []
-
-    def allocate(nbytes):
-        workspace.append(np.zeros(nbytes, np.uint8))
-        return map_workspace(nbytes, workspace[0])
-
-    [(a_desc, b_desc, out_desc)] = describe_matmul(a, b, out, precision=preset).parts
-    launch = plan(a_desc, b_desc, out_desc, "wgmma", SMALL, PRESETS[preset], "device", allocate)
+    launch, workspace = device_maps_launch(a, b, out, SMALL, preset)
     launch_kernel(launch)
     assert_within_preset(out, a, b, preset, dtype)
     slots = workspace[0].reshape(-1, MAP_BYTES)[:, :8].view(np.int64)[:, 0]  # twin maps' keys
@@ -303,23 +312,13 @@ def test_producer_warpgroup_matches_float64_reference(dtype, preset, a_col, b_co
 def test_producer_warpgroup_with_two_consumers_in_xlas_launch(rng):
     """Two consumer warpgroups (128-row tiles; four buffers freed by two arrivals each), maps
     the kernel builds (XLA's kernel call) and a batch of two products."""
-    from numba_gemm.api import describe_matmul, plan
-    from numba_gemm.kernels.tma import map_workspace
     from numba_gemm.launch import launch_kernel
 
     config = WgmmaConfig(128, 64, 4, 1, producers=1)
     a = aligned_view(130, 330, BF16, False, rng, batch=(2,))
     b = aligned_view(330, 67, BF16, True, rng, batch=(2,))
     out = np.full((2, 130, 67), np.nan, F32)
-    workspace = []
-
-    def allocate(nbytes):
-        workspace.append(np.zeros(nbytes, np.uint8))
-        return map_workspace(nbytes, workspace[0])
-
-    [(a_desc, b_desc, out_desc)] = describe_matmul(a, b, out).parts
-    launch = plan(a_desc, b_desc, out_desc, "wgmma", config, PRESETS[PRESET[BF16]], "device",
-                  allocate)  # fmt: skip
+    launch, _ = device_maps_launch(a, b, out, config, PRESET[BF16])
     assert launch.block == 3 * 128
     launch_kernel(launch)
     assert_within_preset(out, a, b, None, BF16, F32)
@@ -410,22 +409,13 @@ def test_persistent_kernel_fills_with_tma(a_col, b_col, rng, monkeypatch):
 def test_persistent_kernel_in_xlas_launch_and_a_batch(rng):
     """Maps the kernel builds (XLA's kernel call), a batch of three products of two CTAs
     each; and a batch of one CTA per product (``persistent`` 1 on one SM) written as bf16."""
-    from numba_gemm.api import describe_matmul, plan
-    from numba_gemm.kernels.tma import MAP_BYTES, map_workspace
+    from numba_gemm.kernels.tma import MAP_BYTES
     from numba_gemm.launch import launch_kernel
 
     a = aligned_view(130, 72, BF16, False, rng, batch=(3,))
     b = aligned_view(72, 67, BF16, False, rng, batch=(3,))
     out = np.full((3, 130, 67), np.nan, F32)
-    workspace = []
-
-    def allocate(nbytes):
-        workspace.append(np.zeros(nbytes, np.uint8))
-        return map_workspace(nbytes, workspace[0])
-
-    [(a_desc, b_desc, out_desc)] = describe_matmul(a, b, out).parts
-    launch = plan(a_desc, b_desc, out_desc, "wgmma", PERSISTENT, PRESETS[PRESET[BF16]],
-                  "device", allocate)  # fmt: skip
+    launch, workspace = device_maps_launch(a, b, out, PERSISTENT, PRESET[BF16])
     assert launch.grid == (1, 3, 1)  # 2 CTAs per SM on one SM, at least one per product
     launch_kernel(launch)
     assert_within_preset(out, a, b, None, BF16, F32)
