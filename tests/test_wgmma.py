@@ -324,7 +324,11 @@ def test_producer_warpgroup_with_two_consumers_in_xlas_launch(rng):
     assert_within_preset(out, a, b, None, BF16, F32)
 
 
-GPU_PRODUCER = [WgmmaConfig(128, 256, 4, 8, producers=1), WgmmaConfig(128, 128, 4, 8, producers=1)]
+GPU_PRODUCER = [
+    WgmmaConfig(128, 256, 4, 8, producers=1),
+    WgmmaConfig(128, 128, 4, 8, producers=1),
+    WgmmaConfig(64, 128, 4, 8, producers=1),  # one consumer warpgroup: 255 registers at launch
+]
 
 
 @pytest.mark.gpu
