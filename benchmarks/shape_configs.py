@@ -19,8 +19,8 @@ C^T = B^T A^T, so its M and N swap):
   for a matrix-vector product;
 - TF32 and bf16 (the wgmma kernel): the tile shapes of :func:`_wgmma_tiles`, each with 1 to
   16 CTAs per tile where the tiles are few enough for a split to fit two waves, and the
-  persistent kernel's tiles (one CTA per tile's k); bf16 matrix-vector products also on the
-  skinny kernel.
+  persistent kernel's tiles and the warp-specialised form's (one CTA per tile's k); bf16
+  matrix-vector products also on the skinny kernel.
 
 Each row records ``auto`` (which candidate "auto"'s launch is, where it is one), every
 candidate's seconds, the ``best`` and ``auto_over_best`` (auto's time over the best's: the
@@ -39,8 +39,9 @@ AUTO_WITHIN = 1.05  # auto's time over the best candidate's that counts as a mat
 
 
 def _wgmma_tiles(case: str) -> tuple:
-    """The wgmma tile shapes to time for ``case``: "auto"'s and their neighbours, and the
-    persistent kernel's (as many CTAs per SM as fit their memory)."""
+    """The wgmma tile shapes to time for ``case``: "auto"'s and their neighbours, the
+    persistent kernel's (as many CTAs per SM as fit their memory) and the default tiles with a
+    producer warpgroup (refused where TMA cannot copy the operands)."""
     from numba_gemm.kernels import wgmma
 
     tiles = (
@@ -50,7 +51,8 @@ def _wgmma_tiles(case: str) -> tuple:
         wgmma.TINY_WGMMA_CONFIG,
     )  # fmt: skip
     persistent = (wgmma.WgmmaConfig(64, 128, 3, 8, persistent=2),
-                  wgmma.WgmmaConfig(128, 128, 3, 8, persistent=1))  # fmt: skip
+                  wgmma.WgmmaConfig(128, 128, 3, 8, persistent=1),
+                  replace(wgmma.DEFAULT_WGMMA_CONFIG, producers=1))  # fmt: skip
     if case == "tf32":
         return tiles + persistent
     return (
@@ -83,7 +85,7 @@ def candidates(case: str, shape: tuple, sms: int) -> list[tuple[str, object]]:
         tiles = cdiv(M, base.block_m) * cdiv(N, base.block_n) * batch
         for k_ctas in K_CTAS:
             fits = k_ctas == 1 or (
-                not getattr(base, "persistent", 0)
+                not (getattr(base, "persistent", 0) or getattr(base, "producers", 0))
                 and tiles * k_ctas <= waves * sms
                 and cdiv(K, block_k) >= MIN_STEPS_PER_CTA * k_ctas
             )
