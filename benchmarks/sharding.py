@@ -9,14 +9,18 @@ and B's rows: each device a partial M x N x K/n product, one all-reduce). Each c
 ``jax_bridge.matmul`` and ``jnp.matmul`` under the same shardings, in interleaved rounds
 (back-to-back calls, blocked once per round on the result; medians), and reports each one's
 speed-up over its own one-device time. The issue's floors: rows 1.8x on 2 GPUs and 3.4x on 4;
-every row within 5% of ``jnp.matmul``'s own scaling.
+every row within 5% of ``jnp.matmul``'s own scaling. Each row of several devices also times, in
+the same rounds, one device's product alone on the first GPU (its shards as plain arrays), the
+bridge's and ``jnp.matmul``'s: where the scaling differs, this says whether the per-device
+kernel or the communication differs.
 
 It also times a training step of ``examples/tensor_parallel_mlp.py`` (column- then row-parallel
 dense layers, bf16) through the bridge and through lax on each mesh.
 
 Writes ``<out>/sharding/<device>.json``: ``rows`` of ``{"dtype", "precision", "sharding",
-"devices", "ours_s", "jnp_s", "ours_speedup", "jnp_speedup", "scaling_vs_jnp"}`` and
-``mlp_rows`` of ``{"devices", "ours_s", "lax_s", "ratio"}``.
+"devices", "ours_s", "jnp_s", "ours_speedup", "jnp_speedup", "scaling_vs_jnp",
+"device_ours_s", "device_jnp_s"}`` (the last two: one device's product alone; None on one
+device) and ``mlp_rows`` of ``{"devices", "ours_s", "lax_s", "ratio"}``.
 """
 
 from __future__ import annotations
@@ -30,6 +34,14 @@ from pathlib import Path
 
 CASES = (("bfloat16", None), ("float32", "default"))
 SHARDINGS = {"rows": ((("x",), None), (None, None)), "k": ((None, "x"), ("x", None))}
+
+
+def device_operands(a, b, sharding: str, n: int) -> tuple:
+    """One device's operands of ``a @ b`` sharded ``sharding`` over ``n`` devices: A's first
+    M/n rows and B ("rows"), or A's first K/n columns and B's first K/n rows ("k")."""
+    if sharding == "rows":
+        return a[: a.shape[0] // n], b
+    return a[:, : a.shape[1] // n], b[: b.shape[0] // n]
 
 
 def per_call(fns: dict, rounds: int = 5, calls: int = 4) -> dict:
@@ -52,7 +64,7 @@ def per_call(fns: dict, rounds: int = 5, calls: int = 4) -> dict:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def product_rows(size: int, device_counts) -> list[dict]:
+def product_rows(size: int, device_counts, rounds: int = 5, calls: int = 4) -> list[dict]:
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -76,22 +88,34 @@ def product_rows(size: int, device_counts) -> list[dict]:
                 B = jax.device_put(b, NamedSharding(mesh, P(*sb)))
                 ours = jax.jit(functools.partial(jax_bridge.matmul, precision=precision))
                 theirs = jax.jit(functools.partial(jnp.matmul, precision=precision))
-                t = per_call({"ours": functools.partial(ours, A, B),
-                              "jnp": functools.partial(theirs, A, B)})  # fmt: skip
+                fns = {
+                    "ours": functools.partial(ours, A, B),
+                    "jnp": functools.partial(theirs, A, B),
+                }
+                if n > 1:  # one device's product alone, on the first device
+                    local = [jax.device_put(x, jax.devices()[0])
+                             for x in device_operands(a, b, sharding, n)]  # fmt: skip
+                    fns["device_ours"] = functools.partial(ours, *local)
+                    fns["device_jnp"] = functools.partial(theirs, *local)
+                t = per_call(fns, rounds, calls)
                 if n == 1:
                     base[dtype] = t
-                speed = {k: base[dtype][k] / t[k] for k in t}
+                speed = {k: base[dtype][k] / t[k] for k in ("ours", "jnp")}
                 rows.append({
                     "dtype": dtype, "precision": precision or "default", "sharding": sharding,
                     "devices": n, "ours_s": t["ours"], "jnp_s": t["jnp"],
                     "ours_speedup": speed["ours"], "jnp_speedup": speed["jnp"],
                     "scaling_vs_jnp": speed["ours"] / speed["jnp"],
+                    "device_ours_s": t.get("device_ours"), "device_jnp_s": t.get("device_jnp"),
                 })  # fmt: skip
                 r = rows[-1]
+                alone = "" if n == 1 else (
+                    f"; one device's product: ours {r['device_ours_s'] * 1e3:.2f} ms, jnp "
+                    f"{r['device_jnp_s'] * 1e3:.2f} ms")  # fmt: skip
                 print(f"{dtype:8s} {sharding:4s} {n} GPU: ours {r['ours_s'] * 1e3:7.2f} ms "
                       f"({r['ours_speedup']:.2f}x), jnp {r['jnp_s'] * 1e3:7.2f} ms "
-                      f"({r['jnp_speedup']:.2f}x); scaling vs jnp {r['scaling_vs_jnp']:.2f}",
-                      flush=True)  # fmt: skip
+                      f"({r['jnp_speedup']:.2f}x); scaling vs jnp {r['scaling_vs_jnp']:.2f}"
+                      + alone, flush=True)  # fmt: skip
             del A, B
     return rows
 

@@ -447,6 +447,25 @@ def test_the_tensor_parallel_example_trains_as_lax_does(capsys):
     assert "all-reduce" in capsys.readouterr().out  # the row-parallel layer's one reduction
 
 
+def test_the_sharding_benchmark_measures_every_row(benchmark_module):
+    """``benchmarks/sharding.py`` on the CPU's devices, small: one device, then rows and k over
+    2 and 4, each with one device's product alone timed too; the example's step on 2."""
+    bench = benchmark_module("sharding")
+    rows = bench.product_rows(32, [1, 2, 4], rounds=1, calls=1)
+    assert [(r["dtype"], r["sharding"], r["devices"]) for r in rows] == [
+        (dtype, sharding, n)
+        for dtype in ("bfloat16", "float32")
+        for n, sharding in ((1, "rows"), (2, "rows"), (2, "k"), (4, "rows"), (4, "k"))
+    ]
+    for r in rows:
+        alone = (r["device_ours_s"], r["device_jnp_s"])
+        assert alone == (None, None) if r["devices"] == 1 else min(alone) > 0
+        assert r["ours_s"] > 0 and r["jnp_s"] > 0 and math.isfinite(r["scaling_vs_jnp"])
+    assert bench.device_operands(np.ones((8, 12)), np.ones((12, 4)), "k", 4)[1].shape == (3, 4)
+    [mlp] = bench.mlp_rows([1, 2], width=64, batch=32)
+    assert mlp["devices"] == 2 and mlp["ratio"] > 0
+
+
 # -- tools/mock_mesh.py (one GPU posing as several: its steps run here on the CPU devices) -----
 
 
