@@ -230,7 +230,7 @@ class WgmmaConfig:
     @property
     def barriers(self) -> int:
         """mbarriers where TMA fills the tiles: per stage "landed", and with a producer
-        "free" (every consumer warpgroup is done with the buffer)."""
+        "free" (every consumer thread has arrived: done with the buffer)."""
         return self.stages * (1 + self.producers)
 
     def consumer_registers(self) -> int:
