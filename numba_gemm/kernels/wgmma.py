@@ -672,7 +672,7 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     STAGE_BYTES = tile_bytes(BLOCK_M) + tile_bytes(BLOCK_N)  # a stage's TMA copies bring
     BARRIERS = config.tile_region_bytes() // SIZE  # TMA: stage s's mbarrier at BARRIERS + s B
     BARRIER = BARRIER_BYTES // SIZE  # (B: its elements)
-    FREE = STAGES * BARRIER  # with a producer: stage s's "free" mbarrier, FREE after "landed"
+    FREE = STAGES * BARRIER  # with a producer: the "free" mbarriers follow the "landed" ones
     MAPS, MAP = config.maps_offset() // SIZE, MAP_BYTES // SIZE  # device: A's map, then B's
     load_stage = _stage_loader(config, STORAGE, a_mode, b_mode)
     copy_a = _tile_copier(a_mode[0], BLOCK_M, SIZE)
@@ -698,6 +698,11 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     def barrier_of(base, stage):
         # the element where buffer ``stage``'s mbarrier lies
         return base + BARRIERS + stage * BARRIER
+
+    @cuda.jit(device=True)
+    def free_barrier_of(base, stage):
+        # with a producer: the element where buffer ``stage``'s "free" mbarrier lies
+        return base + BARRIERS + FREE + stage * BARRIER
 
     @cuda.jit(device=True)
     def as_computed(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn,
@@ -737,7 +742,7 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
             for s in range(STAGES):
                 mbarrier_init(smem, barrier_of(base, s), 1)
                 if PRODUCER:
-                    mbarrier_init(smem, barrier_of(base, s) + FREE, CONSUMERS)
+                    mbarrier_init(smem, free_barrier_of(base, s), CONSUMERS)
         cuda.syncthreads()
 
     @cuda.jit(device=True)
@@ -786,8 +791,7 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
         for t in range(k_tiles):
             stage = t % STAGES
             if t >= STAGES:
-                while not mbarrier_done(smem, barrier_of(base, stage) + FREE,
-                                        (t // STAGES - 1) % 2):  # fmt: skip
+                while not mbarrier_done(smem, free_barrier_of(base, stage), (t // STAGES - 1) % 2):
                     pass
             copy_stage(smem, base, stage, t * SLICE_K, a_map, b_map, m0, n0, batch)
 
@@ -806,7 +810,7 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
         multiply_slice(acc, frag, smem, base + stage * A_STAGE, base + B_BASE + stage * B_STAGE,
                        tid, parity)  # fmt: skip
         if t >= IN_FLIGHT:
-            mbarrier_arrive(smem, barrier_of(base, (t - IN_FLIGHT) % STAGES) + FREE, 1)
+            mbarrier_arrive(smem, free_barrier_of(base, (t - IN_FLIGHT) % STAGES), 1)
 
     step = consume_step if PRODUCER else slice_step
 
@@ -841,8 +845,9 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
         # -- pipeline: LOOKAHEAD slices load ahead of the one multiplied (with a producer: up to
         # STAGES, as the consumers free them) ------------------------------------------------
         a_tensor_map, b_tensor_map = tensor_maps(smem, base, a, b, a_map, b_map, workspace, tid)
-        if PRODUCER:
+        if TMA:  # (always, with a producer)
             init_barriers(smem, base, tid)
+        if PRODUCER:
             if tid < FIRST:
                 fewer_registers()
                 if tid == 0:
@@ -851,7 +856,6 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
             more_registers()
             tid -= FIRST
         elif TMA:
-            init_barriers(smem, base, tid)
             if tid == 0:
                 for s in range(LOOKAHEAD):
                     if s < k_tiles:
@@ -1043,13 +1047,7 @@ def _consumers_sync(config: WgmmaConfig):
             cuda.syncthreads()
 
         return sync_cta
-    consumers = named_barrier(EPILOGUE_BARRIER, config.consumer_threads)
-
-    @cuda.jit(device=True)
-    def sync_consumers():
-        consumers()
-
-    return sync_consumers
+    return named_barrier(EPILOGUE_BARRIER, config.consumer_threads)
 
 
 def c_tile_line(cols: int, along_m: bool) -> int:
