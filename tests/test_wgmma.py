@@ -363,7 +363,7 @@ def test_producer_warpgroup_refusals(rng):
         numba_gemm.matmul(a[:, :37], b[:37], algorithm="wgmma", config=PRODUCER)  # 74-byte lines
     for config, match in (
         (WgmmaConfig(64, 64, 3, 1, producers=2), "producers must be 0 or 1"),
-        (WgmmaConfig(64, 64, 3, 1, persistent=1, producers=1), "producers must be 0 where"),
+        (WgmmaConfig(64, 64, 3, 1, persistent=2, producers=1), "must be 0 or 1 with a producer"),
         (WgmmaConfig(64, 64, 3, 1, k_ctas=2, producers=1), "producers must be 0 where"),
         (WgmmaConfig(192, 64, 3, 1, producers=1), "must be 64 or 128 with a producer"),
     ):
@@ -429,6 +429,46 @@ def test_persistent_kernel_in_xlas_launch_and_a_batch(rng):
     assert_within_preset(out, a, b, None, BF16)
 
 
+# The persistent warp-specialised form: the simulator's one SM, so one CTA over every tile.
+PERSISTENT_PRODUCER = WgmmaConfig(64, 64, 3, 1, persistent=1, producers=1)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (130, 67, 150), (64, 192, 64)], ids=str)
+@pytest.mark.parametrize("dtype, preset, a_col, b_col", PRODUCER_CASES, ids=str)
+def test_persistent_producer_matches_float64_reference(dtype, preset, a_col, b_col, shape, rng):
+    """One CTA's stream of slices across its tiles: the producer refills each buffer with the
+    next tile's slices as the consumers free it (tiles of three slices, of one); the epilogue
+    from the registers, in pairs (rows of 192 outputs) or element by element (tiles past the
+    matrix; rows of 67, which no pair store aligns with)."""
+    M, N, K = shape
+    a = aligned_view(M, K, dtype, a_col, rng)
+    b = aligned_view(K, N, dtype, b_col, rng)
+    out = poisoned((M, N), F32 if dtype == F32 else dtype)
+    numba_gemm.matmul(a, b, out, precision=preset, algorithm="wgmma", config=PERSISTENT_PRODUCER)
+    assert_within_preset(out, a, b, preset, dtype)
+
+
+@simulator_only
+@pytest.mark.parametrize("c_layout", ["row", "col"])
+def test_persistent_producer_with_two_consumers_in_xlas_launch(c_layout, rng):
+    """Two consumer warpgroups (128-row tiles), maps the kernel builds (XLA's kernel call), a
+    batch of two products (one CTA each on the one SM), C's rows or columns contiguous (the
+    epilogue's pairs along n, or its elements along m)."""
+    from numba_gemm.launch import launch_kernel
+
+    config = WgmmaConfig(128, 64, 4, 1, persistent=1, producers=1)
+    a = aligned_view(200, 200, BF16, False, rng, batch=(2,))
+    b = aligned_view(200, 136, BF16, True, rng, batch=(2,))
+    out = np.full((2, 200, 136), np.nan, F32)
+    if c_layout == "col":
+        out = np.full((2, 136, 200), np.nan, F32).swapaxes(-1, -2)
+    launch, _ = device_maps_launch(a, b, out, config, PRESET[BF16])
+    assert launch.block == 3 * 128 and launch.grid == (1, 2, 1)
+    assert launch.kernel.py_func.__name__ == "persistent_producer_kernel"
+    launch_kernel(launch)
+    assert_within_preset(out, a, b, None, BF16, F32)
+
+
 GPU_PERSISTENT = [
     WgmmaConfig(64, 128, 3, 8, persistent=2),
     WgmmaConfig(128, 128, 4, 8, persistent=1),
@@ -449,6 +489,33 @@ def test_gpu_persistent_kernel(shape, config, layout, rng):
     numba_gemm.matmul(a, b, out, algorithm="wgmma", config=config)
     cuda.synchronize()
     assert_within_preset(out, a, b, None, BF16, F32)
+
+
+GPU_PERSISTENT_PRODUCER = [
+    WgmmaConfig(128, 256, 4, 8, persistent=1, producers=1),
+    WgmmaConfig(128, 128, 6, 8, persistent=1, producers=1),
+    WgmmaConfig(64, 128, 4, 8, persistent=1, producers=1),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["row", "col", "b_col"])
+@pytest.mark.parametrize("dtype, preset", [(BF16, "BF16_BF16_F32"), (F32, "TF32_TF32_F32")])
+@pytest.mark.parametrize("config", GPU_PERSISTENT_PRODUCER, ids=WgmmaConfig.label)
+@pytest.mark.parametrize("shape", [(1000, 1032, 1000), (2048, 4096, 4096), (8, 264, 72)], ids=str)
+def test_gpu_persistent_producer(shape, config, dtype, preset, layout, rng):
+    """The persistent warp-specialised form on the GPU, written as its operands' dtype: tiles
+    past the matrix, a CTA's several tiles, C's rows contiguous (pair stores) and its columns
+    (element stores); lines of multiples of 16 bytes (TMA)."""
+    from numba import cuda
+
+    skip_unless_hopper()
+    M, N, K = shape
+    a, b = make_operands(M, N, K, dtype, layout, rng, to_device=True)
+    out = poisoned((M, N), dtype, to_device=True, layout=layout)
+    numba_gemm.matmul(a, b, out, precision=preset, algorithm="wgmma", config=config)
+    cuda.synchronize()
+    assert_within_preset(out, a, b, preset, dtype)
 
 
 @pytest.mark.gpu

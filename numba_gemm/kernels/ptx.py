@@ -67,7 +67,7 @@ else:
 # (4 float32, 2 float64, 8 uint16) between a global or shared array, where the address must be
 # 16-byte aligned, and a per-thread local array (registers once indices are constant); 16-bit
 # elements move as four 32-bit words (a vector of them would move 8 bytes at a time).
-# ``store_pair`` stores two 32-bit elements, 8-byte aligned.
+# ``store_pair`` stores two 16- or 32-bit elements, aligned to the pair.
 # ``load_global_vector`` is ``load_vector`` from global memory, said so to the compiler: an
 # ``ld.global`` even where NVVM cannot infer the space (a source chosen at run time between
 # two arrays, as in the fused triple product, otherwise compiles to a generic ``ld``).
@@ -149,15 +149,15 @@ else:
     def _move(kind: str):
         """Typer of ``dst[dst_index:] = src[src_index:]``: one element (``"element"``), or 16
         bytes as one vector load from ``src`` (``"load"``; ``"global load"``: from global
-        memory) or one vector store to ``dst`` (``"store"``), or two 32-bit elements as one
-        8-byte store to ``dst`` (``"pair"``)."""
+        memory) or one vector store to ``dst`` (``"store"``), or two 16- or 32-bit elements as
+        one 4- or 8-byte store to ``dst`` (``"pair"``)."""
 
         def typer(typingctx, dst, dst_index, src, src_index):
             if not (
                 _same_arrays(dst, src, (types.Float, types.Integer))
                 and isinstance(dst_index, types.Integer)
                 and isinstance(src_index, types.Integer)
-                and (kind != "pair" or dst.dtype.bitwidth == 32)
+                and (kind != "pair" or dst.dtype.bitwidth in (16, 32))
             ):
                 return None
 
@@ -169,7 +169,8 @@ else:
                     builder.store(builder.load(src_ptr), dst_ptr)
                     return context.get_dummy_value()
                 elem = context.get_value_type(dst_t.dtype)
-                width = (8 if kind == "pair" else 16) // (dst_t.dtype.bitwidth // 8)
+                size = 2 * dst_t.dtype.bitwidth // 8 if kind == "pair" else 16  # bytes moved
+                width = size // (dst_t.dtype.bitwidth // 8)
                 vec_ptr_t = ir.VectorType(elem, width).as_pointer()
                 if kind in ("load", "global load"):  # vector load, element stores into dst
                     # as four 32-bit words, each word's elements split off it (a vector of
@@ -198,19 +199,18 @@ else:
                         for e in range(width)
                     ]
                     bits = dst_t.dtype.bitwidth
-                    if bits < 32:  # four 32-bit words, each of its elements from the low bits up
+                    if bits < 32:  # 32-bit words, each of its elements from the low bits up
                         i32, per_word = ir.IntType(32), 32 // bits
-                        words = [ir.Constant(i32, 0)] * 4
+                        words = [ir.Constant(i32, 0)] * (size // 4)
                         for e, value in enumerate(values):
                             value = builder.zext(builder.bitcast(value, ir.IntType(bits)), i32)
                             value = builder.shl(value, ir.Constant(i32, e % per_word * bits))
                             words[e // per_word] = builder.or_(words[e // per_word], value)
-                        elem, width, values = i32, 4, words
-                        vec_ptr_t = ir.VectorType(i32, 4).as_pointer()
+                        elem, width, values = i32, size // 4, words
+                        vec_ptr_t = ir.VectorType(i32, width).as_pointer()
                     vec = ir.Constant(ir.VectorType(elem, width), ir.Undefined)
                     for e, value in enumerate(values):
                         vec = builder.insert_element(vec, value, ir.Constant(ir.IntType(32), e))
-                    size = 8 if kind == "pair" else 16
                     builder.store(vec, builder.bitcast(dst_ptr, vec_ptr_t), align=size)
                 return context.get_dummy_value()
 
@@ -232,7 +232,8 @@ else:
     )
     store_pair = intrinsic(_move("pair"))
     store_pair.__doc__ = (
-        "dst[dst_index:+2] = src[src_index:+2], one 8-byte store of two 32-bit elements (aligned)."
+        "dst[dst_index:+2] = src[src_index:+2], one store of two 16- or 32-bit elements "
+        "(aligned to the pair)."
     )
     move_element = intrinsic(_move("element"))
     move_element.__doc__ = "dst[dst_index] = src[src_index], with no test for negative indices."

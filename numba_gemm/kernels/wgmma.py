@@ -254,10 +254,15 @@ class WgmmaConfig:
         check_k_ctas(self)
         if self.producers > 1:
             raise ValueError(f"WgmmaConfig.producers must be 0 or 1; got {self.producers}")
-        if self.producers and (converting or self.k_ctas > 1 or self.persistent):
+        if self.producers and (converting or self.k_ctas > 1):
             raise ValueError(
                 "WgmmaConfig.producers must be 0 where float32 operands are converted (neither "
-                "k-major, or TF32_TF32_F32_X3), where k_ctas > 1 and in the persistent kernel"
+                "k-major, or TF32_TF32_F32_X3) and where k_ctas > 1"
+            )
+        if self.producers and self.persistent > 1:
+            raise ValueError(
+                f"WgmmaConfig.persistent = {self.persistent} must be 0 or 1 with a producer: "
+                "one CTA takes an SM's registers"
             )
         if self.producers and self.warpgroups > 2:
             raise ValueError(
@@ -339,7 +344,7 @@ class WgmmaConfig:
         boundary (the swizzle's period) and, where TMA fills the tiles (``maps`` "host" or
         "device"), its mbarriers after it (:attr:`barriers`); for "device" then the two maps
         the CTA completes (:meth:`maps_offset`)."""
-        if self.persistent:
+        if self.persistent and not self.producers:
             return self.c_tile_offset(maps) + self.c_tile_bytes() + ALIGNMENT
         if maps == "none":
             return self.tile_region_bytes(parts) + ALIGNMENT
@@ -686,6 +691,7 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     origin = tile_origin(BLOCK_M, BLOCK_N, GROUP_M)
     zero_all = accumulator_zeroer(ACC_SIZE)
     write_c = _c_writer(config, out_dtype, c_mode, maps)
+    write_c_registers = _c_register_writer(config, out_dtype, c_mode)
     K_CTAS = config.k_ctas
     settle = settler(ACC_SIZE, THREADS)
     origin_of = work_origin(BLOCK_M, BLOCK_N, GROUP_M)
@@ -784,33 +790,66 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
                        tid, parity)  # fmt: skip
 
     @cuda.jit(device=True)
-    def produce(smem, base, k_tiles, a_map, b_map, m0, n0, batch):
-        # The producer's one thread: slice t into buffer t % STAGES once every consumer
-        # warpgroup has freed it (is done with slice t - STAGES), its bytes expected on the
-        # buffer's "landed" barrier. It runs up to STAGES slices ahead of the consumers.
-        for t in range(k_tiles):
-            stage = t % STAGES
-            if t >= STAGES:
-                while not mbarrier_done(smem, free_barrier_of(base, stage), (t // STAGES - 1) % 2):
+    def advance(cursor, k_tiles, M, N, stride_ab, stride_am, stride_bb, stride_bn):
+        # a cursor over a stream of slices (tile, slice of the tile, the tile's m0, n0, batch)
+        # one slice on; the next tile of a persistent CTA's is grid x tiles on
+        tile, k_slice, m0, n0, batch = cursor
+        k_slice += 1
+        if k_slice == k_tiles:
+            k_slice, tile = 0, tile + cuda.gridDim.x
+            m0, n0, batch, _, _ = origin_of(tile, cuda.blockIdx.y, M, N, stride_ab, stride_am,
+                                            stride_bb, stride_bn)  # fmt: skip
+        return tile, k_slice, m0, n0, batch
+
+    @cuda.jit(device=True)
+    def produce(smem, base, slices, cursor, k_tiles, a_map, b_map, M, N, stride_ab, stride_am,
+                stride_bb, stride_bn):  # fmt: skip
+        # The producer's one thread: slice g of the stream (at ``cursor``: one tile's k_tiles,
+        # or a persistent CTA's tiles one after another) into buffer g % STAGES once every
+        # consumer warpgroup has freed it (is done with slice g - STAGES), its bytes expected
+        # on the buffer's "landed" barrier. It runs up to STAGES slices ahead of the
+        # consumers, into the next tile while they finish one.
+        for g in range(slices):
+            stage = g % STAGES
+            if g >= STAGES:
+                while not mbarrier_done(smem, free_barrier_of(base, stage), (g // STAGES - 1) % 2):
                     pass
-            copy_stage(smem, base, stage, t * SLICE_K, a_map, b_map, m0, n0, batch)
+            _, k_slice, m0, n0, batch = cursor
+            copy_stage(smem, base, stage, k_slice * SLICE_K, a_map, b_map, m0, n0, batch)
+            if g + 1 < slices:
+                cursor = advance(cursor, k_tiles, M, N, stride_ab, stride_am, stride_bb, stride_bn)
+
+    @cuda.jit(device=True)
+    def consume(acc, frag, smem, base, g, parity, g_first, tid):
+        # A consumer: waits until slice g of the stream has landed and multiplies it; its
+        # warpgroup then has at most slice g's wgmmas pending, so it frees slice
+        # g - IN_FLIGHT's buffer where that slice is of this tile (from ``g_first``; a tile's
+        # last slices are freed after its loop, by free_last). Every consumer thread arrives
+        # (a warp's arrivals are one instruction), so the buffer is free only once every
+        # thread has passed its wait (as the simulator's twins need).
+        stage = g % STAGES
+        while not mbarrier_done(smem, barrier_of(base, stage), (g // STAGES) % 2):
+            pass
+        multiply_slice(acc, frag, smem, base + stage * A_STAGE, base + B_BASE + stage * B_STAGE,
+                       tid, parity)  # fmt: skip
+        if g >= g_first + IN_FLIGHT:
+            mbarrier_arrive(smem, free_barrier_of(base, (g - IN_FLIGHT) % STAGES), 1)
+
+    @cuda.jit(device=True)
+    def free_last(smem, base, g_first, k_tiles):
+        # after a tile's wgmmas have completed: its last IN_FLIGHT slices' buffers freed
+        for q in range(IN_FLIGHT):
+            g = g_first + k_tiles - IN_FLIGHT + q
+            if g >= g_first:
+                mbarrier_arrive(smem, free_barrier_of(base, g % STAGES), 1)
 
     @cuda.jit(device=True)
     def consume_step(acc, frag, smem, base, t, parity, t_first, k_tiles, a, a0, stride_am,
                      stride_ak, b, b0, stride_bk, stride_bn, m_left, n_left, K, tid, a_map,
                      b_map, m0, n0, batch):  # fmt: skip
-        # slice_step's place with a producer (the copying arguments are the producer's): a
-        # consumer waits until slice t has landed and multiplies it; its warpgroup then has
-        # at most slice t's wgmmas pending, so it frees slice t - IN_FLIGHT's buffer. Every
-        # consumer thread arrives (a warp's arrivals are one instruction), so the buffer is
-        # free only once every thread has passed its wait (as the simulator's twins need).
-        stage = t % STAGES
-        while not mbarrier_done(smem, barrier_of(base, stage), (t // STAGES) % 2):
-            pass
-        multiply_slice(acc, frag, smem, base + stage * A_STAGE, base + B_BASE + stage * B_STAGE,
-                       tid, parity)  # fmt: skip
-        if t >= IN_FLIGHT:
-            mbarrier_arrive(smem, free_barrier_of(base, (t - IN_FLIGHT) % STAGES), 1)
+        # slice_step's place in the one-tile kernel with a producer (the copying arguments
+        # are the producer's; one CTA per tile's k, so t_first is 0)
+        consume(acc, frag, smem, base, t, parity, 0, tid)
 
     step = consume_step if PRODUCER else slice_step
 
@@ -851,7 +890,9 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
             if tid < FIRST:
                 fewer_registers()
                 if tid == 0:
-                    produce(smem, base, k_tiles, a_tensor_map, b_tensor_map, m0, n0, batch)
+                    produce(smem, base, k_tiles, (cuda.blockIdx.x, 0, m0, n0, batch), k_tiles,
+                            a_tensor_map, b_tensor_map, M, N, stride_ab, stride_am, stride_bb,
+                            stride_bn)  # fmt: skip
                 return
             more_registers()
             tid -= FIRST
@@ -923,17 +964,6 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
             load_stage(smem, base, g % STAGES, k0, a, batch * stride_ab + m0 * stride_am,
                        stride_am, stride_ak, b, batch * stride_bb + n0 * stride_bn, stride_bk,
                        stride_bn, M - m0, N - n0, K, tid)  # fmt: skip
-
-    @cuda.jit(device=True)
-    def advance(cursor, k_tiles, M, N, stride_ab, stride_am, stride_bb, stride_bn):
-        # the cursor (tile, slice of the tile, the tile's m0, n0, batch) one slice on
-        tile, k_slice, m0, n0, batch = cursor
-        k_slice += 1
-        if k_slice == k_tiles:
-            k_slice, tile = 0, tile + cuda.gridDim.x
-            m0, n0, batch, _, _ = origin_of(tile, cuda.blockIdx.y, M, N, stride_ab, stride_am,
-                                            stride_bb, stride_bn)  # fmt: skip
-        return tile, k_slice, m0, n0, batch
 
     @cuda.jit(device=True)
     def stream_step(acc, frag, smem, base, g, parity, slices, cursor, k_tiles, a, stride_ab,
@@ -1034,6 +1064,74 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
                     cuda.shared.array(0, FLOAT32), acc)  # fmt: skip
             zero_all(acc)
 
+    # -- the persistent warp-specialised kernel (config.persistent 1 and config.producers 1) ----
+    # The persistent kernel's stream of slices, copied by the producer's one thread (up to
+    # STAGES slices ahead, across tiles) while the consumer warpgroups take the CTA's tiles in
+    # turn: each tile's slices, then its epilogue straight from the accumulators to C (no
+    # staged tile, no barrier), during which the next tile's first slices land.
+
+    @kernel_jit(THREADS, 1)  # one CTA per SM: its register pool parted by setmaxnreg
+    def persistent_producer_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk,
+                                   stride_bn, c, stride_cb, stride_cm, stride_cn, M, N, K, a_map,
+                                   b_map, workspace, partials, sync):  # fmt: skip
+        (a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn, stride_cm,
+         stride_cn, M, N, a_map, b_map) = as_computed(
+            a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn, stride_cm,
+            stride_cn, M, N, a_map, b_map)  # fmt: skip
+        smem = cuda.shared.array(0, STORAGE)
+        acc = cuda.local.array(ACC_SIZE, np.float32)
+        frag = cuda.local.array(FRAG_SIZE, REGISTER_DTYPE)
+        zero_all(acc)
+        base = aligned_start(smem)
+        tid = cuda.threadIdx.x
+
+        # -- this CTA's stream: its tiles' slices, k_tiles each --------------------------------
+        tiles = ((M + BLOCK_M - 1) // BLOCK_M) * ((N + BLOCK_N - 1) // BLOCK_N)
+        k_tiles = (K + SLICE_K - 1) // SLICE_K
+        my_tiles = (tiles - cuda.blockIdx.x + cuda.gridDim.x - 1) // cuda.gridDim.x
+
+        # -- roles: the producer's thread walks the stream; the consumers take the tiles -------
+        a_tensor_map, b_tensor_map = tensor_maps(smem, base, a, b, a_map, b_map, workspace, tid)
+        init_barriers(smem, base, tid)
+        if tid < FIRST:
+            fewer_registers()
+            if tid == 0:
+                m0, n0, batch, _, _ = origin_of(cuda.blockIdx.x, cuda.blockIdx.y, M, N,
+                                                stride_ab, stride_am, stride_bb, stride_bn)  # fmt: skip
+                produce(smem, base, my_tiles * k_tiles, (cuda.blockIdx.x, 0, m0, n0, batch),
+                        k_tiles, a_tensor_map, b_tensor_map, M, N, stride_ab, stride_am,
+                        stride_bb, stride_bn)  # fmt: skip
+            return
+        more_registers()
+        tid -= FIRST
+
+        for i in range(my_tiles):
+            # -- tile i's slices (TF32: A's registers alternate between two sets); its origin
+            # computed while the first slice's wgmmas run -------------------------------------
+            g0 = i * k_tiles
+            consume(acc, frag, smem, base, g0, 0, g0, tid)
+            m0, n0, batch, _, _ = origin_of(cuda.blockIdx.x + i * cuda.gridDim.x,
+                                            cuda.blockIdx.y, M, N, stride_ab, stride_am,
+                                            stride_bb, stride_bn)  # fmt: skip
+            if REGISTER_A:
+                for t in range(1, k_tiles - 1, 2):
+                    consume(acc, frag, smem, base, g0 + t, 1, g0, tid)
+                    consume(acc, frag, smem, base, g0 + t + 1, 0, g0, tid)
+                if k_tiles % 2 == 0:
+                    consume(acc, frag, smem, base, g0 + k_tiles - 1, 1, g0, tid)
+            else:
+                for t in range(1, k_tiles):
+                    consume(acc, frag, smem, base, g0 + t, 0, g0, tid)
+            wgmma_done()
+            free_last(smem, base, g0, k_tiles)
+
+            # -- its epilogue, from the registers: the producer meanwhile fills the freed
+            # buffers with the next tile's slices ----------------------------------------------
+            write_c_registers(c, batch * stride_cb, stride_cm, stride_cn, M, N, m0, n0, acc)
+            zero_all(acc)
+
+    if config.persistent and config.producers:
+        return persistent_producer_kernel
     return persistent_kernel if config.persistent else wgmma_kernel
 
 
@@ -1137,6 +1235,60 @@ def _c_writer(config: WgmmaConfig, out_dtype: np.dtype, c_mode: tuple, maps: str
         floats = cuda.local.array(C_VEC, np.float32)
         vector = cuda.local.array(C_VEC, C_STORAGE)
         store_tile(c, c0, stride_cm, stride_cn, M, N, m0, n0, c_tile, start, floats, vector, tid)
+
+    return write_c
+
+
+def _c_register_writer(config: WgmmaConfig, out_dtype: np.dtype, c_mode: tuple):
+    """Device function ``write_c(c, c0, stride_cm, stride_cn, M, N, m0, n0, acc)``: the
+    persistent warp-specialised kernel's epilogue, from the accumulators ``acc`` (wgmma's
+    layout) straight to C, with no staged tile and no barrier, so that a consumer warpgroup
+    goes on to its next tile's wgmmas while its stores drain. Consumer thread t (of warp w and
+    lane l of its warpgroup) holds rows r and r + 8 (r = 64 x warpgroup + 16 w + l / 4) at
+    columns 8 j + 2 (l % 4) and the one after, for each j < BLOCK_N / 8:
+
+    - a tile inside the matrix, of a C whose rows are contiguous and aligned to a pair of its
+      elements (``c_mode``): each pair converted and stored as one 4- or 8-byte store;
+    - otherwise element by element, those past the matrix skipped."""
+    BLOCK_M, BLOCK_N = config.block_m, config.block_n
+    FIRST = WARPGROUP * config.producers  # the first thread that multiplies
+    ACC_SIZE = BLOCK_N // 2
+    convert = output_converter(out_dtype)
+    C_STORAGE = storage_dtype(out_dtype)
+    PAIRS = c_mode[0] == "k" and c_mode[1] >= 2 * C_STORAGE.itemsize  # rows contiguous
+
+    @cuda.jit(device=True)
+    def store_pairs(c, corner, stride_cm, acc, pair, j):
+        for h in range(2):
+            pair[0] = convert(acc[4 * j + 2 * h])
+            pair[1] = convert(acc[4 * j + 2 * h + 1])
+            store_pair(c, corner + 8 * h * stride_cm + 8 * j, pair, 0)
+
+    @cuda.jit(device=True)
+    def store_elements(c, corner, stride_cm, stride_cn, rows_left, cols_left, acc, j):
+        for h in range(2):
+            for e in range(2):
+                if 8 * h < rows_left and 8 * j + e < cols_left:
+                    c[corner + 8 * h * stride_cm + (8 * j + e) * stride_cn] = convert(
+                        acc[4 * j + 2 * h + e]
+                    )
+
+    pairs_all = unrolled(store_pairs, ACC_SIZE // 4, "c, corner, stride_cm, acc, pair")
+    elements_all = unrolled(store_elements, ACC_SIZE // 4,
+                            "c, corner, stride_cm, stride_cn, rows_left, cols_left, acc")  # fmt: skip
+
+    @cuda.jit(device=True)
+    def write_c(c, c0, stride_cm, stride_cn, M, N, m0, n0, acc):
+        tid = thread_index() - FIRST
+        warpgroup, lane, warp = tid // WARPGROUP, tid % 32, (tid % WARPGROUP) // 32
+        row = warpgroup * ROWS_PER_WARPGROUP + 16 * warp + lane // 4
+        col = 2 * (lane % 4)
+        corner = c0 + (m0 + row) * stride_cm + (n0 + col) * stride_cn
+        if PAIRS and m0 + BLOCK_M <= M and n0 + BLOCK_N <= N:
+            pair = cuda.local.array(2, C_STORAGE)
+            pairs_all(c, corner, stride_cm, acc, pair)
+        else:
+            elements_all(c, corner, stride_cm, stride_cn, M - m0 - row, N - n0 - col, acc)
 
     return write_c
 
@@ -1401,7 +1553,8 @@ def fills_with_tma(launch: KernelLaunch) -> bool:
     workspace and split-k's buffers, the maps not the zeros of its ``cp.async`` form."""
     # the arguments end with a_map, b_map, workspace, partials, sync
     kernel = launch.kernel.py_func.__name__
-    return kernel in ("wgmma_kernel", "persistent_kernel") and launch.args[-5] != 0
+    return (kernel in ("wgmma_kernel", "persistent_kernel", "persistent_producer_kernel")
+            and launch.args[-5] != 0)  # fmt: skip
 
 
 def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: MatrixDesc,
