@@ -1096,8 +1096,8 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
         if tid < FIRST:
             fewer_registers()
             if tid == 0:
-                m0, n0, batch, _, _ = origin_of(cuda.blockIdx.x, cuda.blockIdx.y, M, N,
-                                                stride_ab, stride_am, stride_bb, stride_bn)  # fmt: skip
+                m0, n0, batch, _, _ = origin_of(cuda.blockIdx.x, cuda.blockIdx.y, M, N, stride_ab,
+                                                stride_am, stride_bb, stride_bn)  # fmt: skip
                 produce(smem, base, my_tiles * k_tiles, (cuda.blockIdx.x, 0, m0, n0, batch),
                         k_tiles, a_tensor_map, b_tensor_map, M, N, stride_ab, stride_am,
                         stride_bb, stride_bn)  # fmt: skip
@@ -1274,8 +1274,9 @@ def _c_register_writer(config: WgmmaConfig, out_dtype: np.dtype, c_mode: tuple):
                     )
 
     pairs_all = unrolled(store_pairs, ACC_SIZE // 4, "c, corner, stride_cm, acc, pair")
-    elements_all = unrolled(store_elements, ACC_SIZE // 4,
-                            "c, corner, stride_cm, stride_cn, rows_left, cols_left, acc")  # fmt: skip
+    elements_all = unrolled(
+        store_elements, ACC_SIZE // 4, "c, corner, stride_cm, stride_cn, rows_left, cols_left, acc"
+    )
 
     @cuda.jit(device=True)
     def write_c(c, c0, stride_cm, stride_cn, M, N, m0, n0, acc):
