@@ -437,13 +437,14 @@ PERSISTENT_PRODUCER = WgmmaConfig(64, 64, 3, 1, persistent=1, producers=1)
 @pytest.mark.parametrize("dtype, preset, a_col, b_col", PRODUCER_CASES, ids=str)
 def test_persistent_producer_matches_float64_reference(dtype, preset, a_col, b_col, shape, rng):
     """One CTA's stream of slices across its tiles: the producer refills each buffer with the
-    next tile's slices as the consumers free it (tiles of three slices, of one); the epilogue
-    from the registers, in pairs (rows of 192 outputs) or element by element (tiles past the
-    matrix; rows of 67, which no pair store aligns with)."""
+    next tile's slices as the consumers free it (tiles of three slices, of one); the epilogue's
+    TMA stores of C's boxes (16-bit or float32, C's rows contiguous or, with A column-major,
+    its columns), past the matrix on every side."""
     M, N, K = shape
     a = aligned_view(M, K, dtype, a_col, rng)
     b = aligned_view(K, N, dtype, b_col, rng)
-    out = poisoned((M, N), F32 if dtype == F32 else dtype)
+    out = aligned_view(M, N, F32 if dtype == F32 else dtype, a_col, rng)
+    out[...] = np.nan
     numba_gemm.matmul(a, b, out, precision=preset, algorithm="wgmma", config=PERSISTENT_PRODUCER)
     assert_within_preset(out, a, b, preset, dtype)
 
@@ -451,9 +452,9 @@ def test_persistent_producer_matches_float64_reference(dtype, preset, a_col, b_c
 @simulator_only
 @pytest.mark.parametrize("c_layout", ["row", "col"])
 def test_persistent_producer_with_two_consumers_in_xlas_launch(c_layout, rng):
-    """Two consumer warpgroups (128-row tiles), maps the kernel builds (XLA's kernel call), a
-    batch of two products (one CTA each on the one SM), C's rows or columns contiguous (the
-    epilogue's pairs along n, or its elements along m)."""
+    """Two consumer warpgroups (128-row tiles), maps the kernel builds (C's too: XLA's kernel
+    call), a batch of two products (one CTA each on the one SM), C's rows or columns
+    contiguous (the staged boxes along n or along m)."""
     from numba_gemm.launch import launch_kernel
 
     config = WgmmaConfig(128, 64, 4, 1, persistent=1, producers=1)
@@ -467,6 +468,13 @@ def test_persistent_producer_with_two_consumers_in_xlas_launch(c_layout, rng):
     assert launch.kernel.py_func.__name__ == "persistent_producer_kernel"
     launch_kernel(launch)
     assert_within_preset(out, a, b, None, BF16, F32)
+
+
+def test_persistent_producer_refuses_an_output_tma_cannot_store(rng):
+    a, b = aligned_view(70, 40, BF16, False, rng), aligned_view(40, 67, BF16, False, rng)
+    with pytest.raises(ValueError, match="stores the output with TMA, which cannot write"):
+        numba_gemm.matmul(a, b, algorithm="wgmma", config=PERSISTENT_PRODUCER)  # 134-byte rows
+    assert PERSISTENT_PRODUCER.map_count == 3 and PRODUCER.map_count == 2
 
 
 GPU_PERSISTENT = [
@@ -505,8 +513,8 @@ GPU_PERSISTENT_PRODUCER = [
 @pytest.mark.parametrize("shape", [(1000, 1032, 1000), (2048, 4096, 4096), (8, 264, 72)], ids=str)
 def test_gpu_persistent_producer(shape, config, dtype, preset, layout, rng):
     """The persistent warp-specialised form on the GPU, written as its operands' dtype: tiles
-    past the matrix, a CTA's several tiles, C's rows contiguous (pair stores) and its columns
-    (element stores); lines of multiples of 16 bytes (TMA)."""
+    past the matrix, a CTA's several tiles, TMA stores of C with its rows contiguous and its
+    columns; lines of multiples of 16 bytes (TMA)."""
     from numba import cuda
 
     skip_unless_hopper()

@@ -262,10 +262,10 @@ def _padding(storage: np.dtype, operand: str, axis: str) -> int:
 
 def _operand_axis(stride_x: int, stride_k: int, extent_x: int, extent_k: int) -> str:
     """``"k"`` where the operand's k axis is contiguous, ``"x"`` where its m (A) or n (B) axis
-    is, ``"k"`` (element copies) where neither is."""
+    is (for one element, whichever has stride 1), ``"k"`` (element copies) where neither is."""
     if stride_k == 1 and extent_k > 1:
         return "k"
-    if stride_x == 1 and extent_x > 1:
+    if stride_x == 1 and (extent_x > 1 or extent_k == 1 != stride_k):
         return "x"
     return "k"
 

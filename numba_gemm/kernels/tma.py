@@ -4,7 +4,10 @@ One thread copies a whole box of a matrix, global -> shared, with one instructio
 (``cp.async.bulk.tensor``): the hardware walks the box, fills what lies outside the matrix with
 zeros, writes it 128-byte swizzled (the layout ``warpgroup.tile_slot`` describes) and, as the
 bytes land, counts them off an ``mbarrier`` in shared memory. Threads that wait on that
-barrier's phase then see the box.
+barrier's phase then see the box. The other way, shared -> global (:func:`tma_store`), one
+thread stores a box laid out the same way, skipping what lies outside the matrix; its stores
+form *bulk groups* (:func:`bulk_commit`), and :func:`bulk_wait` waits until a group has read
+its shared memory (which may then be written again) or has completed.
 
 - A *tensor map* (:func:`tensor_map`) describes one operand for the copies: its address, its
   extents and strides (the contiguous axis first, then the other, then the batch), the box a
@@ -55,6 +58,9 @@ __all__ = [
     "mbarrier_arrive",
     "mbarrier_done",
     "tma_load",
+    "tma_store",
+    "bulk_commit",
+    "bulk_wait",
     "MAP_WORDS",
     "tensor_map_template",
     "map_workspace",
@@ -325,6 +331,40 @@ if SIMULATED:
 
         return load
 
+    @functools.cache
+    def tma_store(box: tuple):
+        """Twin of ``cp.async.bulk.tensor.3d`` global <- shared for maps whose box is ``box``:
+        synchronous, the elements inside the matrix written."""
+
+        def store(smem, src, map_key, c0, c1, c2):
+            spec, target = _TWINS[map_key]
+            assert spec.box == box, (spec.box, box)
+            size = smem.dtype.itemsize
+            assert np.dtype(spec.dtype) == smem.dtype, (spec.dtype, smem.dtype)
+            assert (src * size) % 1024 == 0, "a swizzled box starts at a 1024-byte boundary"
+            i0, i1, i2 = np.meshgrid(*(np.arange(b) for b in box), indexing="ij")
+            x0, x1, x2 = c0 + i0, c1 + i1, c2 + i2
+            inside = (x0 < spec.extents[0]) & (x1 < spec.extents[1]) & (x2 < spec.extents[2])
+            inside &= (x0 >= 0) & (x1 >= 0) & (x2 >= 0)
+            offset = x0 + x1 * spec.strides[0] + x2 * spec.strides[1]
+            byte = _swizzled(((i2 * box[1] + i1) * box[0] + i0) * size)
+            values = np.asarray(smem)[src + byte // size]
+            np.asarray(target)[offset[inside]] = values[inside]
+
+        return store
+
+    def bulk_commit():
+        """Twin of ``cp.async.bulk.commit_group``: the stores are synchronous."""
+
+    @functools.cache
+    def bulk_wait(pending: int, read: bool):
+        """Twin of ``cp.async.bulk.wait_group[.read]``: nothing is in flight."""
+
+        def wait():
+            pass
+
+        return wait
+
 else:
     from llvmlite import ir
     from numba.cuda.extending import intrinsic
@@ -448,6 +488,64 @@ else:
             return destination
 
         return types.int64(workspace, slot, smem, index), codegen
+
+    @functools.cache
+    def tma_store(box: tuple):
+        """Device function ``store(smem, src, tensor_map, c0, c1, c2)``: one
+        ``cp.async.bulk.tensor.3d`` of the box at coordinates (``c0``, ``c1``, ``c2``) of the
+        map at address ``tensor_map`` (whose box is ``box``) from ``smem``, element ``src`` on
+        (a 1024-byte boundary, laid out as :func:`tma_load` leaves a box), in this thread's
+        next bulk group; elements past the matrix are not written. Every thread that wrote
+        the box must have fenced its writes to the async proxy (``fence.proxy.async``) before
+        a barrier that this thread passed; the box stays unwritten until the group has read
+        it (:func:`bulk_wait`)."""
+
+        def typer(typingctx, smem, src, tensor_map, c0, c1, c2):
+            if not isinstance(smem, types.Array):
+                return None
+
+            def codegen(context, builder, sig, args):
+                source = shared_address(context, builder, sig.args[0], args[0], args[1])
+                map_address = context.cast(builder, args[2], sig.args[2], types.int64)
+                coords = [_int32(context, builder, args[i], sig.args[i]) for i in (3, 4, 5)]
+                _asm(builder, ir.VoidType(),
+                     "cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group"
+                     " [$0, {$1, $2, $3}], [$4];",
+                     "l,r,r,r,r,~{memory}", [map_address, *coords, source])  # fmt: skip
+                return context.get_dummy_value()
+
+            return types.void(smem, src, tensor_map, c0, c1, c2), codegen
+
+        return intrinsic(typer)
+
+    def _statement(text: str, doc: str):
+        """A device function of no arguments: the PTX ``text``."""
+
+        def typer(typingctx):
+            def codegen(context, builder, sig, args):
+                _asm(builder, ir.VoidType(), text, "~{memory}", [])
+                return context.get_dummy_value()
+
+            return types.void(), codegen
+
+        op = intrinsic(typer)
+        op.__doc__ = doc
+        return op
+
+    bulk_commit = _statement(
+        "cp.async.bulk.commit_group;",
+        "``cp.async.bulk.commit_group``: this thread's bulk stores since the last commit, one "
+        "group.",
+    )
+
+    @functools.cache
+    def bulk_wait(pending: int, read: bool):
+        """Device function ``wait()``: until at most ``pending`` of this thread's bulk groups
+        are still reading their shared memory (``read``) or still in flight at all."""
+        return _statement(
+            f"cp.async.bulk.wait_group{'.read' if read else ''} {int(pending)};",
+            f"wait until at most {pending} bulk groups {'read' if read else 'run'}",
+        )
 
     @functools.cache
     def tma_load(box: tuple):

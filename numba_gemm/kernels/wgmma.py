@@ -70,7 +70,7 @@ conversion runs 8 warps) and ``stages`` >= 2.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
@@ -115,6 +115,8 @@ from .tma import (
     MAP_BYTES,
     TensorMapArg,
     TensorMapSpec,
+    bulk_commit,
+    bulk_wait,
     mbarrier_arrive,
     mbarrier_done,
     mbarrier_expect_bytes,
@@ -123,6 +125,7 @@ from .tma import (
     tensor_map_in_place,
     tensor_map_template,
     tma_load,
+    tma_store,
 )
 from .warpgroup import (
     ALIGNMENT,
@@ -181,6 +184,9 @@ PROMOTE_SLICES = 2  # 3xTF32: slices accumulated by the tensor cores between pro
 # the consumers take the rest of the pool the launch allocated.
 PRODUCER_REGISTERS = 40
 EPILOGUE_BARRIER = 1  # the consumers' named barrier around the epilogue (0 is the CTA's)
+# The persistent warp-specialised kernel stages C for its TMA stores this much at a time: with
+# 128 x 256 tiles in four stages (192 KB) it fills the 227 KB a CTA may have.
+STAGING_BYTES = 32 * 1024
 
 
 @dataclass(frozen=True)
@@ -226,6 +232,17 @@ class WgmmaConfig:
     def threads(self) -> int:
         """The CTA's: the consumers and the producer warpgroup, if any."""
         return WARPGROUP * (self.warpgroups + self.producers)
+
+    @property
+    def stores_with_tma(self) -> bool:
+        """The persistent warp-specialised kernel (``persistent`` and ``producers``), whose
+        epilogue hands C to TMA stores through a staging buffer (:func:`_c_tma_writer`)."""
+        return bool(self.persistent and self.producers)
+
+    @property
+    def map_count(self) -> int:
+        """Tensor maps the kernel reads: A's and B's, and with TMA stores C's."""
+        return 3 if self.stores_with_tma else 2
 
     @property
     def barriers(self) -> int:
@@ -321,7 +338,14 @@ class WgmmaConfig:
         (:meth:`c_tile_bytes`)."""
         slice_bytes = tile_bytes(self.block_m) + tile_bytes(self.block_n)
         pipeline = (self.stages + PART_BUFFERS * parts) * slice_bytes
+        if self.stores_with_tma:
+            return pipeline + STAGING_BYTES
         return pipeline if self.persistent else max(pipeline, self.c_tile_bytes())
+
+    def staging_offset(self) -> int:
+        """With TMA stores: bytes from the tiles' start to the staging buffer of C's boxes,
+        after the pipeline's buffers (a 1024-byte boundary: slices are 8 KB multiples)."""
+        return self.stages * (tile_bytes(self.block_m) + tile_bytes(self.block_n))
 
     def c_tile_bytes(self) -> int:
         """The epilogue's float32 C tile, either way round (:func:`c_tile_line`)."""
@@ -350,7 +374,7 @@ class WgmmaConfig:
             return self.tile_region_bytes(parts) + ALIGNMENT
         if maps == "host":
             return self.tile_region_bytes(parts) + ALIGNMENT + self.barriers * BARRIER_BYTES
-        return self.maps_offset() + 2 * MAP_BYTES + ALIGNMENT
+        return self.maps_offset() + self.map_count * MAP_BYTES + ALIGNMENT
 
     def ctas_per_sm(self, parts: int = 0, maps: str = "none") -> int:
         """CTAs of this config one SM holds: as many as its shared memory takes
@@ -649,15 +673,16 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     kernel sees them: with ``transposed`` it takes A, B, C and computes C^T = B^T A^T (the
     modes are B^T's, A^T's and C^T's).
 
-    How the tiles are filled (``maps``), and what the last three arguments ``a_map, b_map,
-    workspace`` are:
+    How the tiles are filled (``maps``), and what the arguments ``a_map, b_map, c_map,
+    workspace`` are (``c_map``: C's map for the TMA stores of the persistent warp-specialised
+    kernel, :attr:`WgmmaConfig.stores_with_tma`; else 0):
 
-    - "none": every thread's ``cp.async`` copies (the three unused ints);
+    - "none": every thread's ``cp.async`` copies (four unused ints);
     - "host": one thread's TMA copies, through the tensor maps of the buffers ``a`` and ``b``
-      at addresses ``a_map`` and ``b_map`` (``workspace`` unused);
+      (and ``c``) at addresses ``a_map`` and ``b_map`` (and ``c_map``; ``workspace`` unused);
     - "device": the same, through maps warp 0 builds first from the templates ``a_map`` and
-      ``b_map`` (16 words each) and the buffers' addresses, into this CTA's two 128-byte
-      slots of ``workspace`` (XLA's kernel call, where the host knows no address)."""
+      ``b_map`` (and ``c_map``; 16 words each) and the buffers' addresses, into this CTA's
+      128-byte slots of ``workspace`` (XLA's kernel call, where the host knows no address)."""
     BLOCK_M, BLOCK_N, STAGES = config.block_m, config.block_n, config.stages
     GROUP_M = config.group_m
     THREADS = config.threads
@@ -678,7 +703,8 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     BARRIERS = config.tile_region_bytes() // SIZE  # TMA: stage s's mbarrier at BARRIERS + s B
     BARRIER = BARRIER_BYTES // SIZE  # (B: its elements)
     FREE = STAGES * BARRIER  # with a producer: the "free" mbarriers follow the "landed" ones
-    MAPS, MAP = config.maps_offset() // SIZE, MAP_BYTES // SIZE  # device: A's map, then B's
+    MAPS, MAP = config.maps_offset() // SIZE, MAP_BYTES // SIZE  # device: A's map, B's, C's
+    STORES_WITH_TMA, MAP_COUNT = config.stores_with_tma, config.map_count
     load_stage = _stage_loader(config, STORAGE, a_mode, b_mode)
     copy_a = _tile_copier(a_mode[0], BLOCK_M, SIZE)
     copy_b = _tile_copier(b_mode[0], BLOCK_N, SIZE)
@@ -691,7 +717,9 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     origin = tile_origin(BLOCK_M, BLOCK_N, GROUP_M)
     zero_all = accumulator_zeroer(ACC_SIZE)
     write_c = _c_writer(config, out_dtype, c_mode, maps)
-    write_c_registers = _c_register_writer(config, out_dtype, c_mode)
+    C_STORAGE = storage_dtype(out_dtype)
+    if STORES_WITH_TMA:
+        store_c, stores_done = _c_tma_writer(config, out_dtype, c_mode)
     K_CTAS = config.k_ctas
     settle = settler(ACC_SIZE, THREADS)
     origin_of = work_origin(BLOCK_M, BLOCK_N, GROUP_M)
@@ -722,23 +750,28 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
                 stride_cm, stride_cn, M, N, a_map, b_map)  # fmt: skip
 
     @cuda.jit(device=True)
-    def tensor_maps(smem, base, a, b, a_map, b_map, workspace, tid):
-        # (A's map, B's map) for the TMA copies: as given, or where the kernel builds them
-        # (DEVICE_MAPS) completed with the buffers' addresses and published by warp 0 to this
-        # CTA's two slots of the workspace
+    def tensor_maps(smem, base, a, b, c, a_map, b_map, c_map, workspace, tid):
+        # (A's map, B's, C's) for the TMA copies (C's: for the stores, where STORES_WITH_TMA;
+        # else 0): as given, or where the kernel builds them (DEVICE_MAPS) completed with the
+        # buffers' addresses and published to this CTA's MAP_COUNT slots of the workspace, by
+        # warp 0 (A's and B's) and by the first consumer warp (C's)
         if not DEVICE_MAPS:
-            return a_map, b_map
+            return a_map, b_map, c_map
         if tid == 0:
             tensor_map_in_place(smem, base + MAPS, a_map, a)
             tensor_map_in_place(smem, base + MAPS + MAP, b_map, b)
+            if STORES_WITH_TMA:
+                tensor_map_in_place(smem, base + MAPS + 2 * MAP, c_map, c)
         cuda.syncthreads()
-        a_tensor_map, b_tensor_map = 0, 0
+        a_tensor_map, b_tensor_map, c_tensor_map = 0, 0, 0
+        cta = (cuda.blockIdx.z * cuda.gridDim.y + cuda.blockIdx.y) * cuda.gridDim.x
+        slot = MAP_COUNT * (cta + cuda.blockIdx.x)
         if tid < 32:  # a warp's instruction; tid 0, which issues the copies, is in it
-            cta = (cuda.blockIdx.z * cuda.gridDim.y + cuda.blockIdx.y) * cuda.gridDim.x
-            slot = 2 * (cta + cuda.blockIdx.x)
             a_tensor_map = publish_tensor_map(workspace, slot, smem, base + MAPS)
             b_tensor_map = publish_tensor_map(workspace, slot + 1, smem, base + MAPS + MAP)
-        return a_tensor_map, b_tensor_map
+        if STORES_WITH_TMA and FIRST <= tid < FIRST + 32:  # the warp of the thread that stores
+            c_tensor_map = publish_tensor_map(workspace, slot + 2, smem, base + MAPS + 2 * MAP)
+        return a_tensor_map, b_tensor_map, c_tensor_map
 
     @cuda.jit(device=True)
     def init_barriers(smem, base, tid):
@@ -857,8 +890,8 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     # producer: one, its pool parted by setmaxnreg)
     @kernel_jit(THREADS, config.ctas_per_sm(0, maps) if TMA else 1)
     def wgmma_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn,
-                     c, stride_cb, stride_cm, stride_cn, M, N, K, a_map, b_map, workspace,
-                     partials, sync):  # fmt: skip
+                     c, stride_cb, stride_cm, stride_cn, M, N, K, a_map, b_map, c_map,
+                     workspace, partials, sync):  # fmt: skip
         (a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn, stride_cm,
          stride_cn, M, N, a_map, b_map) = as_computed(
             a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn, stride_cm,
@@ -883,7 +916,8 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
 
         # -- pipeline: LOOKAHEAD slices load ahead of the one multiplied (with a producer: up to
         # STAGES, as the consumers free them) ------------------------------------------------
-        a_tensor_map, b_tensor_map = tensor_maps(smem, base, a, b, a_map, b_map, workspace, tid)
+        a_tensor_map, b_tensor_map, c_tensor_map = tensor_maps(
+            smem, base, a, b, c, a_map, b_map, c_map, workspace, tid)  # fmt: skip
         if TMA:  # (always, with a producer)
             init_barriers(smem, base, tid)
         if PRODUCER:
@@ -995,7 +1029,7 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     @kernel_jit(THREADS)  # one CTA per SM by registers: its TF32 form takes 146 at 128 x 64
     def persistent_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk,
                           stride_bn, c, stride_cb, stride_cm, stride_cn, M, N, K, a_map, b_map,
-                          workspace, partials, sync):  # fmt: skip
+                          c_map, workspace, partials, sync):  # fmt: skip
         (a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn, stride_cm,
          stride_cn, M, N, a_map, b_map) = as_computed(
             a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn, stride_cm,
@@ -1014,7 +1048,8 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
         slices = my_tiles * k_tiles
 
         # -- pipeline: the first LOOKAHEAD slices; the cursor then at slice LOOKAHEAD ---------
-        a_tensor_map, b_tensor_map = tensor_maps(smem, base, a, b, a_map, b_map, workspace, tid)
+        a_tensor_map, b_tensor_map, c_tensor_map = tensor_maps(
+            smem, base, a, b, c, a_map, b_map, c_map, workspace, tid)  # fmt: skip
         if TMA:
             init_barriers(smem, base, tid)
         m0, n0, batch, _, _ = origin_of(cuda.blockIdx.x, cuda.blockIdx.y, M, N, stride_ab,
@@ -1067,13 +1102,14 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     # -- the persistent warp-specialised kernel (config.persistent 1 and config.producers 1) ----
     # The persistent kernel's stream of slices, copied by the producer's one thread (up to
     # STAGES slices ahead, across tiles) while the consumer warpgroups take the CTA's tiles in
-    # turn: each tile's slices, then its epilogue straight from the accumulators to C (no
-    # staged tile, no barrier), during which the next tile's first slices land.
+    # turn: each tile's slices, then its epilogue, which stages C (converted) in boxes that
+    # one thread hands to TMA stores; those drain while the next tile's wgmmas run, whose
+    # first slices landed during the epilogue.
 
     @kernel_jit(THREADS, 1)  # one CTA per SM: its register pool parted by setmaxnreg
     def persistent_producer_kernel(a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk,
                                    stride_bn, c, stride_cb, stride_cm, stride_cn, M, N, K, a_map,
-                                   b_map, workspace, partials, sync):  # fmt: skip
+                                   b_map, c_map, workspace, partials, sync):  # fmt: skip
         (a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn, stride_cm,
          stride_cn, M, N, a_map, b_map) = as_computed(
             a, stride_ab, stride_am, stride_ak, b, stride_bb, stride_bk, stride_bn, stride_cm,
@@ -1091,7 +1127,8 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
         my_tiles = (tiles - cuda.blockIdx.x + cuda.gridDim.x - 1) // cuda.gridDim.x
 
         # -- roles: the producer's thread walks the stream; the consumers take the tiles -------
-        a_tensor_map, b_tensor_map = tensor_maps(smem, base, a, b, a_map, b_map, workspace, tid)
+        a_tensor_map, b_tensor_map, c_tensor_map = tensor_maps(
+            smem, base, a, b, c, a_map, b_map, c_map, workspace, tid)  # fmt: skip
         init_barriers(smem, base, tid)
         if tid < FIRST:
             fewer_registers()
@@ -1125,10 +1162,11 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
             wgmma_done()
             free_last(smem, base, g0, k_tiles)
 
-            # -- its epilogue, from the registers: the producer meanwhile fills the freed
+            # -- its epilogue, staged for TMA stores: the producer meanwhile fills the freed
             # buffers with the next tile's slices ----------------------------------------------
-            write_c_registers(c, batch * stride_cb, stride_cm, stride_cn, M, N, m0, n0, acc)
+            store_c(cuda.shared.array(0, C_STORAGE), c_tensor_map, m0, n0, batch, acc, tid)
             zero_all(acc)
+        stores_done(tid)  # the last stores have read the staging buffer before the CTA ends
 
     if config.persistent and config.producers:
         return persistent_producer_kernel
@@ -1239,59 +1277,116 @@ def _c_writer(config: WgmmaConfig, out_dtype: np.dtype, c_mode: tuple, maps: str
     return write_c
 
 
-def _c_register_writer(config: WgmmaConfig, out_dtype: np.dtype, c_mode: tuple):
-    """Device function ``write_c(c, c0, stride_cm, stride_cn, M, N, m0, n0, acc)``: the
-    persistent warp-specialised kernel's epilogue, from the accumulators ``acc`` (wgmma's
-    layout) straight to C, with no staged tile and no barrier, so that a consumer warpgroup
-    goes on to its next tile's wgmmas while its stores drain. Consumer thread t (of warp w and
-    lane l of its warpgroup) holds rows r and r + 8 (r = 64 x warpgroup + 16 w + l / 4) at
-    columns 8 j + 2 (l % 4) and the one after, for each j < BLOCK_N / 8:
+def _c_tma_writer(config: WgmmaConfig, out_dtype: np.dtype, c_mode: tuple):
+    """Device functions ``(store_c(c_smem, c_map, m0, n0, batch, acc, tid), done(tid))``: the
+    persistent warp-specialised kernel's epilogue, through TMA stores. C's tile is cut into
+    boxes (:func:`c_box`) of one 128-byte line along C's contiguous axis (64 16-bit or 32
+    float32 elements) by the tile's extent along the other; :data:`STAGING_BYTES` of them at
+    a time:
 
-    - a tile inside the matrix, of a C whose rows are contiguous and aligned to a pair of its
-      elements (``c_mode``): each pair converted and stored as one 4- or 8-byte store;
-    - otherwise element by element, those past the matrix skipped."""
+    1. consumer thread 0 waits until the stores before have read the staging buffer (at
+       :meth:`WgmmaConfig.staging_offset`), then the consumers' barrier;
+    2. each consumer writes its accumulators of those boxes (wgmma's layout), converted to C's
+       dtype, into the buffer as ``warpgroup.tile_slot`` lays out a k-major tile (128-byte
+       swizzled lines; a pair of columns as one store where C's rows are contiguous), fences
+       them to the async proxy, the consumers' barrier;
+    3. thread 0 issues one TMA store per box (elements past C are not written) and commits
+       them as one bulk group, which drains while the consumers go on.
+
+    ``c_smem``: the CTA's dynamic shared memory viewed as C's storage; ``c_map``: C's tensor
+    map (:func:`c_tensor_map_spec`); ``tid``: the consumer's index. ``done``: thread 0 waits
+    until every store has read its box (before the CTA leaves its shared memory)."""
     BLOCK_M, BLOCK_N = config.block_m, config.block_n
-    FIRST = WARPGROUP * config.producers  # the first thread that multiplies
     ACC_SIZE = BLOCK_N // 2
     convert = output_converter(out_dtype)
     C_STORAGE = storage_dtype(out_dtype)
-    PAIRS = c_mode[0] == "k" and c_mode[1] >= 2 * C_STORAGE.itemsize  # rows contiguous
+    SIZE = C_STORAGE.itemsize
+    WIDTH = tile_k(SIZE)  # a box's elements along C's contiguous axis: a 128-byte line
+    ALONG_M = c_mode[0] == "x"  # C's columns contiguous: boxes of m by every n of the tile
+    LINES = BLOCK_N if ALONG_M else BLOCK_M  # a box's lines
+    BOXES = (BLOCK_M if ALONG_M else BLOCK_N) // WIDTH
+    BOX = LINES * ROW_BYTES // SIZE  # a box's elements
+    AT_ONCE = max(1, min(BOXES, STAGING_BYTES // (LINES * ROW_BYTES)))
+    ROUNDS = BOXES // AT_ONCE
+    STAGING = config.staging_offset() // SIZE
+    store_box = tma_store(c_box(c_mode[0], config, SIZE))
+    slot = cuda.jit(device=True)(tile_slot("k", SIZE))  # (line, element of the line)
+    consumers_sync = _consumers_sync(config)
+    staged_read = bulk_wait(0, True)
 
     @cuda.jit(device=True)
-    def store_pairs(c, corner, stride_cm, acc, pair, j):
+    def stage(c_smem, staging, acc, pair, row, col, rnd, j):
+        # this thread's values at rows row, row + 8 and columns 8 j + col, + 1 that lie in
+        # round rnd's boxes, converted into the staging buffer
         for h in range(2):
-            pair[0] = convert(acc[4 * j + 2 * h])
-            pair[1] = convert(acc[4 * j + 2 * h + 1])
-            store_pair(c, corner + 8 * h * stride_cm + 8 * j, pair, 0)
+            m, n = row + 8 * h, col + 8 * j
+            if ALONG_M:
+                box = m // WIDTH - rnd * AT_ONCE
+                if 0 <= box < AT_ONCE:
+                    for e in range(2):
+                        c_smem[staging + box * BOX + slot(n + e, m % WIDTH)] = convert(
+                            acc[4 * j + 2 * h + e]
+                        )
+            else:
+                box = (8 * j) // WIDTH - rnd * AT_ONCE
+                if 0 <= box < AT_ONCE:
+                    pair[0] = convert(acc[4 * j + 2 * h])
+                    pair[1] = convert(acc[4 * j + 2 * h + 1])
+                    store_pair(c_smem, staging + box * BOX + slot(m, n % WIDTH), pair, 0)
+
+    stage_all = unrolled(stage, ACC_SIZE // 4, "c_smem, staging, acc, pair, row, col, rnd")
 
     @cuda.jit(device=True)
-    def store_elements(c, corner, stride_cm, stride_cn, rows_left, cols_left, acc, j):
-        for h in range(2):
-            for e in range(2):
-                if 8 * h < rows_left and 8 * j + e < cols_left:
-                    c[corner + 8 * h * stride_cm + (8 * j + e) * stride_cn] = convert(
-                        acc[4 * j + 2 * h + e]
-                    )
+    def store_round(c_smem, staging, c_map, m0, n0, batch, acc, pair, row, col, tid, rnd):
+        if tid == 0:
+            staged_read()
+        consumers_sync()
+        stage_all(c_smem, staging, acc, pair, row, col, rnd)
+        async_proxy_fence()
+        consumers_sync()
+        if tid == 0:
+            for q in range(AT_ONCE):
+                x = (rnd * AT_ONCE + q) * WIDTH  # the box's first element along C's lines
+                if ALONG_M:
+                    store_box(c_smem, staging + q * BOX, c_map, m0 + x, n0, batch)
+                else:
+                    store_box(c_smem, staging + q * BOX, c_map, n0 + x, m0, batch)
+            bulk_commit()
 
-    pairs_all = unrolled(store_pairs, ACC_SIZE // 4, "c, corner, stride_cm, acc, pair")
-    elements_all = unrolled(
-        store_elements, ACC_SIZE // 4, "c, corner, stride_cm, stride_cn, rows_left, cols_left, acc"
+    rounds = unrolled(
+        store_round, ROUNDS, "c_smem, staging, c_map, m0, n0, batch, acc, pair, row, col, tid"
     )
 
     @cuda.jit(device=True)
-    def write_c(c, c0, stride_cm, stride_cn, M, N, m0, n0, acc):
-        tid = thread_index() - FIRST
+    def store_c(c_smem, c_map, m0, n0, batch, acc, tid):
         warpgroup, lane, warp = tid // WARPGROUP, tid % 32, (tid % WARPGROUP) // 32
-        row = warpgroup * ROWS_PER_WARPGROUP + 16 * warp + lane // 4
-        col = 2 * (lane % 4)
-        corner = c0 + (m0 + row) * stride_cm + (n0 + col) * stride_cn
-        if PAIRS and m0 + BLOCK_M <= M and n0 + BLOCK_N <= N:
-            pair = cuda.local.array(2, C_STORAGE)
-            pairs_all(c, corner, stride_cm, acc, pair)
-        else:
-            elements_all(c, corner, stride_cm, stride_cn, M - m0 - row, N - n0 - col, acc)
+        pair = cuda.local.array(2, C_STORAGE)
+        rounds(c_smem, aligned_start(c_smem) + STAGING, c_map, m0, n0, batch, acc, pair,
+               warpgroup * ROWS_PER_WARPGROUP + 16 * warp + lane // 4, 2 * (lane % 4),
+               tid)  # fmt: skip
 
-    return write_c
+    @cuda.jit(device=True)
+    def done(tid):
+        if tid == 0:
+            staged_read()
+
+    return store_c, done
+
+
+def c_box(axis: str, config: WgmmaConfig, size: int) -> tuple[int, int, int]:
+    """The TMA box of the persistent warp-specialised kernel's stores of C (elements along C's
+    contiguous axis ``axis`` as the kernel sees it, the other, the batch): one 128-byte line of
+    the contiguous axis by the tile's extent along the other."""
+    return (tile_k(size), config.block_n if axis == "x" else config.block_m, 1)
+
+
+def c_tensor_map_spec(desc: MatrixDesc, axis: str, config: WgmmaConfig, batch: int
+                      ) -> TensorMapSpec:  # fmt: skip
+    """The tensor map through which the persistent warp-specialised kernel stores C
+    (``desc``, M x N as the kernel sees it, contiguous along ``axis``: "k" for n, "x" for m),
+    in :func:`c_box` boxes."""
+    spec = tensor_map_spec(desc, axis, config.block_m, True, batch)
+    return replace(spec, box=c_box(axis, config, desc.dtype.itemsize))
 
 
 def _converter(threads: int, extent_x: int, axis: str, parts: int):
@@ -1552,10 +1647,10 @@ def fills_with_tma(launch: KernelLaunch) -> bool:
     """Whether a :func:`plan_wgmma` launch fills its tiles with TMA: the ``wgmma`` kernel (or
     its persistent form) whose arguments end with A's and B's tensor maps (or templates), the
     workspace and split-k's buffers, the maps not the zeros of its ``cp.async`` form."""
-    # the arguments end with a_map, b_map, workspace, partials, sync
+    # the arguments end with a_map, b_map, c_map, workspace, partials, sync
     kernel = launch.kernel.py_func.__name__
     return (kernel in ("wgmma_kernel", "persistent_kernel", "persistent_producer_kernel")
-            and launch.args[-5] != 0)  # fmt: skip
+            and launch.args[-6] != 0)  # fmt: skip
 
 
 def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: MatrixDesc,
@@ -1634,15 +1729,29 @@ def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: Mat
             "contiguous axis, 16-byte aligned, strides multiples of 16 bytes, no broadcast "
             "batch); use producers = 0 for these"
         )
-    extra = (0, 0, 0)  # the kernel's a_map, b_map, workspace (A's and B's, in the caller's order)
+    if config.stores_with_tma:  # C's map, for the stores
+        c_spec = c_tensor_map_spec(d, d_mode[0], config, c.batch)
+        problem = c_spec.problem() if d_mode[1] == VECTOR_BYTES else "no contiguous axis"
+        if problem is not None:
+            raise ValueError(
+                f"{config.label()}: the persistent warp-specialised kernel stores the output "
+                f"with TMA, which cannot write this one ({problem}); use persistent = 0 or "
+                "producers = 0 for it"
+            )
+        specs, descs = (*specs, c_spec), (x, y, d)
+    else:
+        descs = (x, y)
+    # the kernel's a_map, b_map, c_map (C's only with TMA stores) and workspace
+    map_args, workspace_arg = [0, 0, 0], 0
     if maps == "host":
-        extra = (*(TensorMapArg(spec, desc.name, desc.span) for spec, desc in zip(specs, (x, y))),
-                 0)  # fmt: skip
+        map_args[: len(specs)] = [TensorMapArg(spec, desc.name, desc.span)
+                                  for spec, desc in zip(specs, descs)]  # fmt: skip
     elif maps == "device":
-        extra = (*map(tensor_map_template, specs),
-                 workspace(2 * MAP_BYTES * grid[0] * grid[1] * grid[2]))  # fmt: skip
-    if transposed:
-        extra = (extra[1], extra[0], extra[2])
+        map_args[: len(specs)] = [tensor_map_template(spec) for spec in specs]
+        workspace_arg = workspace(config.map_count * MAP_BYTES * grid[0] * grid[1] * grid[2])
+    if transposed:  # A's and B's maps in the caller's order
+        map_args[:2] = map_args[1::-1]
+    extra = (*map_args, workspace_arg)
     shared = config.shared_bytes(parts, maps)
     if shared > STATIC_SHARED_LIMIT and shared > (limit := shared_memory_limit()):
         raise ValueError(
