@@ -712,6 +712,58 @@ def test_default_tiles_halve_for_small_problems(monkeypatch):
     assert wgmma.default_wgmma_config(2048, 2048, 65536).k_ctas == 1  # a wave already
 
 
+def test_auto_takes_the_warp_specialised_kernel_where_tma_goes_both_ways(monkeypatch, rng):
+    """The default 128 x 256 tiles run in the persistent warp-specialised kernel where TMA
+    can copy the operands and store C (its rows contiguous), for 16-bit operands; else in the
+    one-tile kernel. Planned as on an H100 (nothing runs)."""
+    from numba_gemm.api import plan
+    from numba_gemm.descriptor import describe
+    from numba_gemm.kernels import wgmma
+    from numba_gemm.kernels.tma import map_workspace
+
+    monkeypatch.setattr(wgmma, "simulated", lambda: False)
+    monkeypatch.setattr(wgmma, "multiprocessors", lambda: 132)
+
+    def workspace(nbytes):
+        return map_workspace(nbytes, np.zeros(nbytes, np.uint8))
+
+    def kernel(a, b, out, preset, tensor_maps="host"):
+        launch = plan(describe(a, "a"), describe(b, "b"), describe(out, "out"), "wgmma", None,
+                      PRESETS[preset], tensor_maps, workspace)  # fmt: skip
+        return launch.kernel.py_func.__name__, launch.grid
+
+    M, N, K = 1536, 2816, 520  # 12 x 11 tiles of 128 x 256: one per SM
+    a, b = aligned_view(M, K, BF16, False, rng), aligned_view(K, N, BF16, True, rng)
+    for out in (np.empty((M, N), BF16), np.empty((M, N), F32)):
+        assert kernel(a, b, out, PRESET[BF16]) == ("persistent_producer_kernel", (132, 1, 1))
+    assert kernel(a, b, np.empty((M, N), BF16), PRESET[BF16], "device")[0] == (
+        "persistent_producer_kernel"
+    )
+    for out in (np.empty((M, N + 1), BF16)[:, :N], np.empty((N, M), BF16).T):  # C: rows unaligned,
+        assert kernel(a, b, out, PRESET[BF16])[0] == "wgmma_kernel"  # columns contiguous
+    odd = rng.standard_normal((M, K + 1)).astype(BF16)[:, :K]  # 1042-byte rows: cp.async
+    assert kernel(odd, b, np.empty((M, N), BF16), PRESET[BF16])[0] == "wgmma_kernel"
+    x, y = aligned_view(M, K, F32, False, rng), aligned_view(K, N, F32, True, rng)
+    assert kernel(x, y, np.empty((M, N), F32), TF32)[0] == "wgmma_kernel"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("out_dtype", [BF16, F32])
+@pytest.mark.parametrize(
+    "shape", [(1536, 2816, 520), (2048, 2048, 1000), (1000, 4104, 72)], ids=str
+)
+def test_gpu_auto_takes_the_warp_specialised_kernel(shape, out_dtype, rng):
+    from numba import cuda
+
+    skip_unless_hopper()
+    M, N, K = shape
+    a, b = make_operands(M, N, K, BF16, "row", rng, to_device=True)
+    out = poisoned((M, N), out_dtype, to_device=True)
+    numba_gemm.matmul(a, b, out)
+    cuda.synchronize()
+    assert_within_preset(out, a, b, None, BF16, out_dtype)
+
+
 @pytest.mark.parametrize(
     "m, n, k, algorithm, config",
     [

@@ -157,6 +157,7 @@ from .warpgroup import (
 __all__ = [
     "WgmmaConfig",
     "DEFAULT_WGMMA_CONFIG",
+    "WARP_SPECIALISED_WGMMA_CONFIG",
     "TALL_WGMMA_CONFIG",
     "SHORT_K",
     "SHORT_K_WGMMA_CONFIG",
@@ -416,6 +417,12 @@ MIN_REGISTERS = 128
 # both warpgroups; four stages of 48 KB (64 k of 16-bit operands, 32 k of float32 ones) fill
 # the shared memory of an SM.
 DEFAULT_WGMMA_CONFIG = WgmmaConfig(128, 256, 4, 8)
+# Where TMA can copy the operands and store C (its rows contiguous), the default's tiles in the
+# persistent warp-specialised kernel: a producer thread streams each CTA's slices across its
+# tiles and TMA stores C under the next tile's wgmmas, so neither a tile's pipeline fill nor
+# its epilogue idles the tensor cores. 16-bit operands only: TF32 from registers runs slower
+# in it.
+WARP_SPECIALISED_WGMMA_CONFIG = WgmmaConfig(128, 256, 4, 8, persistent=1, producers=1)
 # The same tiles transposed, for outputs narrower than 256 but taller (scores @ values of
 # attention, 64 x 2048 x 128 x 2048: half of each 128 x 256 tile would be past N).
 TALL_WGMMA_CONFIG = WgmmaConfig(256, 128, 4, 8)
@@ -1708,21 +1715,26 @@ def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: Mat
     M, N = x.shape[0], y.shape[1]
     parts = preset.parts if converting else 0
     K = x.shape[1]
+    chosen = config is None
     config = config or default_wgmma_config(M, N, K, c.batch, parts, storage.itemsize,
                                             scratch is not None)  # fmt: skip
     config.check(storage, converting)
     config = working_config(config, cdiv(K, tile_k(storage.itemsize)), scratch)
     x_mode, y_mode, d_mode = operand_mode(x, True), operand_mode(y, False), operand_mode(d, True)
-    tiles = cdiv(M, config.block_m) * cdiv(N, config.block_n)
-    grid = (tiles, c.batch, config.k_ctas)
-    if config.persistent:  # config.persistent CTAs per SM, shared by the batch's products
-        grid = (min(tiles, max(1, config.persistent * multiprocessors() // c.batch)), c.batch, 1)
     maps = "none" if converting else tensor_maps
     if maps != "none":
         specs = (tensor_map_spec(x, x_mode[0], config.block_m, True, c.batch),
                  tensor_map_spec(y, y_mode[0], config.block_n, False, c.batch))  # fmt: skip
         if any(spec.problem() is not None for spec in specs):
             maps = "none"
+    if (chosen and config == DEFAULT_WGMMA_CONFIG and storage == UINT16 and maps != "none"
+            and d_mode == ("k", VECTOR_BYTES)
+            and c_tensor_map_spec(d, "k", config, c.batch).problem() is None):  # fmt: skip
+        config = WARP_SPECIALISED_WGMMA_CONFIG  # the same tiles, persistent, TMA both ways
+    tiles = cdiv(M, config.block_m) * cdiv(N, config.block_n)
+    grid = (tiles, c.batch, config.k_ctas)
+    if config.persistent:  # config.persistent CTAs per SM, shared by the batch's products
+        grid = (min(tiles, max(1, config.persistent * multiprocessors() // c.batch)), c.batch, 1)
     if config.producers and maps == "none":
         raise ValueError(
             f"{config.label()}: WgmmaConfig.producers = 1 needs operands TMA can copy (a "
