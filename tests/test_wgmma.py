@@ -433,13 +433,16 @@ def test_persistent_kernel_in_xlas_launch_and_a_batch(rng):
 PERSISTENT_PRODUCER = WgmmaConfig(64, 64, 3, 1, persistent=1, producers=1)
 
 
+@simulator_only
 @pytest.mark.parametrize("shape", [(1, 1, 1), (130, 67, 150), (64, 192, 64)], ids=str)
 @pytest.mark.parametrize("dtype, preset, a_col, b_col", PRODUCER_CASES, ids=str)
 def test_persistent_producer_matches_float64_reference(dtype, preset, a_col, b_col, shape, rng):
     """One CTA's stream of slices across its tiles: the producer refills each buffer with the
     next tile's slices as the consumers free it (tiles of three slices, of one); the epilogue's
     TMA stores of C's boxes (16-bit or float32, C's rows contiguous or, with A column-major,
-    its columns), past the matrix on every side."""
+    its columns), past the matrix on every side. Simulator only: on the GPU these host
+    outputs go through contiguous device copies, whose 67-element rows TMA cannot store
+    (``test_gpu_persistent_producer`` runs the kernel there)."""
     M, N, K = shape
     a = aligned_view(M, K, dtype, a_col, rng)
     b = aligned_view(K, N, dtype, b_col, rng)
@@ -510,7 +513,9 @@ GPU_PERSISTENT_PRODUCER = [
 @pytest.mark.parametrize("layout", ["row", "col", "b_col"])
 @pytest.mark.parametrize("dtype, preset", [(BF16, "BF16_BF16_F32"), (F32, "TF32_TF32_F32")])
 @pytest.mark.parametrize("config", GPU_PERSISTENT_PRODUCER, ids=WgmmaConfig.label)
-@pytest.mark.parametrize("shape", [(1000, 1032, 1000), (2048, 4096, 4096), (8, 264, 72)], ids=str)
+@pytest.mark.parametrize(
+    "shape", [(1000, 1032, 1000), (2048, 4096, 4096), (8, 264, 72), (1, 1, 1)], ids=str
+)
 def test_gpu_persistent_producer(shape, config, dtype, preset, layout, rng):
     """The persistent warp-specialised form on the GPU, written as its operands' dtype: tiles
     past the matrix, a CTA's several tiles, TMA stores of C with its rows contiguous and its

@@ -1380,6 +1380,13 @@ def _c_tma_writer(config: WgmmaConfig, out_dtype: np.dtype, c_mode: tuple):
     return store_c, done
 
 
+def contiguous_along(desc: MatrixDesc, axis: str) -> bool:
+    """Whether ``desc`` (M x N as the kernel sees it) is contiguous along ``axis`` ("k": n,
+    "x": m): stride 1, or a single element along it."""
+    i = 1 if axis == "k" else 0
+    return desc.strides[i] == 1 or desc.shape[i] == 1
+
+
 def c_box(axis: str, config: WgmmaConfig, size: int) -> tuple[int, int, int]:
     """The TMA box of the persistent warp-specialised kernel's stores of C (elements along C's
     contiguous axis ``axis`` as the kernel sees it, the other, the batch): one 128-byte line of
@@ -1728,7 +1735,7 @@ def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: Mat
         if any(spec.problem() is not None for spec in specs):
             maps = "none"
     if (chosen and config == DEFAULT_WGMMA_CONFIG and storage == UINT16 and maps != "none"
-            and d_mode == ("k", VECTOR_BYTES)
+            and d_mode[0] == "k" and contiguous_along(d, "k")
             and c_tensor_map_spec(d, "k", config, c.batch).problem() is None):  # fmt: skip
         config = WARP_SPECIALISED_WGMMA_CONFIG  # the same tiles, persistent, TMA both ways
     tiles = cdiv(M, config.block_m) * cdiv(N, config.block_n)
@@ -1743,7 +1750,7 @@ def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: Mat
         )
     if config.stores_with_tma:  # C's map, for the stores
         c_spec = c_tensor_map_spec(d, d_mode[0], config, c.batch)
-        problem = c_spec.problem() if d_mode[1] == VECTOR_BYTES else "no contiguous axis"
+        problem = c_spec.problem() if contiguous_along(d, d_mode[0]) else "no contiguous axis"
         if problem is not None:
             raise ValueError(
                 f"{config.label()}: the persistent warp-specialised kernel stores the output "
