@@ -40,8 +40,9 @@ AUTO_WITHIN = 1.05  # auto's time over the best candidate's that counts as a mat
 
 def _wgmma_tiles(case: str) -> tuple:
     """The wgmma tile shapes to time for ``case``: "auto"'s and their neighbours, the
-    persistent kernel's (as many CTAs per SM as fit their memory) and the default tiles with a
-    producer warpgroup (refused where TMA cannot copy the operands)."""
+    persistent kernel's (as many CTAs per SM as fit their memory) and the default tiles in the
+    persistent warp-specialised kernel (refused where TMA cannot copy the operands or store
+    C)."""
     from numba_gemm.kernels import wgmma
 
     tiles = (
@@ -52,7 +53,7 @@ def _wgmma_tiles(case: str) -> tuple:
     )  # fmt: skip
     persistent = (wgmma.WgmmaConfig(64, 128, 3, 8, persistent=2),
                   wgmma.WgmmaConfig(128, 128, 3, 8, persistent=1),
-                  replace(wgmma.DEFAULT_WGMMA_CONFIG, producers=1))  # fmt: skip
+                  wgmma.WARP_SPECIALISED_WGMMA_CONFIG)  # fmt: skip
     if case == "tf32":
         return tiles + persistent
     return (

@@ -54,6 +54,10 @@ warpgroup, whose first thread issues each slice's copies once every consumer thr
 arrived on the buffer's "free" mbarrier (so up to ``stages`` slices ahead), while the other
 warpgroups wait on "landed", multiply and free the slice before; ``setmaxnreg`` moves the
 producer's registers to the consumers; the epilogue runs between the consumers' named barrier.
+Persistent and warp-specialised (``persistent`` 1 and ``producers`` 1: what "auto" runs the
+default tiles in where TMA goes both ways): the producer's stream is all the CTA's tiles'
+slices, and the epilogue stages C in boxes that one thread hands to TMA stores
+(:func:`_c_tma_writer`), which drain while the next tile's wgmmas run.
 
 Order of a slice's buffer: with ``cp.async``, copies land (``cp.async.wait_group``), each
 thread makes its writes visible to the tensor cores (``fence.proxy.async``), a CTA barrier;
@@ -64,7 +68,9 @@ warpgroup's wait for the wgmmas that read it.
 Constraints (``WgmmaConfig.check``): BLOCK_M a multiple of 64 (at most 4 warpgroups),
 BLOCK_N a multiple of 64 up to 256 (one wgmma's N), tiles that split into whole 16-byte copies
 per thread, ``stages`` >= IN_FLIGHT + 2; in the converting kernel BLOCK_M = 128 (the
-conversion runs 8 warps) and ``stages`` >= 2.
+conversion runs 8 warps) and ``stages`` >= 2; with a producer at most two consumer
+warpgroups and ``persistent`` 0 or 1, and (``plan_wgmma``) operands TMA can copy and, when
+persistent, a C that TMA can store.
 """
 
 from __future__ import annotations
@@ -202,8 +208,9 @@ class WgmmaConfig:
     from one tile into the next (:func:`_kernel`'s persistent kernel; not the converting
     kernel, one CTA per tile's k); ``producers``: 0, every thread both waits for the copies
     and multiplies, or 1, one more warpgroup whose first thread only issues the TMA copies
-    while the others only multiply (warp specialisation: :func:`_kernel`, one CTA per tile,
-    operands TMA can copy).
+    while the others only multiply (warp specialisation: :func:`_kernel`, operands TMA can
+    copy; with ``persistent`` 1, the persistent warp-specialised kernel, whose epilogue
+    stores C with TMA: :attr:`stores_with_tma`).
     """
 
     ZERO_MEANS_OFF: ClassVar[tuple] = ("persistent", "producers")
