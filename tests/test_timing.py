@@ -238,10 +238,10 @@ def test_the_shape_configs_benchmark_times_every_split_that_fits(benchmark_modul
     assert len(found) == len(shape_configs._wgmma_tiles("bf16")) and all(
         "kc" not in c for _, c in found
     )
-    assert {"wgmma 64x128/s3/g8/p2", "wgmma 128x256/s4/g8/ws"} <= {c for _, c in found}
-    # a long k: the persistent tiles and the producer form are never split
+    assert {"wgmma 64x128/s3/g8/p2", "wgmma 128x256/s4/g8/p1/ws"} <= {c for _, c in found}
+    # a long k: the persistent tiles (warp-specialised too) are never split
     found = [c for _, c in labels("bf16", ("large-k", 1, 1024, 1024, 65536))]
-    assert "wgmma 128x256/s4/g8/kc4" in found and "wgmma 128x256/s4/g8/ws" in found
+    assert "wgmma 128x256/s4/g8/kc4" in found and "wgmma 128x256/s4/g8/p1/ws" in found
     assert not any("/kc" in c and ("/p" in c or "/ws" in c) for c in found)
     # TF32 row-major runs as 14336 x 128: the tall tiles' 56 may split, the 128 x 256 ones' 112
     # (in the kernel's frame) only in two

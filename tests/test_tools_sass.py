@@ -115,6 +115,8 @@ def test_launches_plan_each_kernel_as_on_an_h100(tmp_path):
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     kernels = [line.split(":")[0] for line in done.stdout.splitlines() if "threads" in line]
-    assert kernels[:4] == ["mma_kernel", "wgmma_kernel", "wgmma_kernel", "tiled_kernel"]
+    # 2048^3 bf16: the default tiles, persistent and warp-specialised (TMA both ways)
+    assert kernels[:4] == ["mma_kernel", "persistent_producer_kernel",
+                           "persistent_producer_kernel", "tiled_kernel"]  # fmt: skip
     assert len(kernels) > 4  # the triple product's launches
     assert "grid 32 x 64 threads" in done.stdout  # 1024 x 10: the narrow mma tiles

@@ -370,6 +370,7 @@ else:
     from numba.cuda.extending import intrinsic
 
     from .fragments import _element_pointer, shared_address
+    from .warpgroup import _statement
 
     _I32, _I64 = ir.IntType(32), ir.IntType(64)
 
@@ -517,20 +518,6 @@ else:
             return types.void(smem, src, tensor_map, c0, c1, c2), codegen
 
         return intrinsic(typer)
-
-    def _statement(text: str, doc: str):
-        """A device function of no arguments: the PTX ``text``."""
-
-        def typer(typingctx):
-            def codegen(context, builder, sig, args):
-                _asm(builder, ir.VoidType(), text, "~{memory}", [])
-                return context.get_dummy_value()
-
-            return types.void(), codegen
-
-        op = intrinsic(typer)
-        op.__doc__ = doc
-        return op
 
     bulk_commit = _statement(
         "cp.async.bulk.commit_group;",

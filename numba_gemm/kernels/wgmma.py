@@ -1000,6 +1000,13 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     #   0.4 us), once per tile and off the way from a landed slice to its wgmmas.
 
     @cuda.jit(device=True)
+    def stream_of(M, N, K):
+        # a persistent CTA's stream: (slices per tile, its tiles x, x + grid x, ...)
+        tiles = ((M + BLOCK_M - 1) // BLOCK_M) * ((N + BLOCK_N - 1) // BLOCK_N)
+        k_tiles = (K + SLICE_K - 1) // SLICE_K
+        return k_tiles, (tiles - cuda.blockIdx.x + cuda.gridDim.x - 1) // cuda.gridDim.x
+
+    @cuda.jit(device=True)
     def fill(smem, base, g, cursor, a, stride_ab, stride_am, stride_ak, b, stride_bb,
              stride_bk, stride_bn, M, N, K, tid, a_map, b_map):  # fmt: skip
         # slice g of this CTA's stream, at ``cursor``, into buffer g % STAGES: TMA (the
@@ -1056,9 +1063,7 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
         tid = cuda.threadIdx.x
 
         # -- this CTA's stream: its tiles' slices, k_tiles each --------------------------------
-        tiles = ((M + BLOCK_M - 1) // BLOCK_M) * ((N + BLOCK_N - 1) // BLOCK_N)
-        k_tiles = (K + SLICE_K - 1) // SLICE_K
-        my_tiles = (tiles - cuda.blockIdx.x + cuda.gridDim.x - 1) // cuda.gridDim.x
+        k_tiles, my_tiles = stream_of(M, N, K)
         slices = my_tiles * k_tiles
 
         # -- pipeline: the first LOOKAHEAD slices; the cursor then at slice LOOKAHEAD ---------
@@ -1136,9 +1141,7 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
         tid = cuda.threadIdx.x
 
         # -- this CTA's stream: its tiles' slices, k_tiles each --------------------------------
-        tiles = ((M + BLOCK_M - 1) // BLOCK_M) * ((N + BLOCK_N - 1) // BLOCK_N)
-        k_tiles = (K + SLICE_K - 1) // SLICE_K
-        my_tiles = (tiles - cuda.blockIdx.x + cuda.gridDim.x - 1) // cuda.gridDim.x
+        k_tiles, my_tiles = stream_of(M, N, K)
 
         # -- roles: the producer's thread walks the stream; the consumers take the tiles -------
         a_tensor_map, b_tensor_map, c_tensor_map = tensor_maps(
