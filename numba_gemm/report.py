@@ -366,6 +366,7 @@ def readme_rows(results: str | Path | None = None) -> list[dict]:
             peer_seconds.append(2 * n**3 / row["triton_tflops"] / 1e12)
         kernel = {
             "wgmma_kernel": "wgmma",
+            "persistent_producer_kernel": "wgmma (persistent, warp-specialised)",
             "wgmma_converting_kernel": "wgmma (converting)",
             "mma_kernel": "mma.sync",
         }.get(row.get("kernel"), "mma.sync")

@@ -84,6 +84,20 @@ def test_the_wgmma_kernel_moves_its_tensor_maps_with_the_arrays(rng, plans):
     assert len(plans) == 1
 
 
+def test_the_persistent_warp_specialised_kernel_moves_cs_map_with_the_output(rng, plans):
+    """Its TMA stores go through a map of C: a prepared call into another output must store
+    there (a map left at the first output's address would leave the new one NaN)."""
+    from numba_gemm.kernels.wgmma import WgmmaConfig
+
+    config = WgmmaConfig(64, 64, 3, 1, persistent=1, producers=1)
+    for _ in range(2):
+        a, b = device_operands(70, 64, 72, ml_dtypes.bfloat16, "row", rng)
+        out = poisoned((70, 72), np.float32)
+        numba_gemm.matmul(a, b, out, algorithm="wgmma", config=config)
+        assert_matmul(out, a, b)
+    assert len(plans) == 1
+
+
 def test_batched_parts_and_vectors_move_with_their_arrays(rng, plans):
     for _ in range(2):
         a = cuda.to_device(rng.standard_normal((3, 2, 9, 5)).astype(np.float32))
