@@ -192,7 +192,8 @@ PROMOTE_SLICES = 2  # 3xTF32: slices accumulated by the tensor cores between pro
 PRODUCER_REGISTERS = 40
 EPILOGUE_BARRIER = 1  # the consumers' named barrier around the epilogue (0 is the CTA's)
 # The persistent warp-specialised kernel stages C for its TMA stores this much at a time: with
-# 128 x 256 tiles in four stages (192 KB) it fills the 227 KB a CTA may have.
+# 128 x 256 tiles in four stages (192 KB) it fills the 227 KB a CTA may have; the largest box
+# (256 lines of 128 bytes) fits.
 STAGING_BYTES = 32 * 1024
 
 
@@ -343,7 +344,9 @@ class WgmmaConfig:
         """Shared memory of the tiles from their 1024-byte aligned start: ``stages`` tiles of
         A and B (with ``parts`` > 0, the converting kernel's, plus two buffers of their
         ``parts`` TF32 parts), or after the k loop in the same memory the float32 C tile
-        (:meth:`c_tile_bytes`)."""
+        (:meth:`c_tile_bytes`); for a persistent config the pipeline alone (its C tile lies
+        apart: :meth:`c_tile_offset`), with TMA stores followed by their staging buffer
+        (:data:`STAGING_BYTES`)."""
         slice_bytes = tile_bytes(self.block_m) + tile_bytes(self.block_n)
         pipeline = (self.stages + PART_BUFFERS * parts) * slice_bytes
         if self.stores_with_tma:
