@@ -721,8 +721,7 @@ def test_auto_takes_the_warp_specialised_kernel_where_tma_goes_both_ways(monkeyp
     """The default 128 x 256 tiles run in the persistent warp-specialised kernel where TMA
     can copy the operands and store C (its rows contiguous), for 16-bit operands; else in the
     one-tile kernel. Planned as on an H100 (nothing runs)."""
-    from numba_gemm.api import plan
-    from numba_gemm.descriptor import describe
+    from numba_gemm.api import describe_matmul, plan
     from numba_gemm.kernels import wgmma
     from numba_gemm.kernels.tma import map_workspace
 
@@ -733,8 +732,8 @@ def test_auto_takes_the_warp_specialised_kernel_where_tma_goes_both_ways(monkeyp
         return map_workspace(nbytes, np.zeros(nbytes, np.uint8))
 
     def kernel(a, b, out, preset, tensor_maps="host"):
-        launch = plan(describe(a, "a"), describe(b, "b"), describe(out, "out"), "wgmma", None,
-                      PRESETS[preset], tensor_maps, workspace)  # fmt: skip
+        [operands] = describe_matmul(a, b, out, precision=preset).parts
+        launch = plan(*operands, "wgmma", None, PRESETS[preset], tensor_maps, workspace)
         return launch.kernel.py_func.__name__, launch.grid
 
     M, N, K = 1536, 2816, 520  # 12 x 11 tiles of 128 x 256: one per SM
@@ -750,6 +749,13 @@ def test_auto_takes_the_warp_specialised_kernel_where_tma_goes_both_ways(monkeyp
     assert kernel(odd, b, np.empty((M, N), BF16), PRESET[BF16])[0] == "wgmma_kernel"
     x, y = aligned_view(M, K, F32, False, rng), aligned_view(K, N, F32, True, rng)
     assert kernel(x, y, np.empty((M, N), F32), TF32)[0] == "wgmma_kernel"
+    # batches of 2 x 2 tiles: one CTA per product; 133 of them would take two rounds of 4
+    # tiles (one SM in the second), where one CTA per tile takes 5 waves; 264 take 8 either way
+    a = aligned_view(256, 192, BF16, False, rng, (264,))
+    b = aligned_view(192, 512, BF16, False, rng, (264,))
+    out = np.empty((264, 256, 512), BF16)
+    assert kernel(a[:133], b[:133], out[:133], PRESET[BF16])[0] == "wgmma_kernel"
+    assert kernel(a, b, out, PRESET[BF16]) == ("persistent_producer_kernel", (1, 264, 1))
 
 
 @pytest.mark.gpu

@@ -1393,6 +1393,21 @@ def _c_tma_writer(config: WgmmaConfig, out_dtype: np.dtype, c_mode: tuple):
     return store_c, done
 
 
+def persistent_ctas(tiles: int, batch: int, per_sm: int) -> int:
+    """A persistent grid's CTAs per product of ``batch`` of ``tiles`` tiles each: ``per_sm``
+    CTAs per SM shared by the products, at least one each."""
+    return min(tiles, max(1, per_sm * multiprocessors() // batch))
+
+
+def persistent_rounds(tiles: int, batch: int, per_sm: int) -> int:
+    """The tiles the busiest SM runs one after another in a persistent grid (its CTAs' waves
+    times each CTA's tiles), against ``cdiv(tiles * batch, SMs)`` for one CTA per tile and SM:
+    equal for one product; more where a batch leaves each product one CTA and those CTAs
+    fill one wave and a bit of the next."""
+    ctas = persistent_ctas(tiles, batch, per_sm)
+    return cdiv(ctas * batch, per_sm * multiprocessors()) * cdiv(tiles, ctas)
+
+
 def contiguous_along(desc: MatrixDesc, axis: str) -> bool:
     """Whether ``desc`` (M x N as the kernel sees it) is contiguous along ``axis`` ("k": n,
     "x": m): stride 1, or a single element along it."""
@@ -1747,14 +1762,16 @@ def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: Mat
                  tensor_map_spec(y, y_mode[0], config.block_n, False, c.batch))  # fmt: skip
         if any(spec.problem() is not None for spec in specs):
             maps = "none"
+    tiles = cdiv(M, config.block_m) * cdiv(N, config.block_n)
     if (chosen and config == DEFAULT_WGMMA_CONFIG and storage == UINT16 and maps != "none"
             and d_mode[0] == "k" and contiguous_along(d, "k")
-            and c_tensor_map_spec(d, "k", config, c.batch).problem() is None):  # fmt: skip
+            and c_tensor_map_spec(d, "k", config, c.batch).problem() is None
+            and persistent_rounds(tiles, c.batch, 1) <= cdiv(tiles * c.batch, multiprocessors())
+            ):  # fmt: skip
         config = WARP_SPECIALISED_WGMMA_CONFIG  # the same tiles, persistent, TMA both ways
-    tiles = cdiv(M, config.block_m) * cdiv(N, config.block_n)
     grid = (tiles, c.batch, config.k_ctas)
-    if config.persistent:  # config.persistent CTAs per SM, shared by the batch's products
-        grid = (min(tiles, max(1, config.persistent * multiprocessors() // c.batch)), c.batch, 1)
+    if config.persistent:
+        grid = (persistent_ctas(tiles, c.batch, config.persistent), c.batch, 1)
     if config.producers and maps == "none":
         raise ValueError(
             f"{config.label()}: WgmmaConfig.producers = 1 needs operands TMA can copy (a "
