@@ -265,7 +265,7 @@ def _operand_axis(stride_x: int, stride_k: int, extent_x: int, extent_k: int) ->
     is (for one element, whichever has stride 1), ``"k"`` (element copies) where neither is."""
     if stride_k == 1 and extent_k > 1:
         return "k"
-    if stride_x == 1 and (extent_x > 1 or extent_k == 1 != stride_k):
+    if stride_x == 1 and (extent_x > 1 or (extent_k == 1 and stride_k != 1)):
         return "x"
     return "k"
 

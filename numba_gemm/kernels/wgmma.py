@@ -1408,11 +1408,14 @@ def persistent_rounds(tiles: int, batch: int, per_sm: int) -> int:
     return cdiv(ctas * batch, per_sm * multiprocessors()) * cdiv(tiles, ctas)
 
 
-def contiguous_along(desc: MatrixDesc, axis: str) -> bool:
-    """Whether ``desc`` (M x N as the kernel sees it) is contiguous along ``axis`` ("k": n,
-    "x": m): stride 1, or a single element along it."""
+def c_store_problem(desc: MatrixDesc, axis: str, config: WgmmaConfig, batch: int) -> str | None:
+    """What keeps TMA from storing C (``desc``, M x N as the kernel sees it) along ``axis``
+    ("k": n, "x": m) in ``config``'s boxes, or None: no stride 1 along it (nor a single
+    element), or what :meth:`TensorMapSpec.problem` finds in :func:`c_tensor_map_spec`."""
     i = 1 if axis == "k" else 0
-    return desc.strides[i] == 1 or desc.shape[i] == 1
+    if desc.strides[i] != 1 and desc.shape[i] != 1:
+        return "no contiguous axis"
+    return c_tensor_map_spec(desc, axis, config, batch).problem()
 
 
 def c_box(axis: str, config: WgmmaConfig, size: int) -> tuple[int, int, int]:
@@ -1687,8 +1690,9 @@ def wgmma_takes(preset: Preset, dtype) -> bool:
 
 def fills_with_tma(launch: KernelLaunch) -> bool:
     """Whether a :func:`plan_wgmma` launch fills its tiles with TMA: the ``wgmma`` kernel (or
-    its persistent form) whose arguments end with A's and B's tensor maps (or templates), the
-    workspace and split-k's buffers, the maps not the zeros of its ``cp.async`` form."""
+    its persistent forms) whose arguments end with A's, B's and C's tensor maps (or templates;
+    C's only with TMA stores), the workspace and split-k's buffers, the maps not the zeros of
+    its ``cp.async`` form."""
     # the arguments end with a_map, b_map, c_map, workspace, partials, sync
     kernel = launch.kernel.py_func.__name__
     return (kernel in ("wgmma_kernel", "persistent_kernel", "persistent_producer_kernel")
@@ -1764,8 +1768,7 @@ def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: Mat
             maps = "none"
     tiles = cdiv(M, config.block_m) * cdiv(N, config.block_n)
     if (chosen and config == DEFAULT_WGMMA_CONFIG and storage == UINT16 and maps != "none"
-            and d_mode[0] == "k" and contiguous_along(d, "k")
-            and c_tensor_map_spec(d, "k", config, c.batch).problem() is None
+            and d_mode[0] == "k" and c_store_problem(d, "k", config, c.batch) is None
             and persistent_rounds(tiles, c.batch, 1) <= cdiv(tiles * c.batch, multiprocessors())
             ):  # fmt: skip
         config = WARP_SPECIALISED_WGMMA_CONFIG  # the same tiles, persistent, TMA both ways
@@ -1779,15 +1782,13 @@ def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: Mat
             "batch); use producers = 0 for these"
         )
     if config.stores_with_tma:  # C's map, for the stores
-        c_spec = c_tensor_map_spec(d, d_mode[0], config, c.batch)
-        problem = c_spec.problem() if contiguous_along(d, d_mode[0]) else "no contiguous axis"
-        if problem is not None:
+        if (problem := c_store_problem(d, d_mode[0], config, c.batch)) is not None:
             raise ValueError(
                 f"{config.label()}: the persistent warp-specialised kernel stores the output "
                 f"with TMA, which cannot write this one ({problem}); use persistent = 0 or "
                 "producers = 0 for it"
             )
-        specs, descs = (*specs, c_spec), (x, y, d)
+        specs, descs = (*specs, c_tensor_map_spec(d, d_mode[0], config, c.batch)), (x, y, d)
     else:
         descs = (x, y)
     # the kernel's a_map, b_map, c_map (C's only with TMA stores) and workspace
