@@ -310,24 +310,32 @@ if SIMULATED:
         _twin_bytes(workspace, slot * MAP_BYTES).view(np.int64)[0] = key
         return key
 
+    def _twin_box(spec, box, smem, start, corner):
+        """Twin helper: the box of ``spec`` at coordinates ``corner`` against shared memory
+        ``smem`` from element ``start``, element by element (arrays of the box's shape):
+        whether each lies inside the matrix, its offset in the matrix's buffer, and its slot
+        in shared memory (128-byte swizzled, as ``tile_slot`` lays out a box)."""
+        assert spec.box == box, (spec.box, box)
+        size = smem.dtype.itemsize
+        assert (start * size) % 1024 == 0, "a swizzled box starts at a 1024-byte boundary"
+        i0, i1, i2 = np.meshgrid(*(np.arange(b) for b in box), indexing="ij")
+        x0, x1, x2 = corner[0] + i0, corner[1] + i1, corner[2] + i2
+        inside = (x0 < spec.extents[0]) & (x1 < spec.extents[1]) & (x2 < spec.extents[2])
+        inside &= (x0 >= 0) & (x1 >= 0) & (x2 >= 0)
+        offset = x0 + x1 * spec.strides[0] + x2 * spec.strides[1]
+        byte = _swizzled(((i2 * box[1] + i1) * box[0] + i0) * size)
+        return inside, offset, start + byte // size
+
     @functools.cache
     def tma_load(box: tuple):
         """Twin of ``cp.async.bulk.tensor.3d`` for maps whose box is ``box``."""
 
         def load(smem, dst, map_key, c0, c1, c2, barrier):
             spec, source = _TWINS[map_key]
-            assert spec.box == box, (spec.box, box)
-            size = smem.dtype.itemsize
-            assert (dst * size) % 1024 == 0, "a swizzled box starts at a 1024-byte boundary"
-            i0, i1, i2 = np.meshgrid(*(np.arange(b) for b in box), indexing="ij")
-            x0, x1, x2 = c0 + i0, c1 + i1, c2 + i2
-            inside = (x0 < spec.extents[0]) & (x1 < spec.extents[1]) & (x2 < spec.extents[2])
-            inside &= (x0 >= 0) & (x1 >= 0) & (x2 >= 0)
-            offset = np.where(inside, x0 + x1 * spec.strides[0] + x2 * spec.strides[1], 0)
-            values = np.where(inside, np.asarray(source)[offset], 0)
-            byte = _swizzled(((i2 * box[1] + i1) * box[0] + i0) * size)
-            np.asarray(smem)[dst + byte // size] = values.astype(smem.dtype)
-            _twin_count(smem, barrier, 0, -values.size * size)
+            inside, offset, slots = _twin_box(spec, box, smem, dst, (c0, c1, c2))
+            values = np.where(inside, np.asarray(source)[np.where(inside, offset, 0)], 0)
+            np.asarray(smem)[slots] = values.astype(smem.dtype)
+            _twin_count(smem, barrier, 0, -values.size * smem.dtype.itemsize)
 
         return load
 
@@ -338,18 +346,9 @@ if SIMULATED:
 
         def store(smem, src, map_key, c0, c1, c2):
             spec, target = _TWINS[map_key]
-            assert spec.box == box, (spec.box, box)
-            size = smem.dtype.itemsize
             assert np.dtype(spec.dtype) == smem.dtype, (spec.dtype, smem.dtype)
-            assert (src * size) % 1024 == 0, "a swizzled box starts at a 1024-byte boundary"
-            i0, i1, i2 = np.meshgrid(*(np.arange(b) for b in box), indexing="ij")
-            x0, x1, x2 = c0 + i0, c1 + i1, c2 + i2
-            inside = (x0 < spec.extents[0]) & (x1 < spec.extents[1]) & (x2 < spec.extents[2])
-            inside &= (x0 >= 0) & (x1 >= 0) & (x2 >= 0)
-            offset = x0 + x1 * spec.strides[0] + x2 * spec.strides[1]
-            byte = _swizzled(((i2 * box[1] + i1) * box[0] + i0) * size)
-            values = np.asarray(smem)[src + byte // size]
-            np.asarray(target)[offset[inside]] = values[inside]
+            inside, offset, slots = _twin_box(spec, box, smem, src, (c0, c1, c2))
+            np.asarray(target)[offset[inside]] = np.asarray(smem)[slots][inside]
 
         return store
 
