@@ -18,12 +18,17 @@ SLEEP_CYCLES = 200_000_000  # ~0.1 s at 2 GHz: far longer than any launch the te
 
 @pytest.fixture
 def plans(monkeypatch):
-    """Counts the plans ``matmul`` makes (each prepared call's first)."""
+    """The launches ``matmul`` plans (each prepared call's first)."""
     from numba_gemm import api, prepared
 
     made = []
     plan = api.plan
-    monkeypatch.setattr(api, "plan", lambda *args, **kw: made.append(1) or plan(*args, **kw))
+
+    def planned(*args, **kw):
+        made.append(plan(*args, **kw))
+        return made[-1]
+
+    monkeypatch.setattr(api, "plan", planned)
     prepared.forget_prepared_calls()
     yield made
     prepared.forget_prepared_calls()
@@ -52,16 +57,23 @@ def torch_or_skip():
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("with_out", [True, False], ids=["out", "no-out"])
-def test_torch_tensors_of_one_signature_share_a_plan(dtype, with_out, plans):
+@pytest.mark.parametrize("shape", [(300, 200, 120), (1536, 520, 2816)], ids=str)  # (M, K, N)
+def test_torch_tensors_of_one_signature_share_a_plan(dtype, with_out, shape, plans):
+    """New tensors each call, one plan. bf16 at the larger shape runs (on Hopper) the persistent
+    warp-specialised kernel, whose TMA stores go through a tensor map of C: each call must move
+    it to that call's output, which a map left at the first would leave NaN."""
     torch = torch_or_skip()
-    for _i in range(3):  # new tensors each call: other addresses, one signature
-        a = torch.randn(300, 200, device="cuda").to(getattr(torch, dtype))
-        b = torch.randn(200, 120, device="cuda").to(getattr(torch, dtype)).T.contiguous().T
-        out = torch.full((300, 120), float("nan"), device="cuda") if with_out else None
+    M, K, N = shape
+    for _i in range(3):  # other addresses, one signature
+        a = torch.randn(M, K, device="cuda").to(getattr(torch, dtype))
+        b = torch.randn(K, N, device="cuda").to(getattr(torch, dtype)).T.contiguous().T
+        out = torch.full((M, N), float("nan"), device="cuda") if with_out else None
         result = numba_gemm.matmul(a, b, out)
         assert result is out or not with_out
         assert_matmul(result, a, b)
     assert len(plans) == 1
+    if dtype == "bfloat16" and M > 1000 and torch.cuda.get_device_capability() == (9, 0):
+        assert plans[0].kernel.py_func.__name__ == "persistent_producer_kernel"
 
 
 def test_cupy_arrays_of_one_signature_share_a_plan(plans):
