@@ -238,9 +238,14 @@ class WgmmaConfig:
         return WARPGROUP * self.warpgroups
 
     @property
+    def producer_threads(self) -> int:
+        """The producer warpgroup's threads, or 0: the consumers' indices start after them."""
+        return WARPGROUP * self.producers
+
+    @property
     def threads(self) -> int:
-        """The CTA's: the consumers and the producer warpgroup, if any."""
-        return WARPGROUP * (self.warpgroups + self.producers)
+        """The CTA's: the producer warpgroup, if any, then the consumers."""
+        return self.producer_threads + self.consumer_threads
 
     @property
     def stores_with_tma(self) -> bool:
@@ -704,7 +709,7 @@ def _kernel(config: WgmmaConfig, operand: str, out_dtype, a_mode: tuple, b_mode:
     GROUP_M = config.group_m
     THREADS = config.threads
     PRODUCER = config.producers > 0  # warpgroup 0 copies (its thread 0), the others multiply
-    FIRST = WARPGROUP * config.producers  # the first thread that multiplies
+    FIRST = config.producer_threads  # the first thread that multiplies
     CONSUMERS = config.consumer_threads  # arrivals that free a buffer: every consumer's
     REGISTER_A, TRANSPOSED = operand == "tf32", transposed
     TMA, DEVICE_MAPS = maps != "none", maps == "device"
@@ -1227,7 +1232,7 @@ def _c_writer(config: WgmmaConfig, out_dtype: np.dtype, c_mode: tuple, maps: str
     axis (consecutive threads, consecutive vectors), element by element at the edges or where
     C's lines are not contiguous and aligned."""
     BLOCK_M, BLOCK_N, THREADS = config.block_m, config.block_n, config.consumer_threads
-    FIRST = WARPGROUP * config.producers  # the first thread that multiplies
+    FIRST = config.producer_threads  # the first thread that multiplies
     ACC_SIZE = BLOCK_N // 2
     consumers_sync = _consumers_sync(config)
     convert = output_converter(out_dtype)
