@@ -5,9 +5,9 @@
 On a GPU of compute capability 9.0 or later the tiled and fused kernels wait for the launch
 ahead of them (``griddepcontrol.wait``) and are launched with programmatic stream
 serialization, so that a launch starts as the last CTAs of the one ahead exit
-(``numba_gemm.launch.OVERLAP_LAUNCHES``, ``docs/design/launch-and-timing.md``). For each size and
-each of ``numba_gemm.triple`` fused and unfused and ``numba_gemm.matmul``'s tiled kernel, on
-N x N float32 operands, this prepares one call with ``OVERLAP_LAUNCHES`` off and one with it
+(``numba_gemm.launch.devices.OVERLAP_LAUNCHES``, ``docs/design/launch-and-timing.md``). For
+each size and each of ``numba_gemm.triple`` fused and unfused and ``numba_gemm.matmul``'s tiled
+kernel, on N x N float32 operands, this prepares one call with ``OVERLAP_LAUNCHES`` off and one with it
 on (each on its own arrays, so each keeps its own prepared launches), checks both against
 float64 with a poisoned output, and times them through the public calls in interleaved rounds
 (``numba_gemm.timing.interleaved_medians``: round r of every variant before round r + 1 of any).
@@ -40,7 +40,7 @@ def _call(method: str, arrays: tuple):
 def measure(n: int, rng) -> list[dict]:
     from numba import cuda
 
-    from numba_gemm import launch
+    from numba_gemm.launch import devices
     from numba_gemm.prepared import PREPARED_CAPACITY, forget_prepared_calls
     from numba_gemm.reference import reference, relative_error, tolerance
     from numba_gemm.timing import host_seconds, interleaved_medians
@@ -54,7 +54,7 @@ def measure(n: int, rng) -> list[dict]:
     forget_prepared_calls()
     fns, errors = {}, {}
     for overlap in (False, True):
-        launch.OVERLAP_LAUNCHES = overlap
+        devices.OVERLAP_LAUNCHES = overlap
         for method in METHODS:
             arrays = (
                 *(cuda.to_device(x) for x in host),
@@ -68,8 +68,8 @@ def measure(n: int, rng) -> list[dict]:
                     f"{method} at N = {n}, overlap {overlap}: relative error {error:.3e}"
                 )
             fns[method, overlap], errors[method, overlap] = fn, error
-    launch.OVERLAP_LAUNCHES = True
-    programmatic = launch.programmatic_launch()
+    devices.OVERLAP_LAUNCHES = True
+    programmatic = devices.programmatic_launch()
     medians, rounds, calls = interleaved_medians(fns, rounds=ROUNDS, round_s=ROUND_S, warmup=WARMUP)
     rows = []
     for method in METHODS:

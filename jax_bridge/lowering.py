@@ -288,7 +288,7 @@ def _dtypes(ctx) -> tuple:
 def _native(ctx, lhs, rhs, gemm: StridedGemm, algorithm: str, config, preset):
     from numba_gemm.api import plan
     from numba_gemm.descriptor import scratch_desc
-    from numba_gemm.kernels.tma import map_workspace
+    from numba_gemm.launch.tensor_maps import map_workspace
 
     # XLA passes its buffers' addresses at run time only, so what the kernel needs besides the
     # operands is one more output of the kernel call each: the workspace where the wgmma

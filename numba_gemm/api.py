@@ -25,6 +25,7 @@ from .kernels.wgmma import (
 )
 from .launch import (
     MAX_GRID_YZ,
+    SIMULATED,
     KernelLaunch,
     allocate_array,
     allocate_output,
@@ -37,7 +38,6 @@ from .launch import (
     multiprocessors,
     require_gpu,
     serialised_on_simulator,
-    simulated,
     to_device,
 )
 from .loops import fold_loops
@@ -138,7 +138,7 @@ def check_pair(a, b) -> None:
 def check_current_device(x) -> None:
     """``ValueError`` unless device memory ``x`` is on the current thread's device (kernels run
     there, on its streams)."""
-    if x.on_device and not simulated() and x.device != (here := current_device()):
+    if x.on_device and not SIMULATED and x.device != (here := current_device()):
         raise ValueError(
             f"{x.name} is on GPU {x.device} but this thread's current device is GPU {here}; "
             f"call under `with numba.cuda.gpus[{x.device}]:`"
@@ -741,7 +741,7 @@ def run_in_memory_space(
     operands on a GPU on device copies of their spans, the result computed into a fresh
     device matrix and copied into ``out``'s own elements only (memory between its rows, which
     another thread may be writing, is never written)."""
-    if out.on_device or simulated():
+    if out.on_device or SIMULATED:
         for launch in launches(*inputs, out):
             launch_kernel(launch, stream)
         return

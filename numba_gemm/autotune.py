@@ -17,7 +17,7 @@ import numpy as np
 from .api import check_choice, plan
 from .descriptor import describe, is_int
 from .kernels.tiled import TileConfig, kernel_resources
-from .launch import PreparedLaunch, shared_memory_limit, simulated
+from .launch import SIMULATED, PreparedLaunch, shared_memory_limit
 from .reference import LAYOUTS, make_operands, poisoned, reference, relative_error, tolerance
 from .timing import median_seconds
 from .tuned_configs import SEARCH_SPACE, cache_path, device_key, layout_key, store
@@ -71,7 +71,7 @@ def tune(
     for config in candidates:
         if not isinstance(config, TileConfig):
             raise TypeError(f"configs must hold numba_gemm.TileConfig values; got {config!r}")
-    if simulated():
+    if SIMULATED:
         raise RuntimeError("tune() times kernels on a GPU; the CUDA simulator has no timings")
 
     device, arch = device_key()

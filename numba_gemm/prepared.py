@@ -42,12 +42,12 @@ import numpy as np
 
 from .descriptor import DeviceNDArray, context_handle, describe_array, device_ordinal
 from .launch import (
+    SIMULATED,
     KernelLaunch,
     PreparedLaunch,
-    _checked,
     array_template,
+    checked,
     new_device_array,
-    simulated,
 )
 
 __all__ = [
@@ -112,7 +112,7 @@ def _read_described(x, name, stream):
     """Any other array, validated as a first call validates it (DLPack producers order their
     pending work before ``stream`` here)."""
     desc = describe_array(x, name, stream)
-    if not desc.on_device or simulated():
+    if not desc.on_device or SIMULATED:
         return None
     signature = (type(x), desc.dtype, desc.shape, desc.strides, desc.readonly,
                  desc.address % ALIGNMENT)  # fmt: skip
@@ -127,13 +127,13 @@ def _reader(kind: type) -> Callable | None:
         if issubclass(kind, np.ndarray):
             reader = _read_host
         elif issubclass(kind, DeviceNDArray):
-            reader = _read_simulated if simulated() else _read_numba
-        elif module == "torch" and hasattr(kind, "data_ptr") and not simulated():
+            reader = _read_simulated if SIMULATED else _read_numba
+        elif module == "torch" and hasattr(kind, "data_ptr") and not SIMULATED:
             reader = _read_torch
-        elif module == "cupy" and hasattr(kind, "data") and not simulated():
+        elif module == "cupy" and hasattr(kind, "data") and not SIMULATED:
             reader = _read_cupy
         elif module in ("jax", "jaxlib") and hasattr(kind, "unsafe_buffer_pointer"):
-            reader = _read_jax if not simulated() else _read_described
+            reader = _read_jax if not SIMULATED else _read_described
         else:
             reader = _read_described
         _READERS[kind] = reader
@@ -198,9 +198,9 @@ def _order_after(producer: int, consumer: int) -> None:
     event = _EVENTS.get(context)
     if event is None:
         flags = cu.CUevent_flags.CU_EVENT_DISABLE_TIMING
-        event = _EVENTS[context] = _checked(cu.cuEventCreate(flags), "cuEventCreate")
-    _checked(cu.cuEventRecord(event, producer), "cuEventRecord")
-    _checked(cu.cuStreamWaitEvent(consumer, event, 0), "cuStreamWaitEvent")
+        event = _EVENTS[context] = checked(cu.cuEventCreate(flags), "cuEventCreate")
+    checked(cu.cuEventRecord(event, producer), "cuEventRecord")
+    checked(cu.cuStreamWaitEvent(consumer, event, 0), "cuStreamWaitEvent")
 
 
 def _order(operands: list, handle: int) -> None:
@@ -227,7 +227,7 @@ def _device_of(address: int) -> int:
 
 def _address(array) -> int:
     """Where a fresh result (a Numba device array, the simulator's too) starts."""
-    if simulated():
+    if SIMULATED:
         return array._ary.__array_interface__["data"][0]
     return array.device_ctypes_pointer.value
 

@@ -15,7 +15,7 @@ import numpy as np
 from numba import cuda
 
 from .descriptor import MatrixDesc, context_handle, scratch_desc
-from .launch import simulated, stream_handle
+from .launch import SIMULATED, stream_handle
 
 __all__ = ["stream_key", "StreamScratch", "SPLIT_K_SCRATCH"]
 
@@ -49,7 +49,7 @@ class StreamScratch:
                     self._retired.append(held)
                 size = max(count, 2 * (held.size if held is not None else 0))
                 held = np.zeros(size, dtype)
-                if not simulated():  # a synchronous copy: zero before any stream's launch
+                if not SIMULATED:  # a synchronous copy: zero before any stream's launch
                     held = cuda.to_device(held)
                 self._buffers[key] = held
         return scratch_desc(name, shape, dtype, held)

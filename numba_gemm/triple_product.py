@@ -37,6 +37,7 @@ from .kernels.triple_product import (
     whole_products,
 )
 from .launch import (
+    SIMULATED,
     KernelLaunch,
     allocate_output,
     cdiv,
@@ -44,7 +45,6 @@ from .launch import (
     multiprocessors,
     programmatic_launch,
     serialised_on_simulator,
-    simulated,
     zero_fill,
 )
 from .precision import Preset, default_preset, normalise
@@ -106,7 +106,7 @@ def choose_order(M: int, K1: int, K2: int, N: int) -> str:
 def fused_config(M: int, K1: int, K2: int, N: int, dtype) -> TileConfig:
     """The fused kernel's default tiles for A (M x K1) @ B (K1 x K2) @ C (K2 x N): the tiled
     GEMM's tuned tiles for A @ B, adjusted to the fused grid by :func:`fused_tiles`."""
-    if simulated():
+    if SIMULATED:
         return SIMULATOR_FUSED_CONFIG
     return fused_tiles(config_for_shape(M, K2, K1, dtype), M, K1, K2, N, multiprocessors(), dtype)
 
@@ -205,7 +205,7 @@ def fused_ctas_per_sm(
         or not all(whole_products(config, M, K1, K2, N))
     ):
         return 1
-    if sms is None and simulated():
+    if sms is None and SIMULATED:
         return 1
     t_tiles = fused_tiles_per_product(config, M, K2, N)[0]
     return MAX_CTAS_PER_SM if t_tiles >= TWO_PER_SM_FROM * (sms or multiprocessors()) else 1
@@ -243,7 +243,7 @@ def fused_workers(
 ) -> tuple[int, int] | None:
     """The fused kernel's stream-K workers per product for this chain, one per SM (``sms``,
     default this GPU's), or None for one CTA per tile (see :data:`STREAM_K_FROM_IDLE`)."""
-    if config.split_k > 1 or large_register_tiles(config) or (sms is None and simulated()):
+    if config.split_k > 1 or large_register_tiles(config) or (sms is None and SIMULATED):
         return None
     sms = sms or multiprocessors()
     t_tiles, d_tiles = fused_tiles_per_product(config, M, K2, N)
@@ -368,7 +368,7 @@ def choose_triple_algorithm(M: int, K1: int, K2: int, N: int, dtype=np.float32) 
     macs = M * K1 * K2 + M * K2 * N
     if macs <= FUSED_ALWAYS_UP_TO_MACS:
         return "fused"
-    if simulated():  # no SMs to fill: the simulator runs one block at a time
+    if SIMULATED:  # no SMs to fill: the simulator runs one block at a time
         return "fused" if macs <= FUSED_UP_TO_MACS else "unfused"
     tuned = config_for_shape(M, K2, K1, dtype)
     fused = fused_tiles(tuned, M, K1, K2, N, multiprocessors(), dtype)

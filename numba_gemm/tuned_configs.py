@@ -47,7 +47,7 @@ from .kernels.tiled import (
     for_edge_tiles,
     whole_tiles,
 )
-from .launch import shared_memory_limit, simulated
+from .launch import SIMULATED, shared_memory_limit
 from .prepared import forget_prepared_calls
 
 __all__ = [
@@ -274,7 +274,7 @@ def config_for_shape(
     winners, then ``DEFAULT_CONFIGS``; on the simulator, ``SIMULATOR_CONFIG``. Where the
     product has edge tiles under that config (``tiled.whole_tiles``), as
     ``tiled.for_edge_tiles`` runs it (tall tiles with large register tiles transposed)."""
-    if simulated():
+    if SIMULATED:
         return SIMULATOR_CONFIG
     user_cache = cache_path()
     config, for_edges = _configs_for(

@@ -26,16 +26,17 @@ def fresh_prepared_calls():
 def poisoned_fresh_outputs(monkeypatch):
     """Every fresh device result (``launch.new_device_array``, from ``allocate_output`` and
     from a prepared call) starts as NaN, so that an element a kernel leaves unwritten shows."""
-    from numba_gemm import launch, prepared
+    from numba_gemm import prepared
+    from numba_gemm.launch import memory
 
-    new_device_array = launch.new_device_array
+    new_device_array = memory.new_device_array
 
     def poisoned_array(shape, dtype, stream=0, like=None):
         array = new_device_array(shape, dtype, stream, like)
         array.copy_to_device(np.full(shape, np.nan, dtype), stream=stream)
         return array
 
-    monkeypatch.setattr(launch, "new_device_array", poisoned_array)
+    monkeypatch.setattr(memory, "new_device_array", poisoned_array)
     monkeypatch.setattr(prepared, "new_device_array", poisoned_array)
 
 

@@ -14,7 +14,7 @@ from numba import cuda
 import numba_gemm
 from numba_gemm import TileConfig
 from numba_gemm.descriptor import MatrixDesc, describe, read_cuda_array_interface
-from numba_gemm.launch import simulated
+from numba_gemm.launch import SIMULATED
 
 F32 = np.float32
 
@@ -77,7 +77,7 @@ _KEPT = []  # device arrays behind hand-written interfaces
 
 def _read_only_interface():
     """A 3 x 4 float32 device matrix whose interface says it is read-only."""
-    if simulated():  # the simulator's device arrays are host memory, with no interface
+    if SIMULATED:  # the simulator's device arrays are host memory, with no interface
         fields = _cai(_KEEP)
     else:
         _KEPT.append(_device(np.zeros((3, 4), F32)))
@@ -242,24 +242,22 @@ REFUSALS = [
     (
         "out read-only interface",
         lambda: numba_gemm.matmul(_device(A), _device(B), _read_only_interface()),
-        (TypeError, "runs the kernels on host memory")
-        if simulated()
-        else (ValueError, "read-only"),
+        (TypeError, "runs the kernels on host memory") if SIMULATED else (ValueError, "read-only"),
     ),
     (
         "foreign interface",
         lambda: numba_gemm.matmul(Interface(**_cai(_KEEP)), _device(np.zeros((4, 3), F32))),
-        (TypeError, "a is a CUDA array of") if simulated() else (ValueError, "not device memory"),
+        (TypeError, "a is a CUDA array of") if SIMULATED else (ValueError, "not device memory"),
     ),
     (
         "made-up pointer",
         lambda: numba_gemm.matmul(_device(A), Interface(**_cai(data=(4096, False)))),
-        (TypeError, "b is a CUDA array of") if simulated() else (ValueError, "not device memory"),
+        (TypeError, "b is a CUDA array of") if SIMULATED else (ValueError, "not device memory"),
     ),
     (
         "foreign dlpack",
         lambda: numba_gemm.matmul(_CudaDLPack(), _device(B)),
-        (TypeError, "a is a CUDA array of") if simulated() else (BufferError, "nothing to export"),
+        (TypeError, "a is a CUDA array of") if SIMULATED else (BufferError, "nothing to export"),
     ),
     ("stream str", lambda: numba_gemm.matmul(A, B, stream="garbage"), (TypeError, "stream must")),
     ("stream float", lambda: numba_gemm.matmul(A, B, stream=-1.5), (TypeError, "stream must")),
@@ -574,7 +572,7 @@ def test_describe_reads_a_valid_interface():
     assert fields.pointer == _KEEP.ctypes.data and not fields.readonly
 
 
-@pytest.mark.skipif(simulated(), reason="a made-up device pointer is refused by CUDA itself")
+@pytest.mark.skipif(SIMULATED, reason="a made-up device pointer is refused by CUDA itself")
 def test_unknown_device_pointer_is_refused():
     with pytest.raises(ValueError, match="not device memory CUDA knows"):
         describe(Interface(**_cai(_KEEP)))
@@ -593,7 +591,7 @@ def test_host_out_is_written_only_at_its_elements(call, monkeypatch):
         written.append(written[-1] + 1)
         x[:, 4:] = written[-1]
 
-    if simulated():  # while the simulator runs a kernel's blocks
+    if SIMULATED:  # while the simulator runs a kernel's blocks
         from numba.cuda.simulator import kernel
 
         run = kernel.BlockManager.run

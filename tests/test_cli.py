@@ -60,10 +60,10 @@ def test_demo_reports_the_naive_kernels_refusal_past_its_limit(monkeypatch, caps
 
     import numba_gemm.kernels.triple_product as triple_kernels
     from numba_gemm.__main__ import _demo_triple
-    from numba_gemm.launch import simulated
+    from numba_gemm.launch import SIMULATED
 
     monkeypatch.setattr(triple_kernels, "NAIVE_MAX_THREADS", 8)
-    assert _demo_triple(9, np.random.default_rng(0), simulated(), 1) == (12, 0)  # 4 refused
+    assert _demo_triple(9, np.random.default_rng(0), SIMULATED, 1) == (12, 0)  # 4 refused
     lines = capsys.readouterr().out.splitlines()
     refused = [line for line in lines if line.startswith("naive") and "refused" in line]
     assert len(refused) == 4, lines  # 2 orders x 2 layouts

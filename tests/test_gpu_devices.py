@@ -9,13 +9,13 @@ import pytest
 from numba import cuda
 
 import numba_gemm
-from numba_gemm.launch import simulated
+from numba_gemm.launch import SIMULATED
 from numba_gemm.reference import relative_error, tolerance
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(
-        simulated() or not cuda.is_available() or len(cuda.gpus) < 2, reason="needs two GPUs"
+        SIMULATED or not cuda.is_available() or len(cuda.gpus) < 2, reason="needs two GPUs"
     ),
 ]
 

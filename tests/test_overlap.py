@@ -14,6 +14,7 @@ from checks import assert_product, assert_triple
 from numba_gemm import TileConfig, launch
 from numba_gemm.descriptor import describe
 from numba_gemm.kernels import tiled, triple_product
+from numba_gemm.launch import devices
 from numba_gemm.reference import make_operands, make_triple_operands, poisoned, relative_error
 
 
@@ -27,13 +28,13 @@ from numba_gemm.reference import make_operands, make_triple_operands, poisoned, 
     ],
 )
 def test_programmatic_launch_from_hopper_on(capability, enabled, expected, monkeypatch):
-    monkeypatch.setattr(launch, "simulated", lambda: False)
+    monkeypatch.setattr(devices, "SIMULATED", False)
     monkeypatch.setattr(
-        launch.cuda,
+        devices.cuda,
         "get_current_device",
         lambda: SimpleNamespace(id=0, compute_capability=capability),
     )
-    monkeypatch.setattr(launch, "OVERLAP_LAUNCHES", enabled)
+    monkeypatch.setattr(devices, "OVERLAP_LAUNCHES", enabled)
     assert launch.programmatic_launch() is expected
 
 
@@ -145,9 +146,9 @@ def _graph_edge_types(graph) -> list[int]:
 
     get_edges = getattr(cu, "cuGraphGetEdges_v2", cu.cuGraphGetEdges)  # edge data: 12.x's _v2
     result = get_edges(graph, 0)  # (error, from, to, edge data, count)
-    launch._checked(result[:1], "cuGraphGetEdges")
+    launch.checked(result[:1], "cuGraphGetEdges")
     result = get_edges(graph, result[-1])
-    launch._checked(result[:1], "cuGraphGetEdges")
+    launch.checked(result[:1], "cuGraphGetEdges")
     return [int(edge.type) for edge in result[3][: result[-1]]]
 
 
@@ -183,22 +184,22 @@ def test_chain_of_triple_products_captured_in_a_graph(algorithm, rng):
     stream.synchronize()
     handle = launch.stream_handle(stream)
     mode = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-    launch._checked(cu.cuStreamBeginCapture(handle, mode), "cuStreamBeginCapture")
+    launch.checked(cu.cuStreamBeginCapture(handle, mode), "cuStreamBeginCapture")
     try:
         chain()
     finally:
-        graph = launch._checked(cu.cuStreamEndCapture(handle), "cuStreamEndCapture")
+        graph = launch.checked(cu.cuStreamEndCapture(handle), "cuStreamEndCapture")
     kernels = STEPS * (1 if algorithm == "fused" else 2)
     programmatic = int(cu.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC)
     expected = programmatic if launch.programmatic_launch() else 0
     assert _graph_edge_types(graph) == [expected] * (kernels - 1)
-    replay = launch._checked(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+    replay = launch.checked(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
     try:
         for _ in range(2):
             x0 = rng.standard_normal((n, n)).astype(np.float32)
             buffers[0].copy_to_device(x0, stream=stream)
             buffers[1].copy_to_device(nan, stream=stream)
-            launch._checked(cu.cuGraphLaunch(replay, handle), "cuGraphLaunch")
+            launch.checked(cu.cuGraphLaunch(replay, handle), "cuGraphLaunch")
             result = buffers[STEPS % 2].copy_to_host(stream=stream)
             stream.synchronize()
             assert _chain_error(result, x0, [b, c] * STEPS) < 1e-4

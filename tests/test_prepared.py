@@ -78,7 +78,7 @@ def test_the_wgmma_kernel_moves_its_tensor_maps_with_the_arrays(rng, plans):
         numba_gemm.matmul(a, b, out, algorithm="wgmma")
         assert_matmul(out, a, b)
     (entry,) = api._CALLS.entries()
-    from numba_gemm.kernels.tma import TensorMapArg
+    from numba_gemm.launch.tensor_maps import TensorMapArg
 
     assert any(isinstance(x, TensorMapArg) for x in entry.launches[0]._plan.args)
     assert len(plans) == 1

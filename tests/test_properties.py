@@ -19,11 +19,11 @@ from hypothesis import strategies as st  # noqa: E402
 import numba_gemm  # noqa: E402
 from numba_gemm.api import FFMA_ALGORITHMS as ALGORITHMS  # noqa: E402
 from numba_gemm.kernels.skinny import SKINNY_M  # noqa: E402
-from numba_gemm.launch import simulated  # noqa: E402
+from numba_gemm.launch import SIMULATED  # noqa: E402
 from numba_gemm.reference import tolerance  # noqa: E402
 from numba_gemm.triple_product import ORDERS, TRIPLE_ALGORITHMS  # noqa: E402
 
-ON_GPU = not simulated()
+ON_GPU = not SIMULATED
 MAX_EXTENT = 140 if ON_GPU else 20
 EXAMPLES = 30 if ON_GPU else 40
 

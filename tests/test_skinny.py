@@ -165,7 +165,7 @@ def test_narrow_results_run_a_batch_and_a_broadcast_operand(rng):
 def test_narrow_results_split_into_a_wave_of_two_ctas_per_sm(monkeypatch):
     from numba_gemm.kernels import tiled
 
-    monkeypatch.setattr(tiled, "simulated", lambda: False)
+    monkeypatch.setattr(tiled, "SIMULATED", False)
     monkeypatch.setattr(tiled, "multiprocessors", lambda: 132)
     config = tiled.NARROW_CONFIGS[F32]
     assert tiled.NARROW_CTAS_PER_SM == 2  # 264 CTAs at once on 132 SMs

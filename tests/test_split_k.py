@@ -17,7 +17,7 @@ from numba_gemm.kernels import split_k
 from numba_gemm.kernels.mma import MmaConfig
 from numba_gemm.kernels.tiled import TileConfig
 from numba_gemm.kernels.wgmma import WgmmaConfig
-from numba_gemm.launch import simulated
+from numba_gemm.launch import SIMULATED
 from numba_gemm.precision import default_preset
 from numba_gemm.reference import LAYOUTS, make_operands, poisoned
 from numba_gemm.scratch import SPLIT_K_SCRATCH
@@ -219,7 +219,7 @@ def test_gpu_bridge_kernel_call_splits_k(dtype, preset, shape, rng):
         assert_within_preset(np.asarray(step(a, b)), a, b, preset or "F32_F32_F32")
 
 
-@pytest.mark.skipif(not simulated(), reason="the simulator keeps every tile in one CTA")
+@pytest.mark.skipif(not SIMULATED, reason="the simulator keeps every tile in one CTA")
 def test_simulator_defaults_do_not_split(rng):
     a, b = make_operands(1, 64, 4096, F32, "row", rng)
     out = np.empty((1, 64), F32)

@@ -14,20 +14,20 @@ import pytest
 from numba import cuda
 
 import numba_gemm
-from numba_gemm.launch import simulated
+from numba_gemm.launch import SIMULATED
 from numba_gemm.reference import relative_error, tolerance
 from numba_gemm.triple_product import TRIPLE_ALGORITHMS
 
 THREADS = 8
-CALLS = 2 if simulated() else 12
+CALLS = 2 if SIMULATED else 12
 MATMUL_ALGORITHMS = ("tiled", "mnk", "nmk", "kmn", "knm")
 # Sizes vary per call so that calls of one thread differ in shape too; on a GPU large enough
 # for several CTAs per product and for the fused kernel's tile tickets.
-SIZES = (5, 9, 12) if simulated() else (96, 200, 333)
+SIZES = (5, 9, 12) if SIMULATED else (96, 200, 333)
 
 
 def _streams():
-    if simulated():
+    if SIMULATED:
         return {"default": lambda: 0}
     return {"default": lambda: 0, "per-thread": cuda.per_thread_default_stream}
 

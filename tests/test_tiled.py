@@ -200,7 +200,7 @@ def test_default_config_runs_edge_tiles_transposed(monkeypatch):
     # has edge tiles (the shape buckets do not tell).
     from numba_gemm import tuned_configs
 
-    monkeypatch.setattr(tuned_configs, "simulated", lambda: False)
+    monkeypatch.setattr(tuned_configs, "SIMULATED", False)
     monkeypatch.setattr(tuned_configs, "_configs_for", lambda *key: (TALL, None))
     assert tuned_configs.config_for_shape(2048, 2048, 2048) == TALL
     assert tuned_configs.config_for_shape(2048, 4096, 1024) == TALL

@@ -12,8 +12,8 @@ import pytest
 from numba import cuda
 
 from numba_gemm.kernels import tma
-from numba_gemm.kernels.tma import TensorMapSpec, tensor_map
 from numba_gemm.kernels.warpgroup import tile_k, tile_slot
+from numba_gemm.launch.tensor_maps import TensorMapSpec, tensor_map
 
 simulator_only = pytest.mark.skipif(
     not cuda.config.ENABLE_CUDASIM, reason="the twins exist on the simulator"
@@ -111,7 +111,7 @@ def test_twin_barrier_phases():
 def test_a_launch_passes_a_template_as_its_words():
     """A tuple argument (a tensor-map template) is one argument kind, its length, and as many
     int64 parameters, in order (Numba passes a tuple's elements as parameters)."""
-    from numba_gemm.kernels.tma import MAP_WORDS, map_workspace
+    from numba_gemm.launch.tensor_maps import MAP_WORDS, map_workspace
     from numba_gemm.launch import kernel_launch, numba_parameters
 
     template = tuple(range(-3, MAP_WORDS - 3))

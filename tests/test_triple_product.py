@@ -28,7 +28,7 @@ from numba_gemm.kernels.triple_product import (
     intermediate_view,
     large_register_tiles,
 )
-from numba_gemm.launch import at_most_on_multiprocessor, shared_memory_per_multiprocessor, simulated
+from numba_gemm.launch import SIMULATED, at_most_on_multiprocessor, shared_memory_per_multiprocessor
 from numba_gemm.reference import TRIPLE_LAYOUTS, make_triple_operands, poisoned
 from numba_gemm.triple_product import (
     _COUNTERS,
@@ -388,7 +388,7 @@ def test_fusion_changes_tiles_leaves_out_the_transposition_of_edge_tiles():
 def test_auto_on_an_h100(shape, expected, monkeypatch):
     # As on an H100 80GB HBM3: 132 SMs, and the tiled GEMM's tiles from 2048 256 x 128,
     # transposed where the product has edge tiles (as tuned_configs.config_for_shape gives them).
-    monkeypatch.setattr(triple_product, "simulated", lambda: False)
+    monkeypatch.setattr(triple_product, "SIMULATED", False)
     monkeypatch.setattr(triple_product, "multiprocessors", lambda: 132)
     monkeypatch.setattr(
         triple_product,
@@ -522,7 +522,7 @@ def test_auto_fuses_small_chains_unless_the_tiled_gemm_splits_k_itself(
     # The rule of FUSED_UP_TO_MACS and FUSED_ALWAYS_UP_TO_MACS (docs/design/triple-product.md):
     # where the tiled GEMM splits k itself and launches overlap, two launches, unless the
     # fused kernel runs its own tiles two CTAs per SM (640 to 960, whole tiles); at 256, fused.
-    monkeypatch.setattr(triple_product, "simulated", lambda: False)
+    monkeypatch.setattr(triple_product, "SIMULATED", False)
     monkeypatch.setattr(triple_product, "multiprocessors", lambda: 132)
     monkeypatch.setattr(triple_product, "programmatic_launch", lambda: overlapped)
     monkeypatch.setattr(triple_product, "config_for_shape", lambda M, N, K, dtype: tuned)
@@ -561,7 +561,7 @@ def test_fused_tiles_keep_large_tiles_that_nearly_fill_the_sms(tuned, n, expecte
     assert fused_tiles(tuned, n, n, n, n, 132, np.float32) == expected
 
 
-@pytest.mark.skipif(not simulated(), reason="large chains depend on the GPU's SMs")
+@pytest.mark.skipif(not SIMULATED, reason="large chains depend on the GPU's SMs")
 def test_auto_fuses_small_chains_and_leaves_large_ones_unfused_on_the_simulator():
     assert choose_triple_algorithm(512, 512, 512, 512) == "fused"  # 2 x 512^3 multiply-adds
     assert choose_triple_algorithm(1024, 1024, 1024, 1024) == "fused"  # 2 x 1024^3

@@ -12,7 +12,7 @@ from checks import H100_EDGE_TILES, H100_TILES
 from numba_gemm import TileConfig
 from numba_gemm.autotune import tune
 from numba_gemm.descriptor import describe, transpose_view
-from numba_gemm.launch import simulated
+from numba_gemm.launch import SIMULATED
 from numba_gemm.tuned_configs import (
     SEARCH_SPACE,
     SHIPPED,
@@ -88,7 +88,7 @@ def test_unreadable_cache_is_reported_once_and_ignored(tmp_path):
         assert _load(path) == {}  # the same file again: no second warning
 
 
-@pytest.mark.skipif(not simulated(), reason="checks the refusal on the simulator")
+@pytest.mark.skipif(not SIMULATED, reason="checks the refusal on the simulator")
 def test_tune_needs_a_gpu():
     with pytest.raises(RuntimeError, match="GPU"):
         tune(64, 64, 64)
@@ -105,7 +105,7 @@ def gpu_x(tmp_path, monkeypatch):
     from numba_gemm import tuned_configs
 
     path = tmp_path / "cache.json"
-    monkeypatch.setattr(tuned_configs, "simulated", lambda: False)
+    monkeypatch.setattr(tuned_configs, "SIMULATED", False)
     monkeypatch.setattr(tuned_configs, "device_key", lambda: ("GPU X", "sm_90"))
     monkeypatch.setattr(tuned_configs, "shared_memory_limit", lambda: 232448)
     monkeypatch.setattr(tuned_configs, "SHIPPED", tmp_path / "shipped.json")

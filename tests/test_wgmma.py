@@ -16,7 +16,7 @@ import numba_gemm
 from checks import assert_split_keeps_infinities, assert_within_preset, check_layouts
 from numba_gemm.kernels.warpgroup import TF32_TILE_K, TILE_K, _element_byte, tile_slot
 from numba_gemm.kernels.wgmma import SIMULATOR_WGMMA_CONFIG, WgmmaConfig
-from numba_gemm.launch import simulated
+from numba_gemm.launch import SIMULATED
 from numba_gemm.precision import PRESETS
 from numba_gemm.reference import LAYOUTS, make_operands, poisoned
 
@@ -25,7 +25,7 @@ PRESET = {BF16: "BF16_BF16_F32", F16: "F16_F16_F32"}
 TF32, TF32_X3 = "TF32_TF32_F32", "TF32_TF32_F32_X3"
 SMALL = SIMULATOR_WGMMA_CONFIG  # one warpgroup, 64 x 64 tiles, 3 stages
 simulator_only = pytest.mark.skipif(
-    not simulated(), reason="checks what the simulator runs (its twins, its choice of kernel)"
+    not SIMULATED, reason="checks what the simulator runs (its twins, its choice of kernel)"
 )
 # 1; edges of every tile (two CTAs each way, a k tail, element copies where rows of an odd
 # length misalign); whole tiles: two CTAs, four k slices (each of the 3 stages refilled).
@@ -217,7 +217,7 @@ def device_maps_launch(a, b, out, config, preset: str):
     """The wgmma launch for ``out = a @ b`` as XLA's kernel call plans it (tensor maps the
     kernel builds, published to a workspace), and the workspace (uint8, filled by the launch)."""
     from numba_gemm.api import describe_matmul, plan
-    from numba_gemm.kernels.tma import map_workspace
+    from numba_gemm.launch.tensor_maps import map_workspace
 
     workspace = []
 
@@ -261,8 +261,8 @@ def test_tma_copies_through_maps_the_kernel_builds(dtype, preset, a_col, b_col, 
     buffers' addresses and publishes them to its two slots of the workspace; a batch of two
     products on two CTAs each. On a GPU the same kernels run under XLA's kernel call
     (``test_gpu_bridge``) and on device arrays in ``tools/sanitize_calls.py``."""
-    from numba_gemm.kernels.tma import MAP_BYTES
     from numba_gemm.launch import launch_kernel
+    from numba_gemm.launch.tensor_maps import MAP_BYTES
 
     M, N, K = 65, 67, 70
     a = aligned_view(M, K, dtype, a_col, rng, batch=(2,))
@@ -413,8 +413,8 @@ def test_persistent_kernel_fills_with_tma(a_col, b_col, rng, monkeypatch):
 def test_persistent_kernel_in_xlas_launch_and_a_batch(rng):
     """Maps the kernel builds (XLA's kernel call), a batch of three products of two CTAs
     each; and a batch of one CTA per product (``persistent`` 1 on one SM) written as bf16."""
-    from numba_gemm.kernels.tma import MAP_BYTES
     from numba_gemm.launch import launch_kernel
+    from numba_gemm.launch.tensor_maps import MAP_BYTES
 
     a = aligned_view(130, 72, BF16, False, rng, batch=(3,))
     b = aligned_view(72, 67, BF16, False, rng, batch=(3,))
@@ -666,7 +666,7 @@ def test_wgmma_refuses_gpus_before_hopper(monkeypatch):
     ids=str,
 )
 def test_ctas_per_sm_by_shared_memory_and_registers(config, ctas):
-    from numba_gemm.kernels.tiled import REGISTERS_PER_SM
+    from numba_gemm.kernels.common import REGISTERS_PER_SM
     from numba_gemm.kernels.wgmma import MIN_REGISTERS, SM_SHARED_BYTES
 
     for maps in ("none", "host", "device"):
@@ -680,7 +680,7 @@ def test_default_tiles_halve_for_small_problems(monkeypatch):
 
     from numba_gemm.kernels import wgmma
 
-    monkeypatch.setattr(wgmma, "simulated", lambda: False)
+    monkeypatch.setattr(wgmma, "SIMULATED", False)
     monkeypatch.setattr(wgmma, "multiprocessors", lambda: 132)
 
     def tiles(M, N, batch=1, K=192):  # three slices of k: nothing to split, past SHORT_K
@@ -723,9 +723,9 @@ def test_auto_takes_the_warp_specialised_kernel_where_tma_goes_both_ways(monkeyp
     one-tile kernel. Planned as on an H100 (nothing runs)."""
     from numba_gemm.api import describe_matmul, plan
     from numba_gemm.kernels import wgmma
-    from numba_gemm.kernels.tma import map_workspace
+    from numba_gemm.launch.tensor_maps import map_workspace
 
-    monkeypatch.setattr(wgmma, "simulated", lambda: False)
+    monkeypatch.setattr(wgmma, "SIMULATED", False)
     monkeypatch.setattr(wgmma, "multiprocessors", lambda: 132)
 
     def workspace(nbytes):
@@ -791,7 +791,7 @@ def test_auto_runs_narrow_and_short_k_products_on_mma(monkeypatch, m, n, k, algo
     from numba_gemm.kernels import mma
 
     monkeypatch.setattr(api, "compute_capability", lambda: (9, 0))
-    monkeypatch.setattr(mma, "simulated", lambda: False)
+    monkeypatch.setattr(mma, "SIMULATED", False)
     a, b = (describe(np.ones(shape, BF16), name) for shape, name in (((m, k), "a"), ((k, n), "b")))
     preset = PRESETS["BF16_BF16_F32"]
     assert api.tensor_core_algorithm("auto", None, preset, a, b) == algorithm

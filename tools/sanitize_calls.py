@@ -214,7 +214,7 @@ def _device_maps(shape, dtype):
     templates with the operands' addresses and publishes them to its slots of a workspace."""
     from numba_gemm.api import plan
     from numba_gemm.descriptor import describe
-    from numba_gemm.kernels.tma import map_workspace
+    from numba_gemm.launch.tensor_maps import map_workspace
     from numba_gemm.launch import launch_kernel
 
     M, N, K = shape

@@ -111,7 +111,8 @@ def _fake_h100() -> None:
     import numba.cuda.compiler
     import numba.cuda.dispatcher
 
-    from numba_gemm import launch, tuned_configs
+    from numba_gemm import tuned_configs
+    from numba_gemm.launch import devices
 
     class H100:
         compute_capability = (9, 0)
@@ -125,11 +126,11 @@ def _fake_h100() -> None:
         module.get_current_device = lambda: H100
     numba.cuda.dispatcher._Kernel.bind = lambda self: None  # no driver to load the code into
     numba.cuda.codegen.CUDACodeLibrary._ensure_cc = lambda self, cc: cc or (9, 0, "a")
-    launch._device_shared_limit = lambda device_id: H100.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
-    launch._device_shared_per_multiprocessor = lambda device_id: (
+    devices.device_shared_limit = lambda device_id: H100.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+    devices._device_shared_per_multiprocessor = lambda device_id: (
         H100.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
     )
-    launch._device_multiprocessors = lambda device_id: H100.MULTIPROCESSOR_COUNT
+    devices._device_multiprocessors = lambda device_id: H100.MULTIPROCESSOR_COUNT
     tuned_configs.current_device = lambda: H100.id  # the driver's answer, were there one
 
 
@@ -179,7 +180,7 @@ def compile_launch(launch) -> tuple[str, int, int, int]:
 def _launches(args) -> list:
     from numba_gemm.api import plan
     from numba_gemm.descriptor import MatrixDesc, scratch_desc
-    from numba_gemm.kernels.tma import MAP_WORDS, map_workspace
+    from numba_gemm.launch.tensor_maps import MAP_WORDS, map_workspace
     from numba_gemm.precision import resolve
     from numba_gemm.triple_product import plan_triple
 

@@ -35,6 +35,8 @@ import ml_dtypes
 import numpy as np
 from numba import cuda, types
 
+from .common import SIMULATED
+
 __all__ = [
     "K_STEP",
     "fragment_words",
@@ -52,7 +54,6 @@ __all__ = [
 # k per mma.sync: m16n8k16 for bf16/f16, m16n8k8 for TF32.
 K_STEP = {"bf16": 16, "f16": 16, "tf32": 8}
 BLOCK_ROWS = 16  # rows (m of A, n of B) of a block
-SIMULATED = bool(cuda.config.ENABLE_CUDASIM)
 
 
 def fragment_words(operand: str, storage: np.dtype) -> tuple[int, int, np.dtype, np.dtype]:

@@ -42,20 +42,20 @@ from numba import cuda
 
 from ..descriptor import MatrixDesc
 from ..launch import (
+    SIMULATED,
     STATIC_SHARED_LIMIT,
     KernelLaunch,
     cdiv,
     kernel_launch,
     multiprocessors,
     shared_memory_limit,
-    simulated,
 )
 from ..ordering import tile_of
 from ..precision import BFLOAT16, FLOAT16, FLOAT32, Preset
+from .common import VECTOR_BYTES, WARP, check_field_range, int_fields, kernel_jit, unrolled
 from .fragments import K_STEP, fragment_loader, fragment_words, mma, output_converter, splitter
 from .ptx import cp_async, cp_async_commit, cp_async_wait
 from .split_k import check_k_ctas, settler, split_buffers, split_into_wave, working_config
-from .tiled import check_field_range, int_fields, kernel_jit, unrolled
 
 __all__ = [
     "MmaConfig",
@@ -78,9 +78,7 @@ __all__ = [
     "work_origin",
 ]
 
-VECTOR_BYTES = 16
 COPY_BYTES = (VECTOR_BYTES, 8, 4)  # the widths of cp.async copies, widest first
-WARP = 32
 BLOCK = 16  # rows of a fragment block (m of A, n of B)
 UINT16 = np.dtype(np.uint16)
 
@@ -203,7 +201,7 @@ def default_mma_config(storage, preset: Preset, M: int, N: int, K: int, batch: i
     shape (:func:`shape_mma_config`) or the default for its storage and preset; where
     ``split`` (the caller has scratch for it) with as many CTAs per tile as make one wave of
     one CTA per SM (:func:`split_k.choose_k_ctas`), as the wgmma and tiled defaults do."""
-    if simulated():
+    if SIMULATED:
         return SIMULATOR_MMA_CONFIG
     config = shape_mma_config(N, K) or DEFAULT_MMA_CONFIGS[np.dtype(storage), preset.parts > 1]
     if not split:
@@ -381,7 +379,7 @@ def _vector_loader(threads: int, block_k: int, extent_x: int, along_k: bool, wid
     step_x, step_k = (row_step, 0) if along_k else (0, row_step)
     slot_step = slot(step_x, step_k) - slot(0, 0)
     copy = cp_async(width)
-    if not simulated():
+    if not SIMULATED:
         first, slot = cuda.jit(device=True)(first), cuda.jit(device=True)(slot)
 
     @cuda.jit(device=True)
@@ -419,7 +417,7 @@ def _element_loader(threads: int, block_k: int, storage: np.dtype, extent_x: int
         row, column = v // runs, v % runs
         return (row, column) if along_k else (column, row)
 
-    if not simulated():
+    if not SIMULATED:
         slot, position = cuda.jit(device=True)(slot), cuda.jit(device=True)(position)
 
     @cuda.jit(device=True)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from numba import cuda, types
 
+from .common import SIMULATED
+
 __all__ = ["load_from_l2", "backoff"]
 
-if cuda.config.ENABLE_CUDASIM:
+if SIMULATED:
 
     @cuda.jit(device=True)
     def load_from_l2(array, index):
@@ -79,7 +81,7 @@ else:
 # tile edges are handled. ``cp_async_commit``/``cp_async_wait(n)`` close a group of copies
 # and wait until at most ``n`` groups are still in flight.
 
-if cuda.config.ENABLE_CUDASIM:
+if SIMULATED:
 
     @cuda.jit(device=True)
     def load_vector(dst, dst_index, src, src_index):
@@ -321,7 +323,7 @@ __all__ += [
 # synchronises and reads the data. Lighter than a ``membar.gl`` (sequentially consistent) in
 # every thread. Both take a 1-D uint32 array and an element index.
 
-if cuda.config.ENABLE_CUDASIM:
+if SIMULATED:
 
     @cuda.jit(device=True)
     def release_add(array, index):
@@ -400,7 +402,7 @@ __all__ += ["release_add", "load_acquire"]
 # threads that meet there. The simulator has neither: its twins are the CTA's barrier, a stronger
 # one, valid where every thread of the CTA reaches the barrier equally often.
 
-if cuda.config.ENABLE_CUDASIM:
+if SIMULATED:
 
     @cuda.jit(device=True)
     def warp_barrier():
@@ -457,7 +459,7 @@ __all__ += ["warp_barrier", "named_barrier"]
 # race with them. Launched without the attribute, it returns at once. The simulator runs one
 # launch at a time: its twin does nothing.
 
-if cuda.config.ENABLE_CUDASIM:
+if SIMULATED:
 
     @cuda.jit(device=True)
     def await_prior_grids():

@@ -62,13 +62,12 @@ import numpy as np
 from numba import cuda
 
 from ..descriptor import MatrixDesc
-from ..launch import KernelLaunch, cdiv, kernel_launch, multiprocessors, simulated
+from ..launch import SIMULATED, KernelLaunch, cdiv, kernel_launch, multiprocessors
 from ..precision import BFLOAT16, FLOAT16, FLOAT32
+from .common import VECTOR_BYTES, WARP, unrolled
 from .fragments import input_converter, output_converter
 from .mma import (
     UINT16,
-    VECTOR_BYTES,
-    WARP,
     accumulator_zeroer,
     operand_mode,
     storage_dtype,
@@ -76,7 +75,6 @@ from .mma import (
 )
 from .ptx import load_global_vector, move_element
 from .split_k import choose_k_ctas, settler, split_buffers
-from .tiled import unrolled
 
 __all__ = [
     "SKINNY_M", "WARPS", "SIMULATOR_WARPS", "UNROLL", "skinny_rows", "as_computed", "strips",
@@ -96,7 +94,7 @@ ROWS_OPERANDS = frozenset({BFLOAT16, FLOAT16, FLOAT32})
 
 def _warps() -> int:
     """Warps per CTA: :data:`WARPS`, or :data:`SIMULATOR_WARPS` on the simulator."""
-    return SIMULATOR_WARPS if simulated() else WARPS
+    return SIMULATOR_WARPS if SIMULATED else WARPS
 
 
 def skinny_rows(M: int) -> int:
@@ -112,7 +110,7 @@ def _lane_summer(dtype: np.dtype, size: int):
     lane of the CTA calls it at once). On the simulator, whose threads cannot read each other's
     registers, through ``scratch`` (a shared array of ``size`` elements per thread): the same
     butterfly, the same additions in the same order, in NumPy."""
-    if simulated():
+    if SIMULATED:
 
         @cuda.jit(device=True)
         def sum_lanes(acc, scratch):
@@ -156,7 +154,7 @@ def _kernel(operand: np.dtype, out: np.dtype, rows: int, b_loads: str, a_vectors
     STEP = UNROLL * WARP  # rows of k a warp covers per step
     WARPS_ = _warps()
     THREADS = WARPS_ * WARP
-    SCRATCH = THREADS * ACC if simulated() else 1  # the simulator's lane sums
+    SCRATCH = THREADS * ACC if SIMULATED else 1  # the simulator's lane sums
     sum_lanes = _lane_summer(acc_dtype, ACC)
     zero, acc_zero = dtype.type(0), acc_dtype.type(0)
     ROW_VECTORS = b_loads == "rows"  # (kernels compare no strings)

@@ -29,8 +29,8 @@ import numpy as np
 from numba import cuda
 
 from ..launch import cdiv
+from .common import unrolled
 from .ptx import load_from_l2
-from .unroll import unrolled
 
 __all__ = [
     "MAX_K_CTAS",
@@ -132,7 +132,7 @@ def settler(acc_size: int, threads: int):
     def add(acc, partials, here, i):
         acc[i] += load_from_l2(partials, here + i * THREADS)
 
-    # literal indices, so that ``acc`` stays in registers (``unroll.unrolled``)
+    # literal indices, so that ``acc`` stays in registers (``common.unrolled``)
     store_all = unrolled(store, acc_size, "acc, partials, mine")
     load_all = unrolled(load, acc_size, "acc, partials, here")
     add_all = unrolled(add, acc_size, "acc, partials, here")

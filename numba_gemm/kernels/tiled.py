@@ -57,14 +57,15 @@ into whole thread blocks and whole 16-byte vectors; a launch needs
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
 from numba import cuda
 
-from ..descriptor import MatrixDesc, is_int
+from ..descriptor import MatrixDesc
 from ..launch import (
+    SIMULATED,
     STATIC_SHARED_LIMIT,
     KernelLaunch,
     cdiv,
@@ -72,9 +73,16 @@ from ..launch import (
     multiprocessors,
     programmatic_launch,
     shared_memory_limit,
-    simulated,
 )
 from ..ordering import tile_of
+from .common import (
+    VECTOR_BYTES,
+    WARP,
+    check_field_range,
+    int_fields,
+    kernel_jit,
+    unrolled,
+)
 from .ptx import (
     await_prior_grids,
     cp_async,
@@ -88,7 +96,6 @@ from .ptx import (
     warp_barrier,
 )
 from .split_k import check_k_ctas, settler, split_buffers, split_into_wave, working_config
-from .unroll import unrolled
 
 __all__ = [
     "TileConfig",
@@ -108,54 +115,16 @@ __all__ = [
     "TileFunctions",
     "tile_computer",
     "whole_tiles",
-    "kernel_jit",
     "overlap_launches",
     "plan_tiled",
     "operand_modes",
     "kernel_resources",
-    "unrolled",
-    "int_fields",
-    "check_field_range",
-    "MAX_CONFIG_FIELD",
 ]
 
-VECTOR_BYTES = 16  # one 128-bit load or store
 MAX_THREADS = 1024
 # Registers of a thread's C block (16 x 8 float32, or 8 x 8 float64): beyond them the staged
 # fragments of A and B no longer fit a thread's 255 registers.
 MAX_ACCUMULATOR_WORDS = 128
-WARP = 32
-
-
-# No field of any kernel config is larger: tiles, stages and split-k are bounded far below it
-# by threads and shared memory, and a group height past it orders tiles as one of 2^16 does.
-MAX_CONFIG_FIELD = 1 << 16
-
-
-def check_field_range(config) -> None:
-    """``ValueError`` naming the field unless every field of ``config`` lies in
-    [1, :data:`MAX_CONFIG_FIELD`] (a value past it could not be a compile-time constant), or
-    from 0 for the fields the config class names in ``ZERO_MEANS_OFF``."""
-    for field in fields(config):
-        value = getattr(config, field.name)
-        low = 0 if field.name in getattr(config, "ZERO_MEANS_OFF", ()) else 1
-        if not low <= value <= MAX_CONFIG_FIELD:
-            kind = "a non-negative" if low == 0 else "a positive"
-            raise ValueError(
-                f"{type(config).__name__}.{field.name} must be {kind} integer up to "
-                f"{MAX_CONFIG_FIELD}; got {value!r}"
-            )
-
-
-def int_fields(config) -> None:
-    """``TypeError`` naming the field unless every field of the frozen dataclass ``config`` is
-    an int (``is_int``: a list or a float would fail later as "unhashable" or deep in a kernel
-    build); NumPy ints are stored as Python ints."""
-    for field in fields(config):
-        value = getattr(config, field.name)
-        if not is_int(value):
-            raise TypeError(f"{type(config).__name__}.{field.name} must be an int; got {value!r}")
-        object.__setattr__(config, field.name, int(value))
 
 
 @dataclass(frozen=True)
@@ -307,7 +276,7 @@ def narrow_config(M: int, N: int, K: int, batch: int, dtype, split: bool) -> Til
     as make one wave of :data:`NARROW_CTAS_PER_SM` CTAs per SM
     (:func:`split_k.choose_k_ctas`). On the simulator :data:`SIMULATOR_CONFIG`, one CTA per
     tile."""
-    if simulated():
+    if SIMULATED:
         return SIMULATOR_CONFIG
     config = NARROW_CONFIGS[np.dtype(dtype)]
     if not split:
@@ -994,24 +963,6 @@ def overlap_launches(programmatic: bool):
     return overlap
 
 
-REGISTERS_PER_SM = 65536
-
-
-def kernel_jit(threads: int, ctas_per_sm: int = 1):
-    """``cuda.jit`` for a kernel launched with ``threads`` threads per block: registers capped
-    so that ``ctas_per_sm`` blocks fit an SM (64K registers; at most 255 per thread), as a
-    launch bound would. The simulator takes no register option."""
-    if cuda.config.ENABLE_CUDASIM:
-        return cuda.jit
-    return cuda.jit(max_registers=kernel_registers(threads, ctas_per_sm))
-
-
-def kernel_registers(threads: int, ctas_per_sm: int = 1) -> int:
-    """The registers per thread :func:`kernel_jit` allows a kernel of ``threads`` threads per
-    block, ``ctas_per_sm`` blocks to an SM."""
-    return min(255, REGISTERS_PER_SM // (threads * ctas_per_sm) // 8 * 8)
-
-
 @functools.cache
 def _kernel(
     config: TileConfig,
@@ -1090,7 +1041,7 @@ def with_k_ctas(config: TileConfig, M: int, N: int, K: int, batch: int,
     """``config`` with as many CTAs per tile as :func:`split_k.choose_k_ctas` gives an
     M x N x K product (``batch`` of them) under it for one wave of ``ctas_per_sm`` CTAs per SM
     on the current device (one for the tuned tiles, which take most of an SM's registers)."""
-    if simulated():
+    if SIMULATED:
         return config
     step_k = config.block_k * config.split_k
     return split_into_wave(config, M, N, K, batch, step_k, ctas_per_sm * multiprocessors())

@@ -35,24 +35,18 @@ barrier's state lives in its 8 bytes (completed phases, pending arrivals, pendin
 from __future__ import annotations
 
 import functools
-import itertools
 import threading
 import time
-from collections import OrderedDict
-from dataclasses import dataclass, replace
 
 import numpy as np
-from numba import cuda, types
+from numba import types
 
-from ..descriptor import MatrixDesc, scratch_desc
+from ..launch.tensor_maps import MAP_BYTES, MAP_WORDS, register_twin, twin_map
+from .common import SIMULATED
 from .warpgroup import _swizzled
 
 __all__ = [
-    "MAP_BYTES",
     "BARRIER_BYTES",
-    "TensorMapSpec",
-    "TensorMapArg",
-    "tensor_map",
     "mbarrier_init",
     "mbarrier_expect_bytes",
     "mbarrier_arrive",
@@ -61,179 +55,11 @@ __all__ = [
     "tma_store",
     "bulk_commit",
     "bulk_wait",
-    "MAP_WORDS",
-    "tensor_map_template",
-    "map_workspace",
     "tensor_map_in_place",
     "publish_tensor_map",
 ]
 
-SIMULATED = bool(cuda.config.ENABLE_CUDASIM)
-MAP_BYTES = 128  # a CUtensorMap
-MAP_WORDS = MAP_BYTES // 8  # its 64-bit words, as a template passes them
-MAP_ALIGNMENT = 64  # its address's in global memory (128 in shared memory)
-TEMPLATE_ADDRESS = 1 << 20  # a template's stand-in address (replaced on the device)
 BARRIER_BYTES = 8  # an mbarrier
-SWIZZLE_BYTES = 128  # the box's inner extent in bytes, at most (128-byte swizzle)
-TWIN_CAPACITY = 1024  # simulator: twin maps kept (each holds its operand's buffer)
-
-
-@dataclass(frozen=True)
-class TensorMapSpec:
-    """One operand as a TMA copy sees it (what :func:`tensor_map` encodes).
-
-    ``address``: of element (0, 0, 0); ``dtype``: the stored elements' (uint16 bits or
-    float32); ``extents``: elements along (the contiguous axis, the other axis, the batch);
-    ``strides``: elements between consecutive lines of the other axis and between matrices of
-    the batch; ``box``: elements a copy moves along each of the three (the inner one at most
-    128 bytes: the swizzle's row).
-    """
-
-    address: int
-    dtype: np.dtype
-    extents: tuple[int, int, int]
-    strides: tuple[int, int]
-    box: tuple[int, int, int]
-
-    def problem(self) -> str | None:
-        """What TMA cannot copy here (its alignment rules), or None."""
-        size = np.dtype(self.dtype).itemsize
-        if self.address % 16:
-            return f"TMA needs a 16-byte aligned address; got {self.address:#x}"
-        for stride in self.strides:
-            if (stride * size) % 16 or not 0 < stride * size < 2**40:
-                return (
-                    f"TMA needs strides that are positive multiples of 16 bytes; got {stride} "
-                    f"elements of {size} bytes"
-                )
-        if not all(1 <= e < 2**32 for e in self.extents):
-            return f"TMA needs extents in [1, 2^32); got {self.extents}"
-        if self.box[0] * size > SWIZZLE_BYTES or (self.box[0] * size) % 16:
-            return f"a swizzled TMA box's rows are 16..128 bytes; got {self.box}"
-        if not all(1 <= b <= 256 for b in self.box):
-            return f"TMA boxes are 1..256 elements along each axis; got {self.box}"
-        return None
-
-    def check(self) -> None:
-        """``ValueError`` saying what TMA cannot copy here, if anything."""
-        if (problem := self.problem()) is not None:
-            raise ValueError(problem)
-
-
-@dataclass(frozen=True)
-class TensorMapArg:
-    """A kernel parameter: the address of ``spec`` encoded by the host (:func:`tensor_map`),
-    for the matrix named ``name``. A prepared call that points that matrix elsewhere
-    (``launch.PreparedLaunch.rebind``) moves the map with it (:meth:`moved`); ``span``: the
-    elements from ``spec.address`` that the simulator's twin map reads."""
-
-    spec: TensorMapSpec
-    name: str
-    span: int
-
-    def moved(self, delta: int) -> TensorMapArg:
-        """The same map for the matrix ``delta`` bytes further on."""
-        return replace(self, spec=replace(self.spec, address=self.spec.address + delta))
-
-    def address(self) -> int:
-        """The encoded map's address (encoded on first use of its spec); on the simulator a
-        fresh twin's key over the memory at ``spec.address``."""
-        if SIMULATED:
-            from ..descriptor import host_view
-
-            dtype = np.dtype(self.spec.dtype)
-            return tensor_map(self.spec, host_view(self.spec.address, dtype, self.span))
-        return tensor_map(self.spec)
-
-
-def tensor_map(spec: TensorMapSpec, buffer=None) -> int:
-    """The address of ``spec`` encoded as a tensor map in device memory (128-byte swizzle,
-    zeros outside the matrix). Encoded once per spec (an address and a geometry always encode
-    to the same map) and kept for the life of the process: a launch, a prepared call or a
-    captured CUDA graph may hold the address. That is 128 bytes per distinct operand address
-    and geometry; memory pools (PyTorch's, JAX's, this library's) reuse addresses. The first
-    call with a spec allocates and copies synchronously, which a stream capture forbids: as a
-    kernel's compilation, it belongs in the warm-up before a capture. On the simulator, the
-    key of a twin map of ``buffer`` (the 1-D array whose element 0 is at ``spec.address``),
-    made afresh each call."""
-    spec.check()
-    with _MAPS_LOCK:
-        if SIMULATED:
-            return _twin_entry(spec, buffer)
-        if spec not in _MAPS:
-            _MAPS[spec] = _encoded_map(spec)
-        return _MAPS[spec].device_ctypes_pointer.value
-
-
-_MAPS: dict = {}  # spec -> its encoded map's device array
-_TWINS: OrderedDict = OrderedDict()  # simulator: key -> (spec, buffer), the last TWIN_CAPACITY
-_MAPS_LOCK = threading.Lock()
-_TWIN_KEYS = itertools.count(1)
-
-
-def _twin_entry(spec: TensorMapSpec, buffer) -> int:
-    """Simulator (under ``_MAPS_LOCK``): a fresh twin map's key."""
-    key = next(_TWIN_KEYS)
-    _TWINS[key] = (spec, buffer)
-    if len(_TWINS) > TWIN_CAPACITY:
-        _TWINS.popitem(last=False)
-    return key
-
-
-def map_workspace(nbytes: int, array=None) -> MatrixDesc:
-    """The global memory where CTAs publish the tensor maps they build, as a descriptor named
-    ``tensor_maps``: ``nbytes`` uint8 in ``array`` (NumPy or CUDA), or with no array a
-    placeholder for XLA's buffer."""
-    return scratch_desc("tensor_maps", (1, nbytes), np.uint8, array)
-
-
-def tensor_map_template(spec: TensorMapSpec) -> tuple:
-    """``spec`` encoded with a stand-in address, as 16 signed 64-bit words (kernel parameters):
-    what :func:`tensor_map_in_place` completes on the device with the operand's address. On the
-    simulator word 0 is the key of a twin map without a buffer."""
-    spec.check()
-    if SIMULATED:
-        with _MAPS_LOCK:
-            return (_twin_entry(spec, None),) + (0,) * (MAP_WORDS - 1)
-    words = _encoded_words(replace(spec, address=TEMPLATE_ADDRESS))
-    return tuple(int(w) for w in words.view(np.int64))
-
-
-def _encoded_map(spec: TensorMapSpec):
-    """``spec`` encoded by the driver, copied into a fresh 128-byte device array."""
-    device = cuda.to_device(_encoded_words(spec))  # cuMemAlloc: 256-byte aligned (64 needed)
-    assert device.device_ctypes_pointer.value % MAP_ALIGNMENT == 0
-    return device
-
-
-def _encoded_words(spec: TensorMapSpec) -> np.ndarray:
-    """``spec`` encoded by the driver: 16 uint64."""
-    from cuda.bindings import driver as cu
-
-    size = np.dtype(spec.dtype).itemsize
-    data_type = (
-        cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32
-        if size == 4
-        else cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16
-    )
-    result, encoded = cu.cuTensorMapEncodeTiled(
-        data_type,
-        3,
-        spec.address,
-        [cu.cuuint64_t(e) for e in spec.extents],
-        [cu.cuuint64_t(s * size) for s in spec.strides],
-        [cu.cuuint32_t(b) for b in spec.box],
-        [cu.cuuint32_t(1)] * 3,
-        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
-        cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-    )
-    if result != cu.CUresult.CUDA_SUCCESS:
-        raise ValueError(f"cuTensorMapEncodeTiled refused {spec}: {result}")
-    words = np.array(encoded.opaque, np.uint64)
-    assert words.nbytes == MAP_BYTES
-    return words
 
 
 # --- the simulator's twins ---------------------------------------------------------------------
@@ -298,9 +124,8 @@ if SIMULATED:
     def tensor_map_in_place(smem, index, template, array):
         """Twin: a twin map of the template's spec over ``array``, its key in the 8 bytes at
         ``smem[index]`` (one thread)."""
-        spec, _ = _TWINS[template[0]]
-        with _MAPS_LOCK:
-            key = _twin_entry(spec, np.asarray(array))
+        spec, _ = twin_map(template[0])
+        key = register_twin(spec, np.asarray(array))
         _twin_bytes(smem, index).view(np.int64)[0] = key
 
     def publish_tensor_map(workspace, slot, smem, index):
@@ -331,7 +156,7 @@ if SIMULATED:
         """Twin of ``cp.async.bulk.tensor.3d`` for maps whose box is ``box``."""
 
         def load(smem, dst, map_key, c0, c1, c2, barrier):
-            spec, source = _TWINS[map_key]
+            spec, source = twin_map(map_key)
             inside, offset, slots = _twin_box(spec, box, smem, dst, (c0, c1, c2))
             values = np.where(inside, np.asarray(source)[np.where(inside, offset, 0)], 0)
             np.asarray(smem)[slots] = values.astype(smem.dtype)
@@ -345,7 +170,7 @@ if SIMULATED:
         synchronous, the elements inside the matrix written."""
 
         def store(smem, src, map_key, c0, c1, c2):
-            spec, target = _TWINS[map_key]
+            spec, target = twin_map(map_key)
             assert np.dtype(spec.dtype) == smem.dtype, (spec.dtype, smem.dtype)
             inside, offset, slots = _twin_box(spec, box, smem, src, (c0, c1, c2))
             np.asarray(target)[offset[inside]] = np.asarray(smem)[slots][inside]

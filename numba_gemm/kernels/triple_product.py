@@ -73,11 +73,10 @@ from ..launch import (
     shared_memory_per_multiprocessor,
 )
 from ..ordering import tile_of
+from .common import VECTOR_BYTES, WARP, kernel_jit
 from .ptx import backoff, load_acquire, load_from_l2, move_element, release_add
 from .tiled import (
-    VECTOR_BYTES,
     TileConfig,
-    kernel_jit,
     operand_modes,
     overlap_launches,
     tile_computer,
@@ -111,7 +110,6 @@ SYNC_HEAD = 2
 # The fused launch lets at most this many CTAs share an SM (``plan_fused``'s ``ctas_per_sm``):
 # the split-k tiles it runs two to an SM fit no more by their registers.
 MAX_CTAS_PER_SM = 2
-WARP = 32
 
 # Slots of the one-tile fused kernel's ``tile`` (shared memory: thread 0 decodes the ticket,
 # the CTA reads it).

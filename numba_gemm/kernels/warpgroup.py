@@ -40,6 +40,7 @@ import ml_dtypes
 import numpy as np
 from numba import cuda, types
 
+from .common import SIMULATED
 from .fragments import BLOCK_ROWS, float_bits, fragment_words, round_tf32, toward_zero
 
 __all__ = [
@@ -69,7 +70,6 @@ __all__ = [
     "set_max_registers",
 ]
 
-SIMULATED = bool(cuda.config.ENABLE_CUDASIM)
 ROW_BYTES = 128  # one swizzled row
 ATOM_BYTES = 1024  # 8 rows: the swizzle's period
 ELEMENT_BYTES = 2  # the default: 16-bit operands

@@ -84,19 +84,28 @@ from numba import cuda
 
 from ..descriptor import MatrixDesc
 from ..launch import (
+    SIMULATED,
     STATIC_SHARED_LIMIT,
     KernelLaunch,
     cdiv,
     kernel_launch,
     multiprocessors,
     shared_memory_limit,
-    simulated,
 )
+from ..launch.tensor_maps import MAP_BYTES, TensorMapArg, TensorMapSpec, tensor_map_template
 from ..precision import FLOAT32, Preset
+from .common import (
+    REGISTERS_PER_SM,
+    VECTOR_BYTES,
+    check_field_range,
+    int_fields,
+    kernel_jit,
+    kernel_registers,
+    unrolled,
+)
 from .fragments import BLOCK_ROWS, operand_part, output_converter
 from .mma import (
     UINT16,
-    VECTOR_BYTES,
     accumulator_zeroer,
     correction_adder,
     operand_mode,
@@ -108,19 +117,8 @@ from .mma import (
 )
 from .ptx import cp_async_commit, cp_async_wait, load_vector, store_pair, store_vector
 from .split_k import check_k_ctas, settler, split_buffers, split_into_wave, working_config
-from .tiled import (
-    REGISTERS_PER_SM,
-    check_field_range,
-    int_fields,
-    kernel_jit,
-    kernel_registers,
-    unrolled,
-)
 from .tma import (
     BARRIER_BYTES,
-    MAP_BYTES,
-    TensorMapArg,
-    TensorMapSpec,
     bulk_commit,
     bulk_wait,
     mbarrier_arrive,
@@ -129,7 +127,6 @@ from .tma import (
     mbarrier_init,
     publish_tensor_map,
     tensor_map_in_place,
-    tensor_map_template,
     tma_load,
     tma_store,
 )
@@ -488,7 +485,7 @@ def default_wgmma_config(M: int, N: int, K: int, batch: int = 1, converting_part
     - else :data:`SMALL_WGMMA_CONFIG`, or :data:`TINY_WGMMA_CONFIG` where the small tiles
       would occupy fewer than a quarter of the SMs and, split, make fewer CTAs than the tiny
       ones (a short k: a model layer's 1024 x 512 x 512)."""
-    if simulated():
+    if SIMULATED:
         return SIMULATOR_CONVERTING_WGMMA_CONFIG if converting_parts else SIMULATOR_WGMMA_CONFIG
     if converting_parts:
         return CONVERTING_WGMMA_CONFIGS[converting_parts]
@@ -1489,7 +1486,7 @@ def _converter(threads: int, extent_x: int, axis: str, parts: int):
                 assert raw_start + 1024 * i + j == raw_slot(x, k)
                 assert part_here == part_slot(x, k)
     part_of = operand_part("tf32")
-    if not simulated():
+    if not SIMULATED:
         thread_terms = cuda.jit(device=True)(thread_terms)
 
     @cuda.jit(device=True)
