@@ -7,8 +7,8 @@ ahead of them (``griddepcontrol.wait``) and are launched with programmatic strea
 serialization, so that a launch starts as the last CTAs of the one ahead exit
 (``numba_gemm.launch.devices.OVERLAP_LAUNCHES``, ``docs/design/launch-and-timing.md``). For
 each size and each of ``numba_gemm.triple`` fused and unfused and ``numba_gemm.matmul``'s tiled
-kernel, on N x N float32 operands, this prepares one call with ``OVERLAP_LAUNCHES`` off and one with it
-on (each on its own arrays, so each keeps its own prepared launches), checks both against
+kernel, on N x N float32 operands, this prepares one call with ``OVERLAP_LAUNCHES`` off and one
+with it on (each on its own arrays, so each keeps its own prepared launches), checks both against
 float64 with a poisoned output, and times them through the public calls in interleaved rounds
 (``numba_gemm.timing.interleaved_medians``: round r of every variant before round r + 1 of any).
 Writes ``<DIR>/launch_overlap/<device>.json`` and prints a table last.

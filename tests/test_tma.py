@@ -111,8 +111,8 @@ def test_twin_barrier_phases():
 def test_a_launch_passes_a_template_as_its_words():
     """A tuple argument (a tensor-map template) is one argument kind, its length, and as many
     int64 parameters, in order (Numba passes a tuple's elements as parameters)."""
-    from numba_gemm.launch.tensor_maps import MAP_WORDS, map_workspace
     from numba_gemm.launch import kernel_launch, numba_parameters
+    from numba_gemm.launch.tensor_maps import MAP_WORDS, map_workspace
 
     template = tuple(range(-3, MAP_WORDS - 3))
     workspace = map_workspace(256, np.zeros(256, np.uint8))

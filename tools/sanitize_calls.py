@@ -214,8 +214,8 @@ def _device_maps(shape, dtype):
     templates with the operands' addresses and publishes them to its slots of a workspace."""
     from numba_gemm.api import plan
     from numba_gemm.descriptor import describe
-    from numba_gemm.launch.tensor_maps import map_workspace
     from numba_gemm.launch import launch_kernel
+    from numba_gemm.launch.tensor_maps import map_workspace
 
     M, N, K = shape
     preset = PRESETS["TF32_TF32_F32" if dtype == FLOAT32 else "BF16_BF16_F32"]

@@ -101,7 +101,6 @@ if SIMULATED:
 
 else:
     from llvmlite import ir
-    from numba.cuda import cgutils
     from numba.cuda.extending import intrinsic
 
     _I32, _F32 = ir.IntType(32), ir.FloatType()
@@ -216,26 +215,21 @@ def _decoder(operand: str, storage: np.dtype):
 
 
 if not SIMULATED:
-
-    def _element_pointer(context, builder, array_type, array, index):
-        ary = context.make_array(array_type)(context, builder, value=array)
-        return cgutils.get_item_pointer(
-            context, builder, array_type, ary, [index], wraparound=False
-        )
+    from .ptx import element_pointer
 
     def shared_address(context, builder, array_type, array, index):
         """The 32-bit ``.shared`` address of ``array[index]`` (a shared-memory array)."""
-        pointer = _element_pointer(context, builder, array_type, array, index)
+        pointer = element_pointer(context, builder, array_type, array, index)
         shared = builder.addrspacecast(pointer, ir.PointerType(pointer.type.pointee, 3))
         return builder.ptrtoint(shared, _I32)
 
     def store_words(context, builder, array_type, array, index, values):
-        base = _element_pointer(context, builder, array_type, array, index)
+        base = element_pointer(context, builder, array_type, array, index)
         for i, value in enumerate(values):
             builder.store(value, builder.gep(base, [ir.Constant(ir.IntType(64), i)]))
 
     def load_words(context, builder, array_type, array, index, count):
-        base = _element_pointer(context, builder, array_type, array, index)
+        base = element_pointer(context, builder, array_type, array, index)
         return [
             builder.load(builder.gep(base, [ir.Constant(ir.IntType(64), i)])) for i in range(count)
         ]
@@ -338,15 +332,16 @@ def _tf32_part(x, part, parts):
 
 @functools.cache
 def operand_part(operand: str):
-    """Device function ``part(x, p, parts)``: part ``p`` of float32 ``x`` split into ``parts``
-    ``operand`` ("bf16" or "tf32") values, as a float32 (a plain function on the simulator)."""
+    """Device function ``part_of(x, part, parts)``: part ``part`` of float32 ``x`` split into
+    ``parts`` ``operand`` ("bf16" or "tf32") values, as a float32 (a plain function on the
+    simulator)."""
     part_of = _bf16_part if operand == "bf16" else _tf32_part
     if not SIMULATED:
         return cuda.jit(device=True)(part_of)
 
-    def quiet_part(x, p, parts):
+    def quiet_part(x, part, parts):
         with np.errstate(invalid="ignore"):  # an infinite x's remainder is NaN, quietly
-            return part_of(x, p, parts)
+            return part_of(x, part, parts)
 
     return quiet_part
 
@@ -459,9 +454,9 @@ if not SIMULATED:
                 # words 2 half, 2 half + 1: rows 8 half.., k low and high (the loader's B order)
                 first = builder.add(b_base, builder.mul(half, ir.Constant(i64, 2)))
                 b_words = [
-                    builder.load(_element_pointer(context, builder, b_t, args[4], first)),
+                    builder.load(element_pointer(context, builder, b_t, args[4], first)),
                     builder.load(
-                        _element_pointer(
+                        element_pointer(
                             context, builder, b_t, args[4], builder.add(first, ir.Constant(i64, 1))
                         )
                     ),

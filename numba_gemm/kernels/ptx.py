@@ -13,6 +13,40 @@ from .common import SIMULATED
 
 __all__ = ["load_from_l2", "backoff"]
 
+# --- what every PTX block is made of (PTX forms only: the twins need neither) -----------------
+
+if not SIMULATED:
+    from llvmlite import ir
+    from numba.cuda import cgutils
+    from numba.cuda.extending import intrinsic
+
+    def element_pointer(context, builder, array_type, array, index):
+        """The LLVM pointer to ``array[index]`` of a 1-D array, without Python's negative-index
+        wraparound (a compare and a select per access)."""
+        ary = context.make_array(array_type)(context, builder, value=array)
+        return cgutils.get_item_pointer(
+            context, builder, array_type, ary, [index], wraparound=False
+        )
+
+    def statement(text: str, doc: str = ""):
+        """A device function of no arguments that runs one PTX statement ``text`` (volatile,
+        and a memory clobber: the compiler moves no load or store across it)."""
+
+        def typer(typingctx):
+            def codegen(context, builder, sig, args):
+                asm = ir.InlineAsm(
+                    ir.FunctionType(ir.VoidType(), []), text, "~{memory}", side_effect=True
+                )
+                builder.call(asm, [])
+                return context.get_dummy_value()
+
+            return types.void(), codegen
+
+        block = intrinsic(typer)
+        block.__doc__ = doc or f"``{text}``"
+        return block
+
+
 if SIMULATED:
 
     @cuda.jit(device=True)
@@ -21,9 +55,6 @@ if SIMULATED:
         return array[index]
 
 else:
-    from llvmlite import ir
-    from numba.cuda import cgutils
-    from numba.cuda.extending import intrinsic
 
     @intrinsic
     def load_from_l2(typingctx, array, index):
@@ -131,12 +162,6 @@ if SIMULATED:
 else:
     import functools
 
-    def _pointer(context, builder, array_type, array, index):
-        ary = context.make_array(array_type)(context, builder, value=array)
-        return cgutils.get_item_pointer(
-            context, builder, array_type, ary, [index], wraparound=False
-        )
-
     def _same_arrays(dst, src, kinds=(types.Float,)):
         """1-D arrays of one dtype, of one of ``kinds`` (Numba type classes)."""
         return (
@@ -165,8 +190,8 @@ else:
 
             def codegen(context, builder, sig, args):
                 dst_t, _, src_t, _ = sig.args
-                dst_ptr = _pointer(context, builder, dst_t, args[0], args[1])
-                src_ptr = _pointer(context, builder, src_t, args[2], args[3])
+                dst_ptr = element_pointer(context, builder, dst_t, args[0], args[1])
+                src_ptr = element_pointer(context, builder, src_t, args[2], args[3])
                 if kind == "element":
                     builder.store(builder.load(src_ptr), dst_ptr)
                     return context.get_dummy_value()
@@ -259,8 +284,8 @@ else:
 
             def codegen(context, builder, sig, args):
                 dst_t, _, src_t, _, valid_t = sig.args
-                dst_ptr = _pointer(context, builder, dst_t, args[0], args[1])
-                src_ptr = _pointer(context, builder, src_t, args[2], args[3])
+                dst_ptr = element_pointer(context, builder, dst_t, args[0], args[1])
+                src_ptr = element_pointer(context, builder, src_t, args[2], args[3])
                 # cp.async wants a 32-bit .shared address: cast the generic pointer to the
                 # shared address space (NVVM folds this into the array's base) and take it.
                 i32 = ir.IntType(32)
@@ -281,25 +306,12 @@ else:
 
         return intrinsic(typer)
 
-    def _asm_statement(text):
-        def typer(typingctx):
-            def codegen(context, builder, sig, args):
-                asm = ir.InlineAsm(
-                    ir.FunctionType(ir.VoidType(), []), text, "~{memory}", side_effect=True
-                )
-                builder.call(asm, [])
-                return context.get_dummy_value()
-
-            return types.void(), codegen
-
-        return intrinsic(typer)
-
-    cp_async_commit = _asm_statement("cp.async.commit_group;")
+    cp_async_commit = statement("cp.async.commit_group;")
 
     @functools.cache
     def cp_async_wait(pending):
         """Wait until at most ``pending`` committed groups of ``cp.async`` are in flight."""
-        return _asm_statement(f"cp.async.wait_group {int(pending)};")
+        return statement(f"cp.async.wait_group {int(pending)};")
 
 
 __all__ += [
@@ -353,7 +365,7 @@ else:
                 return None
 
             def codegen(context, builder, sig, args):
-                ptr = _pointer(context, builder, sig.args[0], args[0], args[1])
+                ptr = element_pointer(context, builder, sig.args[0], args[0], args[1])
                 value_type = ir.IntType(32) if result == types.uint32 else ir.VoidType()
                 asm = ir.InlineAsm(
                     ir.FunctionType(value_type, [ptr.type]), text, constraints, side_effect=True
@@ -466,7 +478,7 @@ if SIMULATED:
         """Simulator twin of ``griddepcontrol.wait``: launches already run one at a time."""
 
 else:
-    await_prior_grids = _asm_statement("griddepcontrol.wait;")
+    await_prior_grids = statement("griddepcontrol.wait;")
     await_prior_grids.__doc__ = (
         "``griddepcontrol.wait``: wait until the launches this one "
         "depends on have completed and their writes are visible."

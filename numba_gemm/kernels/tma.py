@@ -35,6 +35,7 @@ barrier's state lives in its 8 bytes (completed phases, pending arrivals, pendin
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 import time
 
@@ -155,8 +156,8 @@ if SIMULATED:
     def tma_load(box: tuple):
         """Twin of ``cp.async.bulk.tensor.3d`` for maps whose box is ``box``."""
 
-        def load(smem, dst, map_key, c0, c1, c2, barrier):
-            spec, source = twin_map(map_key)
+        def load(smem, dst, tensor_map, c0, c1, c2, barrier):
+            spec, source = twin_map(tensor_map)
             inside, offset, slots = _twin_box(spec, box, smem, dst, (c0, c1, c2))
             values = np.where(inside, np.asarray(source)[np.where(inside, offset, 0)], 0)
             np.asarray(smem)[slots] = values.astype(smem.dtype)
@@ -169,8 +170,8 @@ if SIMULATED:
         """Twin of ``cp.async.bulk.tensor.3d`` global <- shared for maps whose box is ``box``:
         synchronous, the elements inside the matrix written."""
 
-        def store(smem, src, map_key, c0, c1, c2):
-            spec, target = twin_map(map_key)
+        def store(smem, src, tensor_map, c0, c1, c2):
+            spec, target = twin_map(tensor_map)
             assert np.dtype(spec.dtype) == smem.dtype, (spec.dtype, smem.dtype)
             inside, offset, slots = _twin_box(spec, box, smem, src, (c0, c1, c2))
             np.asarray(target)[offset[inside]] = np.asarray(smem)[slots][inside]
@@ -193,8 +194,8 @@ else:
     from llvmlite import ir
     from numba.cuda.extending import intrinsic
 
-    from .fragments import _element_pointer, shared_address
-    from .warpgroup import _statement
+    from .fragments import shared_address
+    from .ptx import element_pointer, statement
 
     _I32, _I64 = ir.IntType(32), ir.IntType(64)
 
@@ -206,11 +207,12 @@ else:
     def _int32(context, builder, value, kind):
         return context.cast(builder, value, kind, types.int32)
 
-    def _barrier_op(text: str, answers: bool, doc: str):
-        """A device function ``op(smem, index, value)`` on the mbarrier at ``smem[index]``:
-        ``text`` with $0 the barrier's address and $1 ``value`` (32-bit); where it ``answers``,
-        $0 is a 32-bit result, the address and value $1 and $2, and the op returns whether the
-        result is nonzero."""
+    def _barrier_op(text: str, answers: bool, value: str, doc: str):
+        """A device function ``op(smem, index, <value>)`` on the mbarrier at ``smem[index]``:
+        ``text`` with $0 the barrier's address and $1 the value (32-bit), which the function's
+        signature names ``value`` (as its twin does); where it ``answers``, $0 is a 32-bit
+        result, the address and value $1 and $2, and the op returns whether the result is
+        nonzero."""
 
         def typer(typingctx, smem, index, value):
             if not isinstance(smem, types.Array):
@@ -227,6 +229,10 @@ else:
 
             return (types.boolean if answers else types.void)(smem, index, value), codegen
 
+        typer.__signature__ = inspect.Signature(
+            [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+             for name in ("typingctx", "smem", "index", value)]
+        )  # fmt: skip
         op = intrinsic(typer)
         op.__doc__ = doc
         return op
@@ -234,6 +240,7 @@ else:
     mbarrier_init = _barrier_op(
         "mbarrier.init.shared::cta.b64 [$0], $1;\n\tfence.mbarrier_init.release.cluster;",
         False,
+        "arrivals",
         "``mbarrier.init``: the barrier at ``smem[index]`` in phase 0, expecting ``arrivals`` "
         "arrivals per phase; then ``fence.mbarrier_init`` (the init visible to the copies that "
         "complete it). One thread, before a CTA barrier.",
@@ -241,12 +248,14 @@ else:
     mbarrier_expect_bytes = _barrier_op(
         "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;",
         False,
+        "nbytes",
         "``mbarrier.arrive.expect_tx``: this thread arrives on the barrier at ``smem[index]`` "
         "and adds ``nbytes`` to the bytes its phase waits for.",
     )
     mbarrier_arrive = _barrier_op(
         "mbarrier.arrive.release.cta.shared::cta.b64 _, [$0], $1;",
         False,
+        "arrivals",
         "``mbarrier.arrive`` with a count: ``arrivals`` arrivals on the barrier at "
         "``smem[index]``, no bytes; what this thread did before (its reads of shared memory "
         "included) is ordered before what a thread does after seeing the phase over.",
@@ -255,6 +264,7 @@ else:
         "{ .reg .pred done; mbarrier.try_wait.parity.shared::cta.b64 done, [$1], $2; "
         "selp.u32 $0, 1, 0, done; }",
         True,
+        "parity",
         "``mbarrier.try_wait.parity``: whether the phase of ``parity`` (0 or 1) of the barrier "
         "at ``smem[index]`` is over (the thread may sleep a little inside before it answers "
         "false). Reads after a true answer see the phase's copies.",
@@ -280,7 +290,7 @@ else:
                 _asm(builder, ir.VoidType(), f"st.shared.b64 [$0+{8 * w}], $1;",
                      "r,l,~{memory}", [address, word])  # fmt: skip
             zero = context.get_constant(types.intp, 0)
-            pointer = _element_pointer(context, builder, sig.args[3], args[3], zero)
+            pointer = element_pointer(context, builder, sig.args[3], args[3], zero)
             _asm(builder, ir.VoidType(),
                  "tensormap.replace.tile.global_address.shared::cta.b1024.b64 [$0], $1;",
                  "r,l,~{memory}", [address, builder.ptrtoint(pointer, _I64)])  # fmt: skip
@@ -302,7 +312,7 @@ else:
                 context.cast(builder, args[1], sig.args[1], types.intp),
                 context.get_constant(types.intp, MAP_BYTES),
             )
-            pointer = _element_pointer(context, builder, sig.args[0], args[0], offset)
+            pointer = element_pointer(context, builder, sig.args[0], args[0], offset)
             destination = builder.ptrtoint(pointer, _I64)
             source = shared_address(context, builder, sig.args[2], args[2], args[3])
             _asm(builder, ir.VoidType(),
@@ -343,7 +353,7 @@ else:
 
         return intrinsic(typer)
 
-    bulk_commit = _statement(
+    bulk_commit = statement(
         "cp.async.bulk.commit_group;",
         "``cp.async.bulk.commit_group``: this thread's bulk stores since the last commit, one "
         "group.",
@@ -353,7 +363,7 @@ else:
     def bulk_wait(pending: int, read: bool):
         """Device function ``wait()``: until at most ``pending`` of this thread's bulk groups
         are still reading their shared memory (``read``) or still in flight at all."""
-        return _statement(
+        return statement(
             f"cp.async.bulk.wait_group{'.read' if read else ''} {int(pending)};",
             f"wait until at most {pending} bulk groups {'read' if read else 'run'}",
         )

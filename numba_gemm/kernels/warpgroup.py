@@ -401,6 +401,7 @@ else:
     from numba.cuda.extending import intrinsic
 
     from .fragments import load_words, shared_address, store_words
+    from .ptx import statement
 
     _I32, _I64, _F32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
 
@@ -421,29 +422,14 @@ else:
 
         return types.int64(smem), codegen
 
-    def _statement(text: str, doc: str):
-        """A device function running one PTX statement (volatile; orders memory)."""
-
-        def typer(typingctx):
-            def codegen(context, builder, sig, args):
-                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}", True)
-                builder.call(asm, [])
-                return context.get_dummy_value()
-
-            return types.void(), codegen
-
-        block = intrinsic(typer)
-        block.__doc__ = doc
-        return block
-
-    wgmma_fence = _statement(
+    wgmma_fence = statement(
         "wgmma.fence.sync.aligned;",
         "Orders this warpgroup's register accesses before the wgmmas that follow.",
     )
-    wgmma_commit = _statement(
+    wgmma_commit = statement(
         "wgmma.commit_group.sync.aligned;", "Closes a group of the wgmmas issued so far."
     )
-    async_proxy_fence = _statement(
+    async_proxy_fence = statement(
         "fence.proxy.async.shared::cta;",
         "Makes this thread's shared-memory writes visible to the tensor cores' (async) reads.",
     )
@@ -455,7 +441,7 @@ else:
         have; the shared-memory accesses each made before are ordered before what any makes
         after. A barrier of some warps only, where others have left or do other work."""
         _check_named_barrier(barrier, threads)
-        return _statement(f"bar.sync {barrier}, {threads};",
+        return statement(f"bar.sync {barrier}, {threads};",
                           f"Waits at named barrier {barrier} for {threads} threads.")  # fmt: skip
 
     @functools.cache
@@ -466,13 +452,13 @@ else:
         waits for ever."""
         _check_register_count(count)
         kind = "inc" if increase else "dec"
-        return _statement(f"setmaxnreg.{kind}.sync.aligned.u32 {count};",
+        return statement(f"setmaxnreg.{kind}.sync.aligned.u32 {count};",
                           f"Sets this warpgroup's registers per thread to {count}.")  # fmt: skip
 
     @functools.cache
     def wgmma_wait(pending: int):
         """Device function: wait until at most ``pending`` wgmma groups are in flight."""
-        return _statement(
+        return statement(
             f"wgmma.wait_group.sync.aligned {int(pending)};",
             f"Waits until at most {pending} wgmma groups are in flight.",
         )
