@@ -37,7 +37,6 @@ def measure(case: str, n: int, config=None, tensor_maps: str = "host") -> dict:
     import numba_gemm
     from numba_gemm.api import plan
     from numba_gemm.descriptor import describe
-    from numba_gemm.kernels.wgmma import fills_with_tma
     from numba_gemm.launch import PreparedLaunch
     from numba_gemm.precision import BFLOAT16, resolve
     from numba_gemm.timing import interleaved_medians
@@ -83,7 +82,7 @@ def measure(case: str, n: int, config=None, tensor_maps: str = "host") -> dict:
         "size": n,
         "kernel": launch.kernel.py_func.__name__,
         "config": config.label() if config else "default",
-        "tma": fills_with_tma(launch),
+        "tma": launch.tma,
         "median_s": ours_s,
         "call_median_s": timed.medians["call"],
         "cublas_median_s": peer_s,

@@ -206,11 +206,10 @@ def uses_tma(a, b, out, preset: str) -> bool:
     """Whether the wgmma launch for ``out = a @ b`` at ``preset`` fills its tiles with TMA."""
     from numba_gemm.api import plan
     from numba_gemm.descriptor import describe
-    from numba_gemm.kernels.wgmma import fills_with_tma
 
     launch = plan(describe(a, "a"), describe(b, "b"), describe(out, "out"), "wgmma", None,
                   PRESETS[preset])  # fmt: skip
-    return fills_with_tma(launch)
+    return launch.tma
 
 
 def device_maps_launch(a, b, out, config, preset: str):
@@ -404,7 +403,7 @@ def test_persistent_kernel_fills_with_tma(a_col, b_col, rng, monkeypatch):
     monkeypatch.setattr(wgmma, "multiprocessors", lambda: 1)  # 2 CTAs on one SM, on any GPU
     launch = plan(describe(a, "a"), describe(b, "b"), describe(out, "out"), "wgmma", PERSISTENT,
                   PRESETS[PRESET[F16]])  # fmt: skip
-    assert wgmma.fills_with_tma(launch) and launch.grid == (2, 1, 1)  # 6 tiles on 2 CTAs
+    assert launch.tma and launch.grid == (2, 1, 1)  # 6 tiles on 2 CTAs
     numba_gemm.matmul(a, b, out, algorithm="wgmma", config=PERSISTENT)
     assert_within_preset(out, a, b, None, F16, F32)
 

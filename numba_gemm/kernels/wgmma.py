@@ -173,7 +173,6 @@ __all__ = [
     "default_wgmma_config",
     "narrow_wgmma_config",
     "plan_wgmma",
-    "fills_with_tma",
     "wgmma_takes",
     "WGMMA_PRESETS",
 ]
@@ -1690,17 +1689,6 @@ def wgmma_takes(preset: Preset, dtype) -> bool:
     return preset.name in WGMMA_PRESETS and sixteen_bit == (preset.operand != "tf32")
 
 
-def fills_with_tma(launch: KernelLaunch) -> bool:
-    """Whether a :func:`plan_wgmma` launch fills its tiles with TMA: the ``wgmma`` kernel (or
-    its persistent forms) whose arguments end with A's, B's and C's tensor maps (or templates;
-    C's only with TMA stores), the workspace and split-k's buffers, the maps not the zeros of
-    its ``cp.async`` form."""
-    # the arguments end with a_map, b_map, c_map, workspace, partials, sync
-    kernel = launch.kernel.py_func.__name__
-    return (kernel in ("wgmma_kernel", "persistent_kernel", "persistent_producer_kernel")
-            and launch.args[-6] != 0)  # fmt: skip
-
-
 def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: MatrixDesc,
                c: MatrixDesc, tensor_maps: str = "host", workspace=None, scratch=None
                ) -> KernelLaunch:  # fmt: skip
@@ -1824,4 +1812,5 @@ def plan_wgmma(config: WgmmaConfig | None, preset: Preset, a: MatrixDesc, b: Mat
     return kernel_launch(kernel, grid, config.threads, shared,
                          (a, a.batch_stride, *a.strides, b, b.batch_stride, *b.strides,
                           c, c.batch_stride, *c.strides,
-                          a.shape[0], b.shape[1], a.shape[1], *extra))  # fmt: skip
+                          a.shape[0], b.shape[1], a.shape[1], *extra),
+                         tma=maps != "none")  # fmt: skip

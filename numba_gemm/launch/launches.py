@@ -50,7 +50,8 @@ class KernelLaunch:
     ``programmatic``: the kernel waits for the launches ahead of it
     (``ptx.await_prior_grids``) before it touches memory, so it may be launched with
     programmatic stream serialization (:func:`programmatic_launch`); a kernel that does not
-    must never be.
+    must never be. ``tma``: TMA fills the kernel's tiles (through tensor maps among ``args``),
+    as its plan decided.
     """
 
     kernel: object
@@ -59,6 +60,7 @@ class KernelLaunch:
     shared: int
     args: tuple
     programmatic: bool = False
+    tma: bool = False
 
     def arg_kinds(self) -> tuple:
         """The dtype of each array argument, ``None`` for each int, the length of each tuple:
@@ -70,7 +72,13 @@ class KernelLaunch:
 
 
 def kernel_launch(
-    kernel, grid, block: int, shared: int, args: tuple, programmatic: bool = False
+    kernel,
+    grid,
+    block: int,
+    shared: int,
+    args: tuple,
+    programmatic: bool = False,
+    tma: bool = False,
 ) -> KernelLaunch:
     """A :class:`KernelLaunch`, with the grid checked against CUDA's limits."""
     grid = _dims3(grid)
@@ -79,7 +87,7 @@ def kernel_launch(
             f"the launch needs a grid of {grid} blocks; CUDA allows at most "
             f"{MAX_GRID_YZ} along y and z (for a batched product: the batch size)"
         )
-    return KernelLaunch(kernel, grid, block, shared, tuple(args), programmatic)
+    return KernelLaunch(kernel, grid, block, shared, tuple(args), programmatic, tma)
 
 
 def numba_parameters(args: tuple) -> list:
