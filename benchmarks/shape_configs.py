@@ -43,7 +43,7 @@ def _wgmma_tiles(case: str) -> tuple:
     persistent kernel's (as many CTAs per SM as fit their memory) and the default tiles in the
     persistent warp-specialised kernel (refused where TMA cannot copy the operands or store
     C)."""
-    from numba_gemm.kernels import wgmma
+    from numba_gemm.kernels import hopper as wgmma
 
     tiles = (
         wgmma.DEFAULT_WGMMA_CONFIG, wgmma.TALL_WGMMA_CONFIG, wgmma.SMALL_WGMMA_CONFIG,
@@ -75,7 +75,7 @@ def candidates(case: str, shape: tuple, sms: int) -> list[tuple[str, object]]:
 
     from numba_gemm.kernels.split_k import MIN_STEPS_PER_CTA
     from numba_gemm.kernels.tiled import NARROW_CONFIGS, NARROW_M
-    from numba_gemm.kernels.wgmma import tile_k
+    from numba_gemm.kernels.warpgroup import tile_k
     from numba_gemm.launch import cdiv
     from numba_gemm.tuned_configs import config_for_shape
 

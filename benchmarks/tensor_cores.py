@@ -212,8 +212,8 @@ def main() -> None:
     parser.add_argument("--bridge", type=int, nargs="*", default=[], help="bridge sizes (bf16)")
     parser.add_argument("--triple", nargs="*", default=[], help="presets for the triple at 512")
     args = parser.parse_args()
+    from numba_gemm.kernels.hopper import WgmmaConfig
     from numba_gemm.kernels.mma import MmaConfig
-    from numba_gemm.kernels.wgmma import WgmmaConfig
     from numba_gemm.timing import device_name, stack_versions, write_results
 
     config = None

@@ -64,7 +64,7 @@ _HOME = {
     "cdiv": "launch",
     "TileConfig": "kernels.tiled",
     "MmaConfig": "kernels.mma",
-    "WgmmaConfig": "kernels.wgmma",
+    "WgmmaConfig": "kernels.hopper",
     "tune": "autotune",
     "triple": "triple_product",
 }

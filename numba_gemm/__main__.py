@@ -49,7 +49,7 @@ def demo(args) -> int:
 
     from . import ALGORITHMS, choose_algorithm, describe, matmul
     from .api import TENSOR_CORE_ALGORITHMS
-    from .kernels.wgmma import WGMMA_CC
+    from .kernels.hopper import WGMMA_CC
     from .launch import compute_capability
     from .precision import BFLOAT16, resolve
     from .precision import tolerance as preset_tolerance

@@ -10,6 +10,12 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .descriptor import ArrayDesc, MatrixDesc, current_device, describe, describe_array
+from .kernels.hopper import (
+    WGMMA_CC,
+    WgmmaConfig,
+    plan_wgmma,
+    wgmma_takes,
+)
 from .kernels.loop_orders import LOOP_ORDERS, plan_loop_order
 from .kernels.mma import MmaConfig, default_mma_config, plan_mma, shape_mma_config, storage_dtype
 from .kernels.skinny import as_computed as skinny_as_computed
@@ -17,12 +23,6 @@ from .kernels.skinny import lanes_along_n, plan_skinny
 from .kernels.skinny import rows_fit as skinny_rows_fit
 from .kernels.skinny import strips as skinny_strips
 from .kernels.tiled import NARROW_M, TileConfig, narrow_config, plan_tiled, with_k_ctas
-from .kernels.wgmma import (
-    WGMMA_CC,
-    WgmmaConfig,
-    plan_wgmma,
-    wgmma_takes,
-)
 from .launch import (
     MAX_GRID_YZ,
     SIMULATED,
@@ -299,7 +299,7 @@ def tensor_core_algorithm(algorithm: str, config, preset: Preset, a: MatrixDesc,
                           b: MatrixDesc) -> str:  # fmt: skip
     """``"wgmma"`` or ``"mma"``: the tensor-core kernel for ``preset`` on ``a @ b``. ``"auto"``
     (with no config to say) takes wgmma where it computes the preset (16-bit operands at their
-    own precision, float32 ones as TF32 or 3xTF32: ``kernels.wgmma.wgmma_takes``) on a GPU of
+    own precision, float32 ones as TF32 or 3xTF32: ``kernels.hopper.wgmma_takes``) on a GPU of
     compute capability 9.0 (Hopper) and the product's shape suits its tiles (not a narrow
     output or a short k: ``kernels.mma.shape_mma_config``), mma otherwise (the bf16 splits of
     float32, other GPUs, the simulator, those shapes). ``ValueError`` where wgmma is asked for
@@ -346,7 +346,7 @@ def plan(
     kernel's TMA copies get the operands' tensor maps: "host" (encoded here: the operands'
     addresses are real), "device" (built by the kernel into ``workspace(nbytes)``, a uint8
     buffer: XLA's kernel call) or "none" (``cp.async`` copies instead); see
-    :func:`numba_gemm.kernels.wgmma.plan_wgmma`. ``scratch(name, shape, dtype)``: the
+    :func:`numba_gemm.kernels.hopper.plan_wgmma`. ``scratch(name, shape, dtype)``: the
     descriptors of split-k's buffers (``kernels.split_k``), where the caller has them; without
     it the default configs keep every tile in one CTA.
 
@@ -428,7 +428,7 @@ def matmul(
     (seed 001's loop orders, see ``numba_gemm.kernels.loop_orders``), ``"mma"`` (tensor cores
     through ``mma.sync``: ``numba_gemm.kernels.mma``), ``"wgmma"`` (Hopper's warpgroup tensor-core
     instructions, bf16/f16 operands and float32 ones as TF32 or 3xTF32:
-    ``numba_gemm.kernels.wgmma``) or ``"auto"``: the tensor cores for presets that use them
+    ``numba_gemm.kernels.hopper``) or ``"auto"``: the tensor cores for presets that use them
     (wgmma where it takes the preset on Hopper, else mma), else skinny for a result of one row
     or column (or up to 4 read along n) and tiled for the rest, but for tiny problems
     (:func:`choose_algorithm`). All

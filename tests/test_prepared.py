@@ -87,7 +87,7 @@ def test_the_wgmma_kernel_moves_its_tensor_maps_with_the_arrays(rng, plans):
 def test_the_persistent_warp_specialised_kernel_moves_cs_map_with_the_output(rng, plans):
     """Its TMA stores go through a map of C: a prepared call into another output must store
     there (a map left at the first output's address would leave the new one NaN)."""
-    from numba_gemm.kernels.wgmma import WgmmaConfig
+    from numba_gemm.kernels.hopper import WgmmaConfig
 
     config = WgmmaConfig(64, 64, 3, 1, persistent=1, producers=1)
     for _ in range(2):

@@ -14,9 +14,9 @@ from checks import assert_within_preset
 from numba_gemm.api import plan
 from numba_gemm.descriptor import describe
 from numba_gemm.kernels import split_k
+from numba_gemm.kernels.hopper import WgmmaConfig
 from numba_gemm.kernels.mma import MmaConfig
 from numba_gemm.kernels.tiled import TileConfig
-from numba_gemm.kernels.wgmma import WgmmaConfig
 from numba_gemm.launch import SIMULATED
 from numba_gemm.precision import default_preset
 from numba_gemm.reference import LAYOUTS, make_operands, poisoned

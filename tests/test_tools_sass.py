@@ -78,8 +78,8 @@ def test_dump_writes_each_launchs_sass(tmp_path, monkeypatch, capsys):
 
 
 def test_config_reads_the_algorithms_config_from_ints():
+    from numba_gemm.kernels.hopper import WgmmaConfig
     from numba_gemm.kernels.mma import MmaConfig
-    from numba_gemm.kernels.wgmma import WgmmaConfig
     from tools.sass import _config
 
     assert _config("128,256,4,8", "wgmma") == WgmmaConfig(128, 256, 4, 8)

@@ -14,8 +14,8 @@ import pytest
 
 import numba_gemm
 from checks import assert_split_keeps_infinities, assert_within_preset, check_layouts
+from numba_gemm.kernels.hopper import SIMULATOR_WGMMA_CONFIG, WgmmaConfig
 from numba_gemm.kernels.warpgroup import TF32_TILE_K, TILE_K, _element_byte, tile_slot
-from numba_gemm.kernels.wgmma import SIMULATOR_WGMMA_CONFIG, WgmmaConfig
 from numba_gemm.launch import SIMULATED
 from numba_gemm.precision import PRESETS
 from numba_gemm.reference import LAYOUTS, make_operands, poisoned
@@ -395,12 +395,12 @@ def test_persistent_kernel_matches_float64_reference(shape, layout, rng):
 def test_persistent_kernel_fills_with_tma(a_col, b_col, rng, monkeypatch):
     from numba_gemm.api import plan
     from numba_gemm.descriptor import describe
-    from numba_gemm.kernels import wgmma
+    from numba_gemm.kernels import hopper as wgmma
 
     M, N, K = 130, 67, 150
     a, b = aligned_view(M, K, F16, a_col, rng), aligned_view(K, N, F16, b_col, rng)
     out = poisoned((M, N), F32)
-    monkeypatch.setattr(wgmma, "multiprocessors", lambda: 1)  # 2 CTAs on one SM, on any GPU
+    monkeypatch.setattr(wgmma.plan, "multiprocessors", lambda: 1)  # 2 CTAs on one SM, any GPU
     launch = plan(describe(a, "a"), describe(b, "b"), describe(out, "out"), "wgmma", PERSISTENT,
                   PRESETS[PRESET[F16]])  # fmt: skip
     assert launch.tma and launch.grid == (2, 1, 1)  # 6 tiles on 2 CTAs
@@ -666,7 +666,7 @@ def test_wgmma_refuses_gpus_before_hopper(monkeypatch):
 )
 def test_ctas_per_sm_by_shared_memory_and_registers(config, ctas):
     from numba_gemm.kernels.common import REGISTERS_PER_SM
-    from numba_gemm.kernels.wgmma import MIN_REGISTERS, SM_SHARED_BYTES
+    from numba_gemm.kernels.hopper.config import MIN_REGISTERS, SM_SHARED_BYTES
 
     for maps in ("none", "host", "device"):
         assert config.ctas_per_sm(0, maps) == ctas
@@ -677,10 +677,11 @@ def test_ctas_per_sm_by_shared_memory_and_registers(config, ctas):
 def test_default_tiles_halve_for_small_problems(monkeypatch):
     from dataclasses import replace
 
-    from numba_gemm.kernels import wgmma
+    from numba_gemm.kernels import hopper as wgmma
 
-    monkeypatch.setattr(wgmma, "SIMULATED", False)
-    monkeypatch.setattr(wgmma, "multiprocessors", lambda: 132)
+    monkeypatch.setattr(wgmma.config, "SIMULATED", False)
+    for module in (wgmma.config, wgmma.plan):
+        monkeypatch.setattr(module, "multiprocessors", lambda: 132)
 
     def tiles(M, N, batch=1, K=192):  # three slices of k: nothing to split, past SHORT_K
         return wgmma.default_wgmma_config(M, N, K, batch)
@@ -721,11 +722,12 @@ def test_auto_takes_the_warp_specialised_kernel_where_tma_goes_both_ways(monkeyp
     can copy the operands and store C (its rows contiguous), for 16-bit operands; else in the
     one-tile kernel. Planned as on an H100 (nothing runs)."""
     from numba_gemm.api import describe_matmul, plan
-    from numba_gemm.kernels import wgmma
+    from numba_gemm.kernels import hopper as wgmma
     from numba_gemm.launch.tensor_maps import map_workspace
 
-    monkeypatch.setattr(wgmma, "SIMULATED", False)
-    monkeypatch.setattr(wgmma, "multiprocessors", lambda: 132)
+    monkeypatch.setattr(wgmma.config, "SIMULATED", False)
+    for module in (wgmma.config, wgmma.plan):
+        monkeypatch.setattr(module, "multiprocessors", lambda: 132)
 
     def workspace(nbytes):
         return map_workspace(nbytes, np.zeros(nbytes, np.uint8))

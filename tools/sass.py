@@ -202,7 +202,7 @@ def _launches(args) -> list:
         # templates), which the code does not depend on: zeros stand in for templates (their
         # encoding needs a GPU).
         with mock.patch(
-            "numba_gemm.kernels.wgmma.tensor_map_template", lambda spec: (0,) * MAP_WORDS
+            "numba_gemm.kernels.hopper.plan.tensor_map_template", lambda spec: (0,) * MAP_WORDS
         ):
             config = _config(args.config, algorithm)
             launch = plan(desc("a", (M, K)), desc("b", (K, N)), desc("c", (M, N)), algorithm,
@@ -226,9 +226,9 @@ def _config(text: str | None, algorithm: str):
     """``--config``'s comma-separated ints as the config of ``algorithm`` (None: the plan's)."""
     if not text:
         return None
+    from numba_gemm.kernels.hopper import WgmmaConfig
     from numba_gemm.kernels.mma import MmaConfig
     from numba_gemm.kernels.tiled import TileConfig
-    from numba_gemm.kernels.wgmma import WgmmaConfig
 
     kinds = {"wgmma": WgmmaConfig, "mma": MmaConfig, "tiled": TileConfig}
     if algorithm not in kinds:
